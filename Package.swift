@@ -1,0 +1,74 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+// Layering (dependencies point one way, downwards):
+//   MultipeerConnectivity (public Apple-shaped API)
+//     -> MultipeerCrypto (OpenSSL, libsodium, key hygiene)
+//     -> MultipeerWire   (pure sans-I/O codecs, no sockets)
+//   C modules: CMultipeerOpenSSL / CMultipeerSodium (system libraries), CMultipeerShims (macro wrappers)
+let package = Package(
+    name: "swift-multipeer",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "MultipeerConnectivity", targets: ["MultipeerConnectivity"]),
+        .library(name: "MultipeerWire", targets: ["MultipeerWire"]),
+        .executable(name: "multipeer-demo", targets: ["multipeer-demo"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CMultipeerOpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CMultipeerSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]
+        ),
+        .target(
+            name: "CMultipeerShims",
+            dependencies: ["CMultipeerOpenSSL", "CMultipeerSodium"]
+        ),
+        .target(
+            name: "MultipeerWire",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .target(
+            name: "MultipeerCrypto",
+            dependencies: ["CMultipeerShims", "CMultipeerOpenSSL", "CMultipeerSodium"]
+        ),
+        .target(
+            name: "MultipeerConnectivity",
+            dependencies: [
+                "MultipeerWire",
+                "MultipeerCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "multipeer-demo",
+            dependencies: [
+                "MultipeerConnectivity",
+                "MultipeerWire",
+                "MultipeerCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "MultipeerWireTests",
+            dependencies: ["MultipeerWire", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "MultipeerCryptoTests",
+            dependencies: ["MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL"]
+        ),
+        .testTarget(
+            name: "MultipeerConnectivityTests",
+            dependencies: ["MultipeerConnectivity", "MultipeerWire", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

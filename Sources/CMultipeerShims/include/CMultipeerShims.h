@@ -1,0 +1,31 @@
+#ifndef C_MULTIPEER_SHIMS_H
+#define C_MULTIPEER_SHIMS_H
+
+// Function-like macros and type-generic stack helpers that Swift cannot import,
+// wrapped as real functions. Prefixed mp_ to keep clear of OpenSSL's names.
+
+#include <stddef.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/bio.h>
+
+int mp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version);
+int mp_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int version);
+int mp_SSL_CTX_get_min_proto_version(SSL_CTX *ctx);
+int mp_SSL_CTX_get_max_proto_version(SSL_CTX *ctx);
+int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert);
+void mp_OPENSSL_free(void *pointer);
+
+STACK_OF(X509) *mp_sk_X509_new_null(void);
+int mp_sk_X509_num(const STACK_OF(X509) *stack);
+X509 *mp_sk_X509_value(const STACK_OF(X509) *stack, int index);
+int mp_sk_X509_push(STACK_OF(X509) *stack, X509 *cert);
+void mp_sk_X509_pop_free(STACK_OF(X509) *stack);
+void mp_sk_X509_free(STACK_OF(X509) *stack);
+
+long mp_BIO_get_mem_data(BIO *bio, char **data);
+
+/// libsodium initialisation that is safe to call from many threads; 0 on success.
+int mp_sodium_init_once(void);
+
+#endif

@@ -1,0 +1,48 @@
+import Foundation
+
+public let MCErrorDomain: String = "MCErrorDomain"
+
+/// Errors of this framework, with Apple's domain and codes.
+///
+/// Catch it as Apple's code does: `catch let error as MCError where error.code == .notConnected`,
+/// or `catch MCError.notConnected`.
+public struct MCError: Error, CustomNSError, Hashable, Sendable, CustomStringConvertible {
+    public enum Code: Int, Sendable, CaseIterable {
+        case unknown = 0
+        case notConnected = 1
+        case invalidParameter = 2
+        case unsupported = 3
+        case timedOut = 4
+        case cancelled = 5
+        case unavailable = 6
+    }
+
+    public let code: Code
+    /// What went wrong, in words; never contains keys or payload bytes.
+    public let reason: String
+
+    public init(_ code: Code, reason: String? = nil) {
+        self.code = code
+        self.reason = reason ?? "\(code)"
+    }
+
+    public static var errorDomain: String { MCErrorDomain }
+    public var errorCode: Int { code.rawValue }
+    public var errorUserInfo: [String: Any] { [NSLocalizedDescriptionKey: reason] }
+    public var description: String { "MCError.\(code) (\(MCErrorDomain) \(code.rawValue)): \(reason)" }
+
+    public static var unknown: Code { .unknown }
+    public static var notConnected: Code { .notConnected }
+    public static var invalidParameter: Code { .invalidParameter }
+    public static var unsupported: Code { .unsupported }
+    public static var timedOut: Code { .timedOut }
+    public static var cancelled: Code { .cancelled }
+    public static var unavailable: Code { .unavailable }
+}
+
+extension MCError.Code {
+    /// Lets `catch MCError.notConnected` match any thrown MCError with that code.
+    public static func ~= (code: MCError.Code, error: any Error) -> Bool {
+        (error as? MCError)?.code == code
+    }
+}

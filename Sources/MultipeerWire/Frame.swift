@@ -1,0 +1,186 @@
+import NIOCore
+
+/// One frame of docs/PROTOCOL.md §6, decoded and validated.
+///
+/// Data-carrying cases hold a `ByteBuffer` slice of the received bytes: decoding copies no payload.
+public enum Frame: Hashable, Sendable {
+    case hello(Hello)
+    case trust(TrustDecision)
+    case invitation(Invitation)
+    case invitationResponse(InvitationResponse)
+    case meshIntroduction(MeshIntroduction)
+    case goodbye(GoodbyeReason)
+    case ping(UInt64)
+    case pong(UInt64)
+    case message(ByteBuffer, isEnd: Bool)
+    case streamOpen(channel: UInt32, name: String)
+    case streamData(channel: UInt32, ByteBuffer)
+    case streamClose(channel: UInt32)
+    case streamReset(channel: UInt32, code: StreamResetCode)
+    case windowUpdate(channel: UInt32, increment: UInt32)
+    case resourceOffer(channel: UInt32, ResourceOffer)
+    case resourceChunk(channel: UInt32, ByteBuffer)
+    case resourceComplete(channel: UInt32, sha256: SHA256Digest)
+    case resourceCancel(channel: UInt32, reason: ResourceCancelReason)
+
+    public var type: FrameType {
+        switch self {
+        case .hello: .hello
+        case .trust: .trust
+        case .invitation: .invitation
+        case .invitationResponse: .invitationResponse
+        case .meshIntroduction: .meshIntroduction
+        case .goodbye: .goodbye
+        case .ping: .ping
+        case .pong: .pong
+        case .message: .message
+        case .streamOpen: .streamOpen
+        case .streamData: .streamData
+        case .streamClose: .streamClose
+        case .streamReset: .streamReset
+        case .windowUpdate: .windowUpdate
+        case .resourceOffer: .resourceOffer
+        case .resourceChunk: .resourceChunk
+        case .resourceComplete: .resourceComplete
+        case .resourceCancel: .resourceCancel
+        }
+    }
+
+    public var channel: UInt32 {
+        switch self {
+        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message:
+            0
+        case .streamOpen(let channel, _), .streamData(let channel, _), .streamClose(let channel),
+            .streamReset(let channel, _), .windowUpdate(let channel, _), .resourceOffer(let channel, _),
+            .resourceChunk(let channel, _), .resourceComplete(let channel, _), .resourceCancel(let channel, _):
+            channel
+        }
+    }
+
+    var flags: UInt8 {
+        if case .message(_, isEnd: true) = self { return FrameFlags.endOfMessage }
+        return 0
+    }
+
+    var payloadLength: Int {
+        switch self {
+        case .hello(let hello): hello.encodedLength
+        case .trust, .invitationResponse: 1
+        case .invitation(let invitation): invitation.encodedLength
+        case .meshIntroduction(let introduction): introduction.encodedLength
+        case .goodbye, .streamReset, .resourceCancel: 2
+        case .ping, .pong: 8
+        case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload): payload.readableBytes
+        case .streamOpen(_, let name): 1 + name.utf8.count
+        case .streamClose: 0
+        case .windowUpdate: 4
+        case .resourceOffer(_, let offer): 9 + offer.name.utf8.count
+        case .resourceComplete: SHA256Digest.byteCount
+        }
+    }
+
+    /// Appends the frame's bytes. Throws, and writes nothing, if the frame breaks a rule that its
+    /// payload types could not check on their own (channel kind, payload length, window increment).
+    public func encode(into buffer: inout ByteBuffer) throws(WireError) {
+        let header = FrameHeader(type: type, flags: flags, channel: channel, payloadLength: payloadLength)
+        try Self.validate(header)
+        if case .streamOpen(_, let name) = self {
+            try checkString8(name, "stream name", allowed: 0...WireLimits.maxChannelNameBytes)
+        }
+        if case .windowUpdate(_, let increment) = self {
+            try Self.checkIncrement(increment)
+        }
+        buffer.reserveCapacity(minimumWritableBytes: WireLimits.frameHeaderLength + header.payloadLength)
+        header.encode(into: &buffer)
+        switch self {
+        case .hello(let hello): hello.encode(into: &buffer)
+        case .trust(let decision): buffer.writeInteger(decision.rawValue)
+        case .invitation(let invitation): invitation.encode(into: &buffer)
+        case .invitationResponse(let response): buffer.writeInteger(response.rawValue)
+        case .meshIntroduction(let introduction): introduction.encode(into: &buffer)
+        case .goodbye(let reason): buffer.writeInteger(reason.rawValue)
+        case .ping(let opaque), .pong(let opaque): buffer.writeInteger(opaque)
+        case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload):
+            buffer.writeImmutableBuffer(payload)
+        case .streamOpen(_, let name): buffer.writeString8(name)
+        case .streamClose: break
+        case .streamReset(_, let code): buffer.writeInteger(code.rawValue)
+        case .windowUpdate(_, let increment): buffer.writeInteger(increment)
+        case .resourceOffer(_, let offer): offer.encode(into: &buffer)
+        case .resourceComplete(_, let digest): buffer.writeBytes(digest.bytes)
+        case .resourceCancel(_, let reason): buffer.writeInteger(reason.rawValue)
+        }
+    }
+
+    /// The same header rules the decoder applies, so the encoder cannot emit a frame it would refuse.
+    private static func validate(_ header: FrameHeader) throws(WireError) {
+        guard header.type.channelRule.allows(header.channel) else {
+            throw WireError(.invalidChannel, "\(header.type) frame on channel \(header.channel)")
+        }
+        let bounds = header.type.payloadLengths
+        guard bounds.contains(header.payloadLength) else {
+            throw WireError(.invalidLength, "\(header.type) payload of \(header.payloadLength) bytes, allowed \(bounds.lowerBound)-\(bounds.upperBound)")
+        }
+    }
+
+    private static func checkIncrement(_ increment: UInt32) throws(WireError) {
+        guard increment >= 1, increment <= WireLimits.maxWindow else {
+            throw WireError(.invalidValue, "WINDOW_UPDATE increment \(increment)")
+        }
+    }
+
+    /// Decodes the payload of a frame whose header has already been validated.
+    static func decode(header: FrameHeader, payload: inout ByteBuffer) throws(WireError) -> Frame {
+        let channel = header.channel
+        let frame: Frame
+        switch header.type {
+        case .hello:
+            frame = .hello(try Hello.decode(from: &payload))
+        case .trust:
+            let raw = try payload.readWireInteger(as: UInt8.self, "TRUST decision")
+            guard let decision = TrustDecision(rawValue: raw) else { throw WireError(.invalidValue, "TRUST decision \(raw)") }
+            frame = .trust(decision)
+        case .invitation:
+            frame = .invitation(try Invitation.decode(from: &payload))
+        case .invitationResponse:
+            let raw = try payload.readWireInteger(as: UInt8.self, "INVITATION_RESPONSE")
+            guard let response = InvitationResponse(rawValue: raw) else {
+                throw WireError(.invalidValue, "INVITATION_RESPONSE \(raw)")
+            }
+            frame = .invitationResponse(response)
+        case .meshIntroduction:
+            frame = .meshIntroduction(try MeshIntroduction.decode(from: &payload))
+        case .goodbye:
+            frame = .goodbye(GoodbyeReason(rawValue: try payload.readWireInteger("GOODBYE reason")))
+        case .ping:
+            frame = .ping(try payload.readWireInteger("PING opaque"))
+        case .pong:
+            frame = .pong(try payload.readWireInteger("PONG opaque"))
+        case .message:
+            frame = .message(payload.readSlice(length: payload.readableBytes)!, isEnd: header.flags & FrameFlags.endOfMessage != 0)
+        case .streamOpen:
+            frame = .streamOpen(channel: channel, name: try payload.readWireString8("stream name", allowed: 0...WireLimits.maxChannelNameBytes))
+        case .streamData:
+            frame = .streamData(channel: channel, payload.readSlice(length: payload.readableBytes)!)
+        case .streamClose:
+            frame = .streamClose(channel: channel)
+        case .streamReset:
+            frame = .streamReset(channel: channel, code: StreamResetCode(rawValue: try payload.readWireInteger("STREAM_RESET code")))
+        case .windowUpdate:
+            let increment = try payload.readWireInteger(as: UInt32.self, "WINDOW_UPDATE increment")
+            try checkIncrement(increment)
+            frame = .windowUpdate(channel: channel, increment: increment)
+        case .resourceOffer:
+            frame = .resourceOffer(channel: channel, try ResourceOffer.decode(from: &payload))
+        case .resourceChunk:
+            frame = .resourceChunk(channel: channel, payload.readSlice(length: payload.readableBytes)!)
+        case .resourceComplete:
+            let digest = try payload.readWireSlice(length: SHA256Digest.byteCount, "RESOURCE_COMPLETE digest")
+            frame = .resourceComplete(channel: channel, sha256: try SHA256Digest(bytes: digest.readableBytesView))
+        case .resourceCancel:
+            frame = .resourceCancel(channel: channel, reason: ResourceCancelReason(rawValue: try payload.readWireInteger("RESOURCE_CANCEL reason")))
+        }
+        try payload.requireFullyRead("\(header.type) payload")
+        return frame
+    }
+}

@@ -1,0 +1,73 @@
+/// Frame types and the per-type header rules of docs/PROTOCOL.md §6.3.
+public enum FrameType: UInt8, CaseIterable, Sendable {
+    case hello = 0x01
+    case trust = 0x02
+    case invitation = 0x03
+    case invitationResponse = 0x04
+    case meshIntroduction = 0x05
+    case goodbye = 0x06
+    case ping = 0x07
+    case pong = 0x08
+    case message = 0x10
+    case streamOpen = 0x20
+    case streamData = 0x21
+    case streamClose = 0x22
+    case streamReset = 0x23
+    case windowUpdate = 0x24
+    case resourceOffer = 0x30
+    case resourceChunk = 0x31
+    case resourceComplete = 0x32
+    case resourceCancel = 0x33
+
+    public enum ChannelRule: Sendable {
+        case connection, channel, any
+
+        func allows(_ channel: UInt32) -> Bool {
+            switch self {
+            case .connection: channel == 0
+            case .channel: channel != 0
+            case .any: true
+            }
+        }
+    }
+
+    public var channelRule: ChannelRule {
+        switch self {
+        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message:
+            .connection
+        case .streamOpen, .streamData, .streamClose, .streamReset, .resourceOffer, .resourceChunk,
+            .resourceComplete, .resourceCancel:
+            .channel
+        case .windowUpdate:
+            .any
+        }
+    }
+
+    public var allowedFlags: UInt8 {
+        self == .message ? FrameFlags.endOfMessage : 0
+    }
+
+    /// Payload length bounds, checked from the header before the payload is buffered.
+    public var payloadLengths: ClosedRange<Int> {
+        switch self {
+        case .hello: Hello.fixedLength + 19...Hello.fixedLength + WirePeerID.maxEncodedLength
+        case .trust, .invitationResponse: 1...1
+        case .invitation: 6...6 + WireLimits.maxInvitationContext
+        case .meshIntroduction: MeshIntroduction.minEncodedLength...MeshIntroduction.maxEncodedLength
+        case .goodbye, .streamReset, .resourceCancel: 2...2
+        case .ping, .pong: 8...8
+        case .message: 0...WireLimits.maxFramePayload
+        case .streamOpen: 1...1 + WireLimits.maxChannelNameBytes
+        case .streamData, .resourceChunk: 1...WireLimits.maxFramePayload
+        case .streamClose: 0...0
+        case .windowUpdate: 4...4
+        case .resourceOffer: 9...9 + WireLimits.maxChannelNameBytes
+        case .resourceComplete: 32...32
+        }
+    }
+}
+
+public enum FrameFlags {
+    /// MESSAGE: this fragment ends the message.
+    public static let endOfMessage: UInt8 = 0x01
+}

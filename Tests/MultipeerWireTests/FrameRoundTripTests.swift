@@ -1,0 +1,97 @@
+import MultipeerWire
+import NIOCore
+import Testing
+
+@Suite("Frame round trips (property-based, seeded)")
+struct FrameRoundTripTests {
+    @Test(arguments: [UInt64(1), 2, 3, 4])
+    func randomFramesRoundTrip(seed: UInt64) throws {
+        var random = RandomFrames(seed: seed)
+        for _ in 0..<500 {
+            let frame = random.frame()
+            let bytes = try encoded(frame)
+            #expect(bytes.count == WireLimits.frameHeaderLength + Int(bytes[8]) << 24 + Int(bytes[9]) << 16 + Int(bytes[10]) << 8 + Int(bytes[11]))
+            let decoded = try Frame.decode(exactly: buffer(bytes))
+            #expect(decoded == frame)
+            // Canonical: re-encoding the decoded frame gives the very same bytes.
+            #expect(try encoded(decoded) == bytes)
+        }
+    }
+
+    @Test(arguments: [UInt64(10), 11, 12])
+    func streamsOfFramesDecodeTheSameInAnySplit(seed: UInt64) throws {
+        var random = RandomFrames(seed: seed)
+        let frames = (0..<200).map { _ in random.frame() }
+        var stream: [UInt8] = []
+        for frame in frames { stream += try encoded(frame) }
+
+        let allAtOnce = try decodeAll(stream, pieceSizes: [stream.count])
+        #expect(allAtOnce == frames)
+        let byteByByte = try decodeAll(stream, pieceSizes: [1])
+        #expect(byteByByte == frames)
+        let randomPieces = (0..<64).map { _ in random.int(1...5_000) }
+        #expect(try decodeAll(stream, pieceSizes: randomPieces) == frames)
+    }
+
+    @Test func decoderHoldsNoMoreThanOneFrameOfUnconsumedInput() throws {
+        var decoder = FrameDecoder()
+        var random = RandomFrames(seed: 99)
+        for _ in 0..<300 {
+            let bytes = try encoded(random.frame())
+            decoder.append(buffer(bytes))
+            #expect(try decoder.nextFrame() != nil)
+            #expect(decoder.bufferedByteCount == 0)
+        }
+    }
+
+    @Test func decodedPayloadsShareNoStateWithLaterInput() throws {
+        var decoder = FrameDecoder()
+        decoder.append(buffer(try encoded(.message(buffer("first"), isEnd: true))))
+        let first = try #require(try decoder.nextFrame())
+        decoder.append(buffer(try encoded(.message(buffer("second"), isEnd: true))))
+        _ = try decoder.nextFrame()
+        #expect(first == .message(buffer("first"), isEnd: true))
+    }
+
+    @Test func encodingAFrameTheDecoderWouldRefuseThrowsAndWritesNothing() {
+        let refused: [Frame] = [
+            .message(ByteBuffer(repeating: 0, count: WireLimits.maxFramePayload + 1), isEnd: true),
+            .streamData(channel: 1, ByteBuffer()),
+            .streamData(channel: 0, buffer("x")),
+            .resourceChunk(channel: 1, ByteBuffer()),
+            .streamOpen(channel: 1, name: String(repeating: "x", count: 256)),
+            .streamOpen(channel: 0, name: "x"),
+            .windowUpdate(channel: 0, increment: 0),
+            .windowUpdate(channel: 0, increment: WireLimits.maxWindow + 1),
+            .resourceCancel(channel: 0, reason: .cancelled),
+        ]
+        for frame in refused {
+            var out = ByteBuffer()
+            #expect(throws: WireError.self) { try frame.encode(into: &out) }
+            #expect(out.readableBytes == 0)
+        }
+    }
+
+    @Test func payloadValueTypesRefuseOutOfRangeValues() {
+        #expect(throws: WireError.self) { try WirePeerID(identifier: .zero, displayName: "") }
+        #expect(throws: WireError.self) { try WirePeerID(identifier: .zero, displayName: String(repeating: "é", count: 32)) }
+        #expect(throws: WireError.self) { try Invitation(timeoutMilliseconds: 0, context: ByteBuffer()) }
+        #expect(throws: WireError.self) { try Invitation(timeoutMilliseconds: 3_600_001, context: ByteBuffer()) }
+        #expect(throws: WireError.self) {
+            try Invitation(timeoutMilliseconds: 1, context: ByteBuffer(repeating: 0, count: WireLimits.maxInvitationContext + 1))
+        }
+        #expect(throws: WireError.self) { try MeshIntroduction(entries: []) }
+        #expect(throws: WireError.self) {
+            try MeshIntroduction(entries: Array(repeating: .init(peerID: alice, endpoint: try WireEndpoint(address: .ipv4(1), port: 1)), count: 7))
+        }
+        #expect(throws: WireError.self) { try ResourceOffer(size: WireLimits.maxResourceSize + 1, name: "") }
+        #expect(throws: WireError.self) { try WireEndpoint(address: .ipv4(1), port: 0) }
+        #expect(throws: WireError.self) {
+            try Hello(purpose: .answer, preambleEcho: .zero, token: Bytes16(high: 0, low: 1), listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: alice)
+        }
+        #expect(throws: WireError.self) {
+            try Hello(purpose: .answer, preambleEcho: .zero, listenPort: 0, datagramPort: 1, datagramReceiverID: 0, peerID: alice)
+        }
+        #expect(throws: WireError.self) { try SHA256Digest(bytes: [UInt8](repeating: 0, count: 31)) }
+    }
+}

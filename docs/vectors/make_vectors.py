@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the test vectors of docs/PROTOCOL.md §11 from the spec's tables alone.
+
+An encoder independent of the Swift code: the Swift tests decode these bytes and
+encode their own values back to them, so the two implementations must agree.
+Run: python3 docs/vectors/make_vectors.py   (rewrites the block in PROTOCOL.md)
+"""
+import hashlib
+import pathlib
+import struct
+
+ALICE_ID = bytes(range(16))
+BOB_ID = bytes(range(0xF0, 0x100))
+
+
+def peer_id(identifier, name):
+    raw = name.encode()
+    return b"\x01" + identifier + bytes([len(raw)]) + raw
+
+
+def preamble(pref, identity, lo=1, hi=1):
+    return b"MPCP" + bytes([lo, hi, pref, 1 if identity else 0])
+
+
+def frame(ftype, payload, channel=0, flags=0):
+    return struct.pack(">BBHII", ftype, flags, 0, channel, len(payload)) + payload
+
+
+def endpoint_v4(a, b, c, d, port):
+    return bytes([4, a, b, c, d]) + struct.pack(">H", port)
+
+
+def endpoint_v6_loopback(port):
+    return bytes([6]) + bytes(15) + b"\x01" + struct.pack(">H", port)
+
+
+DIALER = preamble(0, True)   # optional, identity
+LISTENER = preamble(1, True)  # required, identity
+TOKEN = bytes(range(0x10, 0x20))
+
+
+def hello(purpose, token, listen, dport, rid, pid):
+    return (bytes([1, purpose]) + b"\x00\x00" + DIALER + LISTENER + token
+            + struct.pack(">HHI", listen, dport, rid) + pid)
+
+
+VECTORS = [
+    ("preamble-optional-identity", "Preamble: versions 1-1, optional, hasIdentity.", DIALER),
+    ("preamble-required-identity", "Preamble: versions 1-1, required, hasIdentity.", LISTENER),
+    ("preamble-none-no-identity", "Preamble: versions 1-1, none, no identity.", preamble(2, False)),
+    ("peer-id-alice", "Peer ID: identifier 00..0f, display name \"alice\".", peer_id(ALICE_ID, "alice")),
+    ("frame-hello-connection-data",
+     "HELLO from alice (dialer): purpose 1, echo of the two preambles above, token 10..1f, "
+     "listenPort 50001, datagramPort 50002, receiver ID 0x01020304.",
+     frame(0x01, hello(1, TOKEN, 50001, 50002, 0x01020304, peer_id(ALICE_ID, "alice")))),
+    ("frame-hello-answer",
+     "HELLO from bob (listener): purpose 0, same echo, zero token, listenPort 50003, no datagrams.",
+     frame(0x01, hello(0, bytes(16), 50003, 0, 0, peer_id(BOB_ID, "bob")))),
+    ("frame-trust-accepted", "TRUST accepted.", frame(0x02, b"\x01")),
+    ("frame-invitation", "INVITATION: timeout 30,000 ms, context \"game=1\".",
+     frame(0x03, struct.pack(">IH", 30000, 6) + b"game=1")),
+    ("frame-invitation-response-declined", "INVITATION_RESPONSE declined.", frame(0x04, b"\x02")),
+    ("frame-mesh-introduction",
+     "MESH_INTRODUCTION: bob at 127.0.0.1:50003, alice at [::1]:50001.",
+     frame(0x05, b"\x02" + peer_id(BOB_ID, "bob") + endpoint_v4(127, 0, 0, 1, 50003)
+           + peer_id(ALICE_ID, "alice") + endpoint_v6_loopback(50001))),
+    ("frame-goodbye-duplicate-connection", "GOODBYE reason 7 (duplicateConnection).", frame(0x06, b"\x00\x07")),
+    ("frame-ping", "PING 0x0102030405060708.", frame(0x07, bytes(range(1, 9)))),
+    ("frame-pong", "PONG 0x0102030405060708.", frame(0x08, bytes(range(1, 9)))),
+    ("frame-message-end", "MESSAGE \"hello\" with END: a whole one-fragment message.",
+     frame(0x10, b"hello", flags=1)),
+    ("frame-message-fragment", "MESSAGE fragment \"hel\" without END.", frame(0x10, b"hel")),
+    ("frame-message-empty", "MESSAGE: the empty message (no payload, END).", frame(0x10, b"", flags=1)),
+    ("frame-stream-open", "STREAM_OPEN channel 1, name \"chat\".", frame(0x20, b"\x04chat", channel=1)),
+    ("frame-stream-data", "STREAM_DATA channel 1, \"abc\".", frame(0x21, b"abc", channel=1)),
+    ("frame-stream-close", "STREAM_CLOSE channel 1.", frame(0x22, b"", channel=1)),
+    ("frame-stream-reset", "STREAM_RESET channel 2, code 1 (cancelled).", frame(0x23, b"\x00\x01", channel=2)),
+    ("frame-window-update", "WINDOW_UPDATE on the connection (channel 0), increment 65,536.",
+     frame(0x24, struct.pack(">I", 65536))),
+    ("frame-resource-offer", "RESOURCE_OFFER channel 3, size 1,048,576, name \"photo.jpg\".",
+     frame(0x30, struct.pack(">Q", 1 << 20) + b"\x09photo.jpg", channel=3)),
+    ("frame-resource-chunk", "RESOURCE_CHUNK channel 3, bytes 00 ff.", frame(0x31, b"\x00\xff", channel=3)),
+    ("frame-resource-complete", "RESOURCE_COMPLETE channel 3, SHA-256 of the empty string.",
+     frame(0x32, hashlib.sha256(b"").digest(), channel=3)),
+    ("frame-resource-cancel", "RESOURCE_CANCEL channel 3, reason 1 (cancelled).", frame(0x33, b"\x00\x01", channel=3)),
+    ("connection-data-alice-for-bob",
+     "Connection data made by alice for bob: required, identity with fingerprint SHA-256(\"alice\"), "
+     "token 10..1f, endpoints 127.0.0.1:50001 and [::1]:50001.",
+     b"MPCD" + bytes([1, 1, 1, 0]) + TOKEN + BOB_ID + peer_id(ALICE_ID, "alice")
+     + bytes([32]) + hashlib.sha256(b"alice").digest()
+     + bytes([2]) + endpoint_v4(127, 0, 0, 1, 50001) + endpoint_v6_loopback(50001)),
+    ("datagram-header-sealed", "Datagram header: sealed, receiver ID 0x01020304, epoch 2, counter 5.",
+     struct.pack(">B3xIIQ", 1, 0x01020304, 2, 5)),
+]
+
+
+def render():
+    out = []
+    for name, text, data in VECTORS:
+        lines = [" ".join(f"{b:02x}" for b in data[i:i + 16]) for i in range(0, len(data), 16)]
+        out.append(f"### {name}\n\n{text} ({len(data)} bytes)\n\n```hex\n" + "\n".join(lines) + "\n```\n")
+    return "\n".join(out)
+
+
+def main():
+    spec = pathlib.Path(__file__).resolve().parent.parent / "PROTOCOL.md"
+    text = spec.read_text()
+    begin, end = "<!-- vectors:begin -->\n", "<!-- vectors:end -->"
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    spec.write_text(head + begin + "\n" + render() + "\n" + end + tail)
+
+
+if __name__ == "__main__":
+    main()
