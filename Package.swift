@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.2
 import PackageDescription
 
 // Layering (dependencies point one way, downwards):
@@ -6,6 +6,9 @@ import PackageDescription
 //     -> MultipeerCrypto (OpenSSL, libsodium, key hygiene)
 //     -> MultipeerWire   (pure sans-I/O codecs, no sockets)
 //   C modules: CMultipeerOpenSSL / CMultipeerSodium (system libraries), CMultipeerShims (macro wrappers)
+// Warnings fail the build of this package's own targets (not of its dependencies).
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+
 let package = Package(
     name: "swift-multipeer",
     platforms: [.macOS(.v13)],
@@ -57,9 +60,19 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // libFuzzer targets (see Fuzz/README.md); a plain build links them as no-op executables.
+        .target(
+            name: "WireFuzzChecks",
+            dependencies: ["MultipeerWire", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Fuzz/Sources/WireFuzzChecks"
+        ),
+        .executableTarget(name: "fuzz-frame-decoder", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-frame-decoder"),
+        .executableTarget(name: "fuzz-peer-id", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-peer-id"),
+        .executableTarget(
+            name: "fuzz-connection-data", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-connection-data"),
         .testTarget(
             name: "MultipeerWireTests",
-            dependencies: ["MultipeerWire", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["MultipeerWire", "WireFuzzChecks", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "MultipeerCryptoTests",
@@ -72,3 +85,7 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+for target in package.targets where target.type != .system && !target.name.hasPrefix("C") {
+    target.swiftSettings = (target.swiftSettings ?? []) + strict
+}

@@ -1,0 +1,78 @@
+import MultipeerWire
+import NIOCore
+
+/// The properties every fuzz input must keep, shared by the libFuzzer targets and by the
+/// corpus replay tests. A violated property traps, which is what libFuzzer records as a crash;
+/// bad input itself must only ever produce a `WireError`.
+public enum WireFuzzChecks {
+    /// Frame decoder: no trap; the same result whether the bytes come at once or in pieces;
+    /// every decoded frame re-encodes to exactly the bytes it came from.
+    public static func checkFrameDecoder(_ input: UnsafeRawBufferPointer) {
+        let bytes = ByteBuffer(bytes: input)
+        let whole = decodeFrames(bytes, pieceSize: bytes.readableBytes)
+        // Split size from the input itself, so the fuzzer explores splits too.
+        let pieceSize = Int(input.first ?? 0) % 13 + 1
+        let pieces = decodeFrames(bytes, pieceSize: pieceSize)
+        precondition(whole.frames == pieces.frames, "frames differ between whole and split input")
+        precondition(whole.error?.code == pieces.error?.code, "errors differ between whole and split input")
+
+        var reencoded = ByteBuffer()
+        for frame in whole.frames {
+            do {
+                try frame.encode(into: &reencoded)
+            } catch {
+                preconditionFailure("a decoded frame failed to encode: \(error)")
+            }
+        }
+        precondition(
+            reencoded.readableBytesView.elementsEqual(bytes.readableBytesView.prefix(reencoded.readableBytes)),
+            "re-encoded frames differ from their input bytes")
+    }
+
+    /// Peer ID decoder: no trap, and canonical re-encoding.
+    public static func checkPeerID(_ input: UnsafeRawBufferPointer) {
+        let bytes = ByteBuffer(bytes: input)
+        guard let peer = try? WirePeerID.decode(exactly: bytes) else { return }
+        var out = ByteBuffer()
+        peer.encode(into: &out)
+        precondition(out == bytes, "peer ID re-encodes differently")
+        precondition(out.readableBytes <= WirePeerID.maxEncodedLength)
+    }
+
+    /// Connection data, preamble and datagram header decoders: no trap, canonical re-encoding.
+    public static func checkConnectionData(_ input: UnsafeRawBufferPointer) {
+        let bytes = ByteBuffer(bytes: input)
+        if let data = try? ConnectionData.decode(bytes) {
+            var out = ByteBuffer()
+            data.encode(into: &out)
+            precondition(out == bytes, "connection data re-encodes differently")
+        }
+        if let preamble = try? Preamble.decode(bytes) {
+            var out = ByteBuffer()
+            preamble.encode(into: &out)
+            precondition(out == bytes, "preamble re-encodes differently")
+        }
+        if let (header, body) = try? DatagramHeader.decode(datagram: bytes) {
+            var out = ByteBuffer()
+            header.encode(into: &out)
+            out.writeImmutableBuffer(body)
+            precondition(out == bytes, "datagram re-encodes differently")
+        }
+    }
+
+    private static func decodeFrames(_ bytes: ByteBuffer, pieceSize: Int) -> (frames: [Frame], error: WireError?) {
+        var decoder = FrameDecoder()
+        var frames: [Frame] = []
+        var remaining = bytes
+        repeat {
+            let piece = remaining.readSlice(length: min(max(pieceSize, 1), remaining.readableBytes))!
+            decoder.append(piece)
+            do {
+                while let frame = try decoder.nextFrame() { frames.append(frame) }
+            } catch {
+                return (frames, error)
+            }
+        } while remaining.readableBytes > 0
+        return (frames, nil)
+    }
+}
