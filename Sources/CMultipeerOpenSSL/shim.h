@@ -10,4 +10,7 @@
 #include <openssl/rand.h>
 #include <openssl/crypto.h>
 #include <openssl/opensslv.h>
+#include <openssl/proverr.h>
+#include <openssl/bn.h>
+#include <openssl/asn1.h>
 #endif

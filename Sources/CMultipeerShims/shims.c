@@ -22,6 +22,10 @@ int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert) {
     return (int)SSL_CTX_add_extra_chain_cert(ctx, cert);
 }
 
+int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert) {
+    return (int)SSL_CTX_add1_chain_cert(ctx, cert);
+}
+
 void mp_OPENSSL_free(void *pointer) {
     OPENSSL_free(pointer);
 }
@@ -52,6 +56,10 @@ void mp_sk_X509_free(STACK_OF(X509) *stack) {
 
 long mp_BIO_get_mem_data(BIO *bio, char **data) {
     return BIO_get_mem_data(bio, data);
+}
+
+unsigned long mp_XN_FLAG_RFC2253_UTF8(void) {
+    return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB;
 }
 
 int mp_sodium_init_once(void) {

@@ -14,6 +14,7 @@ int mp_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int version);
 int mp_SSL_CTX_get_min_proto_version(SSL_CTX *ctx);
 int mp_SSL_CTX_get_max_proto_version(SSL_CTX *ctx);
 int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert);
+int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert);
 void mp_OPENSSL_free(void *pointer);
 
 STACK_OF(X509) *mp_sk_X509_new_null(void);
@@ -24,6 +25,9 @@ void mp_sk_X509_pop_free(STACK_OF(X509) *stack);
 void mp_sk_X509_free(STACK_OF(X509) *stack);
 
 long mp_BIO_get_mem_data(BIO *bio, char **data);
+
+/// RFC 2253 name printing flags, UTF-8 kept as is (XN_FLAG_RFC2253 is a compound macro).
+unsigned long mp_XN_FLAG_RFC2253_UTF8(void);
 
 /// libsodium initialisation that is safe to call from many threads; 0 on success.
 int mp_sodium_init_once(void);

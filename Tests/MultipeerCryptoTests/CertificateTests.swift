@@ -1,0 +1,195 @@
+import Foundation
+import MultipeerCrypto
+import Testing
+
+@Suite("Certificates, keys and identities")
+struct CertificateTests {
+    @Test(arguments: [KeyAlgorithm.ed25519, .ecdsaP256, .rsa(bits: 2048)])
+    func issuedCertificatesDescribeThemselves(algorithm: KeyAlgorithm) throws {
+        let pki = try TestPKI(keyAlgorithm: algorithm)
+        let alice = try pki.peer("alice", algorithm: algorithm)
+        let leaf = alice.certificate
+        #expect(leaf.subjectCommonName == "alice")
+        #expect(leaf.subject == "CN=alice")
+        #expect(leaf.issuerCommonName == "Test Intermediate CA")
+        #expect(leaf.publicKeyAlgorithm == algorithm)
+        #expect(!leaf.isCertificateAuthority)
+        #expect(pki.intermediate.isCertificateAuthority)
+        #expect(pki.root.subject == "CN=Test Root CA,O=swift-multipeer tests")
+        #expect(leaf.serialNumberHex.count == 32)
+        let sibling = try pki.peer("alice")
+        #expect(leaf.serialNumberHex != sibling.certificate.serialNumberHex)
+        #expect(leaf.notValidBefore < Date())
+        #expect(leaf.notValidAfter > Date())
+        #expect(leaf.sha256Fingerprint.count == 32)
+        #expect(leaf.sha256FingerprintText.split(separator: ":").count == 32)
+    }
+
+    @Test func derAndPEMRoundTrip() throws {
+        let certificate = try TestPKI().root
+        #expect(try Certificate(derEncoded: certificate.derEncoded) == certificate)
+        #expect(try Certificate(pemEncoded: certificate.pemEncoded) == certificate)
+        #expect(certificate.pemEncoded.hasPrefix("-----BEGIN CERTIFICATE-----\n"))
+        #expect(throws: SecurityError.self) { try Certificate(derEncoded: [0x30, 0x03, 0x02, 0x01]) }
+        #expect(throws: SecurityError.self) { try Certificate(pemEncoded: "nothing here") }
+        #expect(throws: SecurityError.self) { try Certificate.chain(pemEncoded: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n") }
+    }
+
+    @Test func unicodeNamesSurvive() throws {
+        let key = try PrivateKey.generate()
+        let certificate = try CertificateBuilder(commonName: "Zoë’s iPad 😀").issue(for: key)
+        #expect(certificate.subjectCommonName == "Zoë’s iPad 😀")
+    }
+
+    @Test func builderRefusesBadInput() throws {
+        let key = try PrivateKey.generate()
+        let other = try PrivateKey.generate()
+        let ca = try CertificateBuilder(commonName: "CA", role: .certificateAuthority(pathLength: nil)).issue(for: key)
+        #expect(throws: SecurityError.self) { try CertificateBuilder(commonName: "").issue(for: key) }
+        #expect(throws: SecurityError.self) {
+            try CertificateBuilder(commonName: "x", notValidBefore: Date(), notValidAfter: Date(timeIntervalSinceNow: -1)).issue(for: key)
+        }
+        do {
+            _ = try CertificateBuilder(commonName: "x").issue(for: key, issuer: (ca, other))
+            Issue.record("an issuer key that does not match its certificate was accepted")
+        } catch {
+            #expect(error.code == .keyMismatch)
+        }
+        #expect(throws: SecurityError.self) { try PrivateKey.generate(.rsa(bits: 1024)) }
+    }
+
+    @Test func pemIdentityWithEncryptedKey() throws {
+        let alice = try TestPKI().peer("alice")
+        let keyPEM = try alice.privateKey.pemEncoded(passphrase: "correct horse")
+        #expect(keyPEM.contains("ENCRYPTED PRIVATE KEY"))
+        let loaded = try SecurityIdentity(certificateChainPEM: alice.certificateChainPEM, privateKeyPEM: keyPEM, passphrase: "correct horse")
+        #expect(loaded.certificateChain == alice.certificateChain)
+        #expect(loaded.privateKey.matches(alice.certificate))
+
+        for wrong: String? in ["battery staple", nil] {
+            do {
+                _ = try SecurityIdentity(certificateChainPEM: alice.certificateChainPEM, privateKeyPEM: keyPEM, passphrase: wrong)
+                Issue.record("a wrong passphrase was accepted")
+            } catch {
+                #expect(error.code == .wrongPassword)
+            }
+        }
+        let plain = try alice.privateKey.pemEncoded()
+        #expect(plain.contains("BEGIN PRIVATE KEY"))
+        #expect(try SecurityIdentity(certificateChainPEM: alice.certificateChainPEM, privateKeyPEM: plain).certificate == alice.certificate)
+    }
+
+    @Test func mismatchedKeyIsRefused() throws {
+        let pki = try TestPKI()
+        let alice = try pki.peer("alice")
+        let bob = try pki.peer("bob")
+        do {
+            _ = try SecurityIdentity(privateKey: bob.privateKey, certificateChain: alice.certificateChain)
+            Issue.record("a key that does not match its certificate was accepted")
+        } catch {
+            #expect(error.code == .keyMismatch)
+        }
+        #expect(throws: SecurityError.self) { try SecurityIdentity(privateKey: bob.privateKey, certificateChain: []) }
+    }
+
+    @Test func pkcs12RoundTripAndWrongPassword() throws {
+        let alice = try TestPKI().peer("alice", algorithm: .ecdsaP256)
+        let container = try alice.pkcs12(password: "s3cret", friendlyName: "alice")
+        let loaded = try SecurityIdentity(pkcs12: container, password: "s3cret")
+        #expect(loaded.certificateChain == alice.certificateChain)
+        #expect(loaded.privateKey.algorithm == .ecdsaP256)
+        do {
+            _ = try SecurityIdentity(pkcs12: container, password: "wrong")
+            Issue.record("wrong PKCS#12 password accepted")
+        } catch {
+            #expect(error.code == .wrongPassword)
+        }
+        do {
+            _ = try SecurityIdentity(pkcs12: Array(container.prefix(40)), password: "s3cret")
+            Issue.record("truncated PKCS#12 accepted")
+        } catch {
+            #expect(error.code == .malformedData)
+        }
+    }
+
+    @Test func filesThatCannotBeReadAreReported() {
+        do {
+            _ = try SecurityIdentity(pkcs12File: "/nonexistent/identity.p12", password: "x")
+            Issue.record("a missing file was accepted")
+        } catch {
+            #expect(error.code == .unreadableFile)
+        }
+    }
+
+    /// OpenSSL's own command line tool agrees with what the builder wrote.
+    @Test func opensslCommandLineVerifiesTheChain() throws {
+        let pki = try TestPKI()
+        let alice = try pki.peer("alice")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("mpc-pki-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try pki.root.pemEncoded.write(to: directory.appendingPathComponent("root.pem"), atomically: true, encoding: .utf8)
+        try pki.intermediate.pemEncoded.write(to: directory.appendingPathComponent("intermediate.pem"), atomically: true, encoding: .utf8)
+        try alice.certificate.pemEncoded.write(to: directory.appendingPathComponent("alice.pem"), atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = ["verify", "-purpose", "sslclient", "-CAfile", "root.pem", "-untrusted", "intermediate.pem", "alice.pem"]
+        process.currentDirectoryURL = directory
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        process.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("alice.pem: OK"))
+    }
+}
+
+@Suite("Trust evaluation")
+struct TrustEvaluationTests {
+    let pki: TestPKI
+    init() throws { pki = try TestPKI() }
+
+    private func failure(_ outcome: TrustEvaluation.Outcome) -> TrustEvaluation.Failure.Reason? {
+        if case .untrusted(let failure) = outcome { return failure.reason }
+        return nil
+    }
+
+    @Test func chainWithIntermediateIsTrustedByItsRoot() throws {
+        let alice = try pki.peer("alice")
+        #expect(TrustEvaluation(anchors: [pki.root]).evaluate(alice.certificateChain) == .trusted)
+        // Without the intermediate the leaf cannot be tied to the root.
+        #expect(failure(TrustEvaluation(anchors: [pki.root]).evaluate([alice.certificate])) == .unknownIssuer)
+    }
+
+    @Test func expiredAndNotYetValid() throws {
+        let expired = try pki.peer("old", notValidBefore: Date(timeIntervalSinceNow: -7200), notValidAfter: Date(timeIntervalSinceNow: -3600))
+        let future = try pki.peer("future", notValidBefore: Date(timeIntervalSinceNow: 3600), notValidAfter: Date(timeIntervalSinceNow: 7200))
+        let evaluation = TrustEvaluation(anchors: [pki.root])
+        #expect(failure(evaluation.evaluate(expired.certificateChain)) == .expired)
+        #expect(failure(evaluation.evaluate(future.certificateChain)) == .notYetValid)
+        // The validation time is the app's to choose.
+        #expect(TrustEvaluation(anchors: [pki.root], validationTime: Date(timeIntervalSinceNow: -5400)).evaluate(expired.certificateChain) == .trusted)
+    }
+
+    @Test func unrelatedCAAndSelfSigned() throws {
+        let stranger = try TestPKI(name: "Other").peer("mallory")
+        #expect(failure(TrustEvaluation(anchors: [pki.root]).evaluate(stranger.certificateChain)) == .unknownIssuer)
+        let key = try PrivateKey.generate()
+        let selfSigned = try CertificateBuilder(commonName: "solo").issue(for: key)
+        #expect(failure(TrustEvaluation(anchors: [pki.root]).evaluate([selfSigned])) == .selfSigned)
+        // Pinning: a self-signed peer certificate is trusted when it is itself the anchor.
+        #expect(TrustEvaluation(anchors: [selfSigned]).evaluate([selfSigned]) == .trusted)
+        #expect(failure(TrustEvaluation(anchors: [pki.root]).evaluate([])) == .noCertificate)
+    }
+
+    @Test func depthAndCAConstraintsApply() throws {
+        let alice = try pki.peer("alice")
+        #expect(failure(TrustEvaluation(anchors: [pki.root], maximumDepth: 0).evaluate(alice.certificateChain)) == .chainTooLong)
+        // A peer certificate cannot act as a CA for another.
+        let bobKey = try PrivateKey.generate()
+        let bob = try CertificateBuilder(commonName: "bob").issue(for: bobKey, issuer: (alice.certificate, alice.privateKey))
+        #expect(!TrustEvaluation(anchors: [pki.root]).evaluate([bob, alice.certificate, pki.intermediate]).isTrusted)
+    }
+}
