@@ -41,7 +41,10 @@ let package = Package(
         ),
         .target(
             name: "MultipeerCrypto",
-            dependencies: ["CMultipeerShims", "CMultipeerOpenSSL", "CMultipeerSodium"]
+            dependencies: [
+                "CMultipeerShims", "CMultipeerOpenSSL", "CMultipeerSodium", "MultipeerWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .target(
             name: "MultipeerConnectivity",
@@ -76,7 +79,10 @@ let package = Package(
         ),
         .testTarget(
             name: "MultipeerCryptoTests",
-            dependencies: ["MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL"]
+            dependencies: [
+                "MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL", "MultipeerWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "MultipeerConnectivityTests",

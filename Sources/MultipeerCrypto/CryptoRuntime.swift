@@ -26,6 +26,15 @@ public enum CryptoRuntime {
         try initialization.get()
     }
 
+    /// The same check with the error type the TLS layer reports.
+    static func ensureInitializedForTLS() throws(SecurityError) {
+        do {
+            try ensureInitialized()
+        } catch {
+            throw SecurityError(.internalError, error.description)
+        }
+    }
+
     /// The linked OpenSSL's version text, for example "OpenSSL 3.0.19 27 Jan 2026".
     public static var openSSLVersion: String {
         String(cString: OpenSSL_version(OPENSSL_VERSION))

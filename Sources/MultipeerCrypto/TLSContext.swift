@@ -1,0 +1,82 @@
+import CMultipeerOpenSSL
+import CMultipeerShims
+import MultipeerWire
+
+/// OpenSSL contexts for one session: TLS 1.3 only, ALPN `mpcp/1`, no tickets, and certificate
+/// chains accepted at the TLS layer because the trust decision is the application's, after the
+/// handshake (docs/PROTOCOL.md §5, §7.3). TLS itself still proves possession of the leaf's key.
+public final class TLSContext: @unchecked Sendable {
+    // @unchecked: both SSL_CTX are fully configured in init and only read afterwards.
+    /// Presents the identity, or an ephemeral certificate when there is none.
+    let server: OpaquePointer
+    /// Presents the identity when there is one, and no certificate otherwise.
+    let client: OpaquePointer
+    public let identity: SecurityIdentity?
+
+    static let alpnWire: [UInt8] = [UInt8(WireLimits.alpnProtocol.utf8.count)] + Array(WireLimits.alpnProtocol.utf8)
+
+    public init(identity: SecurityIdentity?) throws(SecurityError) {
+        try CryptoRuntime.ensureInitializedForTLS()
+        self.identity = identity
+        let serverIdentity: SecurityIdentity
+        if let identity { serverIdentity = identity } else { serverIdentity = try .ephemeral() }
+        let serverContext = try Self.makeContext(presenting: serverIdentity)
+        do {
+            client = try Self.makeContext(presenting: identity)
+        } catch {
+            SSL_CTX_free(serverContext)
+            throw error
+        }
+        server = serverContext
+        SSL_CTX_set_alpn_select_cb(server, selectALPN, nil)
+    }
+
+    deinit {
+        SSL_CTX_free(server)
+        SSL_CTX_free(client)
+    }
+
+    private static func makeContext(presenting identity: SecurityIdentity?) throws(SecurityError) -> OpaquePointer {
+        guard let context = SSL_CTX_new(TLS_method()) else { throw SecurityError.openSSL(.internalError, "SSL_CTX_new failed") }
+        var ok = mp_SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION) == 1
+            && mp_SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION) == 1
+            && SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") == 1
+            && SSL_CTX_set_num_tickets(context, 0) == 1
+        if ok, let identity {
+            ok = SSL_CTX_use_certificate(context, identity.certificate.x509) == 1
+                && SSL_CTX_use_PrivateKey(context, identity.privateKey.pkey) == 1
+                && identity.certificateChain.dropFirst().allSatisfy { mp_SSL_CTX_add1_chain_cert(context, $0.x509) == 1 }
+                && SSL_CTX_check_private_key(context) == 1
+        }
+        guard ok else {
+            SSL_CTX_free(context)
+            throw SecurityError.openSSL(.internalError, "TLS context configuration failed")
+        }
+        // Request the peer's certificate without failing when there is none; accept any chain here.
+        SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
+        SSL_CTX_set_cert_verify_callback(context, { _, _ in 1 }, nil)
+        return context
+    }
+}
+
+/// The server selects `mpcp/1` or fails the handshake.
+private func selectALPN(
+    _ ssl: OpaquePointer?, _ out: UnsafeMutablePointer<UnsafePointer<UInt8>?>?, _ outLength: UnsafeMutablePointer<UInt8>?,
+    _ offered: UnsafePointer<UInt8>?, _ offeredLength: UInt32, _ argument: UnsafeMutableRawPointer?
+) -> Int32 {
+    guard let offered, let out, let outLength else { return SSL_TLSEXT_ERR_ALERT_FATAL }
+    let wanted = TLSContext.alpnWire
+    var index = 0
+    let total = Int(offeredLength)
+    while index < total {
+        let length = Int(offered[index])
+        guard index + 1 + length <= total else { break }
+        if length + 1 == wanted.count && (0..<length).allSatisfy({ offered[index + 1 + $0] == wanted[1 + $0] }) {
+            out.pointee = offered + index + 1
+            outLength.pointee = UInt8(length)
+            return SSL_TLSEXT_ERR_OK
+        }
+        index += 1 + length
+    }
+    return SSL_TLSEXT_ERR_ALERT_FATAL
+}

@@ -1,0 +1,155 @@
+import MultipeerCrypto
+import NIOCore
+import Testing
+
+/// Two engines wired back to back in memory.
+struct EnginePair {
+    let client: TLSEngine
+    let server: TLSEngine
+
+    init(clientIdentity: SecurityIdentity?, serverIdentity: SecurityIdentity?, recordsPerKeyUpdate: UInt64 = 1 << 24) throws {
+        client = try TLSEngine(context: TLSContext(identity: clientIdentity), role: .client, recordsPerKeyUpdate: recordsPerKeyUpdate)
+        server = try TLSEngine(context: TLSContext(identity: serverIdentity), role: .server, recordsPerKeyUpdate: recordsPerKeyUpdate)
+    }
+
+    /// Moves ciphertext both ways until neither side has anything to send.
+    func pump() {
+        var moved = true
+        while moved {
+            moved = false
+            if let bytes = client.takeOutbound() { server.receive(bytes); moved = true }
+            if let bytes = server.takeOutbound() { client.receive(bytes); moved = true }
+        }
+    }
+
+    func handshake() throws {
+        for _ in 0..<10 {
+            let clientDone = try client.advanceHandshake() == .complete
+            let serverDone = try server.advanceHandshake() == .complete
+            pump()
+            if clientDone && serverDone { return }
+        }
+        Issue.record("handshake did not finish")
+    }
+
+    func read(_ engine: TLSEngine) throws -> [UInt8] {
+        guard case .plaintext(let bytes) = try engine.readPlaintext() else { return [] }
+        return Array(bytes.readableBytesView)
+    }
+}
+
+@Suite("TLS engine (OpenSSL over memory BIOs)")
+struct TLSEngineTests {
+    let pki: TestPKI
+    init() throws { pki = try TestPKI() }
+
+    @Test func mutualAuthenticationShowsEachSideTheOthersChain() throws {
+        let alice = try pki.peer("alice")
+        let bob = try pki.peer("bob", algorithm: .ecdsaP256)
+        let pair = try EnginePair(clientIdentity: alice, serverIdentity: bob)
+        try pair.handshake()
+        #expect(pair.client.protocolVersion == "TLSv1.3")
+        #expect(pair.client.negotiatedALPN == "mpcp/1")
+        #expect(pair.server.negotiatedALPN == "mpcp/1")
+        #expect(pair.client.peerCertificateChain == bob.certificateChain)
+        #expect(pair.server.peerCertificateChain == alice.certificateChain)
+    }
+
+    @Test func withoutIdentitiesTheServerShowsAnEphemeralCertificateAndTheClientNone() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        #expect(pair.client.peerCertificateChain.first?.subjectCommonName == "ephemeral")
+        #expect(pair.server.peerCertificateChain.isEmpty)
+    }
+
+    @Test func dataFlowsBothWaysAndCloseIsSeen() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: try pki.peer("bob"))
+        try pair.handshake()
+        let big = ByteBuffer(repeating: 0x42, count: 100_000)
+        try pair.client.write(big)
+        try pair.server.write(ByteBuffer(string: "pong"))
+        pair.pump()
+        #expect(try pair.read(pair.server) == Array(big.readableBytesView))
+        #expect(try pair.read(pair.client) == Array("pong".utf8))
+        pair.client.close()
+        pair.pump()
+        #expect(try pair.server.readPlaintext() == .closed)
+    }
+
+    @Test func ciphertextNeverContainsThePlaintext() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        let secret = ByteBuffer(string: String(repeating: "attack at dawn ", count: 100))
+        try pair.client.write(secret)
+        let wire = try #require(pair.client.takeOutbound())
+        #expect(!Array(wire.readableBytesView).contains(subsequence: Array("attack at dawn".utf8)))
+        pair.server.receive(wire)
+        #expect(try pair.read(pair.server) == Array(secret.readableBytesView))
+    }
+
+    @Test func exporterGivesBothSidesTheSameKeyPerLabelAndContext() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        let label = "MPCP datagram v1 dialer-to-listener"
+        let clientKey = try pair.client.exportKeyingMaterial(label: label, context: [0, 0, 0, 0], length: 32)
+        let serverKey = try pair.server.exportKeyingMaterial(label: label, context: [0, 0, 0, 0], length: 32)
+        #expect(clientKey.count == 32)
+        #expect(clientKey.constantTimeEquals(serverKey))
+        let nextEpoch = try pair.client.exportKeyingMaterial(label: label, context: [0, 0, 0, 1], length: 32)
+        let otherDirection = try pair.client.exportKeyingMaterial(label: "MPCP datagram v1 listener-to-dialer", context: [0, 0, 0, 0], length: 32)
+        #expect(!clientKey.constantTimeEquals(nextEpoch))
+        #expect(!clientKey.constantTimeEquals(otherDirection))
+    }
+
+    @Test func keyUpdatesHappenAtTheInjectedLimitWhileDataFlows() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordsPerKeyUpdate: 3)
+        try pair.handshake()
+        var expected: [UInt8] = []
+        var received: [UInt8] = []
+        for round in 0..<20 {
+            let chunk = ByteBuffer(repeating: UInt8(round), count: 20_000)  // two records each
+            expected += Array(chunk.readableBytesView)
+            try pair.client.write(chunk)
+            pair.pump()
+            received += try pair.read(pair.server)
+            // The server answers, so it sends the KeyUpdate the client requested.
+            try pair.server.write(ByteBuffer(string: "ack"))
+            pair.pump()
+            _ = try pair.read(pair.client)
+        }
+        #expect(received == expected)
+        // Client: 40 records at 3 per key, a KeyUpdate before records 4, 7, ... 40. Server: 20 records.
+        #expect(pair.client.keyUpdatesInitiated == 13)
+        #expect(pair.server.keyUpdatesInitiated == 6)
+        // Each requested update is answered by the peer's own KeyUpdate.
+        #expect(pair.client.keyUpdatesSent == 13 + 6)
+        #expect(pair.server.keyUpdatesReceived == 13 + 6)
+        // Its own updates may ride on its answers, so only a lower bound holds here.
+        #expect(pair.server.keyUpdatesSent >= 13)
+        #expect(pair.client.keyUpdatesReceived == pair.server.keyUpdatesSent)
+    }
+
+    @Test func garbageFailsTheHandshakeWithATypedError() throws {
+        let server = try TLSEngine(context: TLSContext(identity: nil), role: .server)
+        server.receive(ByteBuffer(string: "GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+        do {
+            _ = try server.advanceHandshake()
+            Issue.record("garbage accepted")
+        } catch {
+            #expect(error.code == .tlsHandshakeFailed)
+        }
+    }
+
+    @Test func writingBeforeTheHandshakeIsRefused() throws {
+        let client = try TLSEngine(context: TLSContext(identity: nil), role: .client)
+        #expect(throws: SecurityError.self) { try client.write(ByteBuffer(string: "early")) }
+        #expect(throws: SecurityError.self) { try client.exportKeyingMaterial(label: "x", context: [], length: 32) }
+    }
+}
+
+extension Array where Element == UInt8 {
+    func contains(subsequence: [UInt8]) -> Bool {
+        guard subsequence.count <= count else { return false }
+        return (0...(count - subsequence.count)).contains { start in self[start..<start + subsequence.count].elementsEqual(subsequence) }
+    }
+}
