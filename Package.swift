@@ -3,8 +3,9 @@ import PackageDescription
 
 // Layering (dependencies point one way, downwards):
 //   MultipeerConnectivity (public Apple-shaped API)
-//     -> MultipeerCrypto (OpenSSL, libsodium, key hygiene)
-//     -> MultipeerWire   (pure sans-I/O codecs, no sockets)
+//     -> MultipeerSession (connection state machines and their SwiftNIO shells)
+//       -> MultipeerCrypto (OpenSSL TLS, certificates, libsodium, key hygiene)
+//         -> MultipeerWire  (pure sans-I/O codecs, no sockets)
 //   C modules: CMultipeerOpenSSL / CMultipeerSodium (system libraries), CMultipeerShims (macro wrappers)
 // Warnings fail the build of this package's own targets (not of its dependencies).
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
@@ -47,8 +48,18 @@ let package = Package(
             ]
         ),
         .target(
+            name: "MultipeerSession",
+            dependencies: [
+                "MultipeerWire",
+                "MultipeerCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .target(
             name: "MultipeerConnectivity",
             dependencies: [
+                "MultipeerSession",
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -73,6 +84,11 @@ let package = Package(
         .executableTarget(name: "fuzz-peer-id", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-peer-id"),
         .executableTarget(
             name: "fuzz-connection-data", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-connection-data"),
+        .target(
+            name: "MultipeerTestSupport",
+            dependencies: ["MultipeerCrypto"],
+            path: "Tests/MultipeerTestSupport"
+        ),
         .testTarget(
             name: "MultipeerWireTests",
             dependencies: ["MultipeerWire", "WireFuzzChecks", .product(name: "NIOCore", package: "swift-nio")]
@@ -80,8 +96,17 @@ let package = Package(
         .testTarget(
             name: "MultipeerCryptoTests",
             dependencies: [
-                "MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL", "MultipeerWire",
+                "MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL", "MultipeerWire", "MultipeerTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "MultipeerSessionTests",
+            dependencies: [
+                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import Foundation
 import MultipeerCrypto
+import MultipeerTestSupport
 import Testing
 
 @Suite("Certificates, keys and identities")

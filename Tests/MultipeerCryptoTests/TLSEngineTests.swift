@@ -1,4 +1,5 @@
 import MultipeerCrypto
+import MultipeerTestSupport
 import NIOCore
 import Testing
 

@@ -2,13 +2,13 @@ import Foundation
 import MultipeerCrypto
 
 /// A small PKI made with the library's own builder: root -> intermediate -> peers.
-final class TestPKI: Sendable {
-    let rootKey: PrivateKey
-    let root: Certificate
-    let intermediateKey: PrivateKey
-    let intermediate: Certificate
+public final class TestPKI: Sendable {
+    public let rootKey: PrivateKey
+    public let root: Certificate
+    public let intermediateKey: PrivateKey
+    public let intermediate: Certificate
 
-    init(name: String = "Test", keyAlgorithm: KeyAlgorithm = .ed25519) throws {
+    public init(name: String = "Test", keyAlgorithm: KeyAlgorithm = .ed25519) throws {
         rootKey = try PrivateKey.generate(keyAlgorithm)
         root = try CertificateBuilder(
             commonName: "\(name) Root CA", organization: "swift-multipeer tests",
@@ -21,7 +21,7 @@ final class TestPKI: Sendable {
         ).issue(for: intermediateKey, issuer: (root, rootKey))
     }
 
-    func peer(
+    public func peer(
         _ name: String, algorithm: KeyAlgorithm = .ed25519,
         notValidBefore: Date = Date(timeIntervalSinceNow: -300), notValidAfter: Date = Date(timeIntervalSinceNow: 86_400)
     ) throws -> SecurityIdentity {

@@ -1,0 +1,56 @@
+import MultipeerCrypto
+import MultipeerWire
+
+/// Everything one connection's handshake needs to know about the local side.
+public struct ConnectionConfiguration: Sendable {
+    public enum Role: Sendable { case dialer, listener }
+
+    /// The listener's answer to a dialer's HELLO, before trust is asked.
+    public enum Admission: Sendable, Equatable {
+        case admit
+        case refuse(GoodbyeReason)
+    }
+
+    public var role: Role
+    public var localPeer: WirePeerID
+    public var encryptionPreference: WireEncryptionPreference
+    /// The session's TLS contexts, which also carry its identity (or none).
+    public var tls: TLSContext
+    /// The dialer's reason to connect; the listener always answers with `.answer`.
+    public var purpose: Hello.Purpose
+    public var token: Bytes16
+    public var listenPort: UInt16
+    public var datagramPort: UInt16
+    public var datagramReceiverID: UInt32
+    public var recordsPerKeyUpdate: UInt64
+    /// Consulted by a listener when the dialer's HELLO arrives.
+    public var admission: @Sendable (Hello) -> Admission
+
+    public init(
+        role: Role,
+        localPeer: WirePeerID,
+        encryptionPreference: WireEncryptionPreference,
+        tls: TLSContext,
+        purpose: Hello.Purpose? = nil,
+        token: Bytes16 = .zero,
+        listenPort: UInt16 = 0,
+        datagramPort: UInt16 = 0,
+        datagramReceiverID: UInt32 = 0,
+        recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
+        admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit }
+    ) {
+        self.role = role
+        self.localPeer = localPeer
+        self.encryptionPreference = encryptionPreference
+        self.tls = tls
+        self.purpose = purpose ?? (role == .dialer ? .connectionData : .answer)
+        self.token = token
+        self.listenPort = listenPort
+        self.datagramPort = datagramPort
+        self.datagramReceiverID = datagramReceiverID
+        self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        self.admission = admission
+    }
+
+    var hasIdentity: Bool { tls.identity != nil }
+}

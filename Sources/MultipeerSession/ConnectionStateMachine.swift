@@ -1,0 +1,473 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+
+/// What the application is asked before a peer may become connected.
+public struct PeerTrustRequest: Sendable {
+    public let peer: WirePeerID
+    /// Leaf first; nil when the peer has no identity (an ephemeral TLS certificate is never shown).
+    public let certificateChain: [Certificate]?
+    public let hello: Hello
+}
+
+/// A connection that both sides have accepted.
+public struct EstablishedConnection: Sendable {
+    public let peer: WirePeerID
+    public let peerHello: Hello
+    public let certificateChain: [Certificate]?
+    public let isEncrypted: Bool
+    public let protocolVersion: UInt8
+    public let cipherSuite: String?
+}
+
+public enum ConnectionAction {
+    /// Bytes for the socket, in order.
+    case send(ByteBuffer)
+    /// Ask the application; answer with `trustDecided(accepted:)` or `trustTimedOut()`.
+    case evaluateTrust(PeerTrustRequest)
+    case established(EstablishedConnection)
+    /// A frame for the session layer; only ever after `established`.
+    case deliver(Frame)
+    /// Close the socket once the bytes already sent are flushed.
+    case close(ConnectionError)
+}
+
+/// Why `send(_:)` refused a frame.
+public enum SendRefusal: Error, Hashable, Sendable {
+    case notConnected
+    case invalidFrame(WireError)
+    case tls(SecurityError)
+}
+
+/// One connection's establishment and framing, sans-I/O (docs/PROTOCOL.md §3-§7): preamble,
+/// negotiation, TLS, HELLO with the preamble echo, the trust step, then frames.
+/// Inputs are bytes, the application's trust answer and timeouts; outputs are actions.
+/// No application frame is sent or delivered before both sides have accepted each other.
+public struct ConnectionStateMachine {
+    private struct Negotiated {
+        let version: UInt8
+        let peerPreamble: Preamble
+        let echo: Bytes16
+    }
+
+    private struct Session {
+        let transport: SecureTransport
+        var decoder = FrameDecoder()
+        let negotiated: Negotiated
+        let peerChain: [Certificate]?
+    }
+
+    private struct Trust {
+        var session: Session
+        let peerHello: Hello
+        var localAccepted = false
+        var peerAccepted = false
+    }
+
+    private enum State {
+        case idle
+        case awaitingPreamble(ByteBuffer)
+        case tlsHandshake(TLSEngine, Negotiated)
+        case awaitingHello(Session)
+        case trusting(Trust)
+        case connected(Session, peerHello: Hello)
+        case closed
+        /// Placeholder while a case's payload is being mutated, to avoid copy-on-write.
+        case modifying
+    }
+
+    public let configuration: ConnectionConfiguration
+    private let localPreamble: Preamble
+    private var state: State = .idle
+
+    public init(configuration: ConnectionConfiguration) throws(WireError) {
+        self.configuration = configuration
+        localPreamble = try Preamble(encryptionPreference: configuration.encryptionPreference, hasIdentity: configuration.hasIdentity)
+    }
+
+    public var isConnected: Bool {
+        if case .connected = state { return true }
+        return false
+    }
+
+    public var isClosed: Bool {
+        if case .closed = state { return true }
+        return false
+    }
+
+    /// The TLS engine once negotiation chose TLS (for exporter keys and counters).
+    public var tlsEngine: TLSEngine? {
+        switch state {
+        case .tlsHandshake(let engine, _): engine
+        case .awaitingHello(let session), .connected(let session, _): session.transport.engine
+        case .trusting(let trust): trust.session.transport.engine
+        case .idle, .awaitingPreamble, .closed, .modifying: nil
+        }
+    }
+
+    // MARK: Inputs
+
+    /// The transport is up: send our preamble.
+    public mutating func start() -> [ConnectionAction] {
+        guard case .idle = state else { return [] }
+        state = .awaitingPreamble(ByteBuffer())
+        var bytes = ByteBuffer()
+        localPreamble.encode(into: &bytes)
+        return [.send(bytes)]
+    }
+
+    public mutating func receive(_ bytes: ByteBuffer) -> [ConnectionAction] {
+        switch state {
+        case .idle, .closed, .modifying:
+            return []
+        case .awaitingPreamble(var buffered):
+            buffered.writeImmutableBuffer(bytes)
+            guard buffered.readableBytes >= WireLimits.preambleLength else {
+                state = .awaitingPreamble(buffered)
+                return []
+            }
+            let peerBytes = buffered.readSlice(length: WireLimits.preambleLength)!
+            return negotiate(peerBytes: peerBytes, leftover: buffered)
+        case .tlsHandshake(let engine, let negotiated):
+            engine.receive(bytes)
+            return advanceTLS(engine, negotiated)
+        case .awaitingHello(let session), .connected(let session, _):
+            return openAndProcess(bytes, transport: session.transport)
+        case .trusting(let trust):
+            return openAndProcess(bytes, transport: trust.session.transport)
+        }
+    }
+
+    /// The application's answer to `.evaluateTrust`. Late answers (after a timeout or close) are ignored.
+    public mutating func trustDecided(accepted: Bool) -> [ConnectionAction] {
+        guard case .trusting(var trust) = state, !trust.localAccepted else { return [] }
+        guard accepted else {
+            var actions = sendFrame(.trust(.rejected), over: trust.session.transport)
+            actions += closeTransport(trust.session.transport, ConnectionError(.trustRejectedLocally))
+            return actions
+        }
+        trust.localAccepted = true
+        var actions = sendFrame(.trust(.accepted), over: trust.session.transport)
+        state = .trusting(trust)
+        actions += establishIfBothAccepted()
+        return actions
+    }
+
+    public mutating func trustTimedOut() -> [ConnectionAction] {
+        guard case .trusting(let trust) = state, !trust.localAccepted else { return [] }
+        var actions = sendFrame(.trust(.timedOut), over: trust.session.transport)
+        actions += closeTransport(trust.session.transport, ConnectionError(.trustTimedOutLocally))
+        return actions
+    }
+
+    /// The handshake deadline passed; harmless once connected.
+    public mutating func handshakeTimedOut() -> [ConnectionAction] {
+        switch state {
+        case .connected, .closed, .modifying: return []
+        default: return fail(ConnectionError(.handshakeTimedOut))
+        }
+    }
+
+    /// The socket closed under us.
+    public mutating func transportClosed() -> [ConnectionAction] {
+        if case .closed = state { return [] }
+        state = .closed
+        return [.close(ConnectionError(.connectionClosed))]
+    }
+
+    /// Ends the connection politely: GOODBYE if frames have begun, then close.
+    public mutating func disconnect(reason: GoodbyeReason = .normal) -> [ConnectionAction] {
+        guard let transport = frameTransport else {
+            if case .closed = state { return [] }
+            state = .closed
+            return [.close(ConnectionError(.closedLocally))]
+        }
+        var actions = sendFrame(.goodbye(reason), over: transport)
+        actions += closeTransport(transport, ConnectionError(.closedLocally))
+        return actions
+    }
+
+    /// Seals an application frame. Only once connected.
+    public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
+        guard case .connected(let session, _) = state else { throw .notConnected }
+        var bytes = ByteBuffer()
+        do {
+            try frame.encode(into: &bytes)
+        } catch {
+            throw .invalidFrame(error)
+        }
+        do {
+            guard let sealed = try session.transport.seal(bytes) else { return [] }
+            return [.send(sealed)]
+        } catch {
+            throw .tls(error)
+        }
+    }
+
+    // MARK: Negotiation and TLS
+
+    private mutating func negotiate(peerBytes: ByteBuffer, leftover: ByteBuffer) -> [ConnectionAction] {
+        let peerPreamble: Preamble
+        do {
+            peerPreamble = try Preamble.decode(peerBytes)
+        } catch {
+            state = .closed
+            return [.close(ConnectionError(.protocolViolation(error)))]
+        }
+        let dialer = configuration.role == .dialer ? localPreamble : peerPreamble
+        let listener = configuration.role == .dialer ? peerPreamble : localPreamble
+        let echo = Hello.echo(dialer: dialer, listener: listener)
+        switch Negotiation.outcome(dialer: dialer, listener: listener) {
+        case .refused(.versionMismatch):
+            state = .closed
+            return [.close(ConnectionError(.versionMismatch))]
+        case .refused(.encryptionIncompatible):
+            state = .closed
+            return [.close(ConnectionError(.encryptionIncompatible))]
+        case .plaintext(let version):
+            let negotiated = Negotiated(version: version, peerPreamble: peerPreamble, echo: echo)
+            return beginFrames(Session(transport: .plaintext, negotiated: negotiated, peerChain: nil), leftover: leftover)
+        case .tls(let version):
+            let negotiated = Negotiated(version: version, peerPreamble: peerPreamble, echo: echo)
+            let engine: TLSEngine
+            do {
+                engine = try TLSEngine(
+                    context: configuration.tls, role: configuration.role == .dialer ? .client : .server,
+                    recordsPerKeyUpdate: configuration.recordsPerKeyUpdate)
+            } catch {
+                state = .closed
+                return [.close(ConnectionError(.tls(error)))]
+            }
+            state = .tlsHandshake(engine, negotiated)
+            engine.receive(leftover)
+            return advanceTLS(engine, negotiated)
+        }
+    }
+
+    private mutating func advanceTLS(_ engine: TLSEngine, _ negotiated: Negotiated) -> [ConnectionAction] {
+        let progress: TLSEngine.HandshakeProgress
+        do {
+            progress = try engine.advanceHandshake()
+        } catch {
+            // Send the alert OpenSSL queued, so the peer learns why.
+            var actions = engine.takeOutbound().map { [ConnectionAction.send($0)] } ?? []
+            state = .closed
+            actions.append(.close(ConnectionError(.tls(error))))
+            return actions
+        }
+        var actions = engine.takeOutbound().map { [ConnectionAction.send($0)] } ?? []
+        guard progress == .complete else { return actions }
+
+        // Identity presence must match the preamble (docs/PROTOCOL.md §5).
+        let chain = engine.peerCertificateChain
+        let peerClaimsIdentity = negotiated.peerPreamble.hasIdentity
+        let session = Session(transport: .tls(engine), negotiated: negotiated, peerChain: peerClaimsIdentity ? chain : nil)
+        if peerClaimsIdentity && chain.isEmpty || !peerClaimsIdentity && configuration.role == .listener && !chain.isEmpty {
+            state = .awaitingHello(session)
+            return actions + fail(ConnectionError(.downgradeDetected))
+        }
+        actions += beginFrames(session, leftover: ByteBuffer())
+        return actions
+    }
+
+    /// Frames begin: send HELLO, then read whatever already arrived.
+    private mutating func beginFrames(_ session: Session, leftover: ByteBuffer) -> [ConnectionAction] {
+        state = .awaitingHello(session)
+        let hello: Hello
+        do {
+            hello = try Hello(
+                version: session.negotiated.version, purpose: configuration.purpose, preambleEcho: session.negotiated.echo,
+                token: configuration.token, listenPort: configuration.listenPort, datagramPort: configuration.datagramPort,
+                datagramReceiverID: configuration.datagramReceiverID, peerID: configuration.localPeer)
+        } catch {
+            return fail(ConnectionError(.protocolViolation(error)))
+        }
+        var actions = sendFrame(.hello(hello), over: session.transport)
+        actions += openAndProcess(leftover, transport: session.transport)
+        return actions
+    }
+
+    // MARK: Frames
+
+    private mutating func openAndProcess(_ bytes: ByteBuffer, transport: SecureTransport) -> [ConnectionAction] {
+        var actions: [ConnectionAction] = []
+        let opened: SecureTransport.Opened
+        do {
+            opened = try transport.open(bytes)
+        } catch {
+            return fail(ConnectionError(.tls(error)))
+        }
+        // Reading may make TLS answer on its own (a requested KeyUpdate).
+        if let pending = transport.pendingOutput() { actions.append(.send(pending)) }
+        switch opened {
+        case .closed:
+            state = .closed
+            actions.append(.close(ConnectionError(.connectionClosed)))
+            return actions
+        case .bytes(let plaintext):
+            guard plaintext.readableBytes > 0 else { return actions }
+            _ = withDecoder { $0.append(plaintext) }
+        }
+        while true {
+            let next: Frame?
+            do {
+                next = try withDecoder { decoder throws(WireError) in try decoder.nextFrame() } ?? nil
+            } catch {
+                return actions + fail(ConnectionError(.protocolViolation(error)))
+            }
+            guard let frame = next else { return actions }
+            actions += handle(frame)
+            if isClosed { return actions }
+        }
+    }
+
+    private mutating func handle(_ frame: Frame) -> [ConnectionAction] {
+        switch state {
+        case .awaitingHello(let session):
+            guard case .hello(let hello) = frame else { return violation("\(frame.type) before HELLO") }
+            return handleHello(hello, session)
+        case .trusting(var trust):
+            switch frame {
+            case .trust(.accepted) where !trust.peerAccepted:
+                trust.peerAccepted = true
+                state = .trusting(trust)
+                return establishIfBothAccepted()
+            case .trust(let decision) where decision != .accepted:
+                state = .closed
+                return [.close(ConnectionError(.trustRejectedByPeer(decision)))]
+            case .ping(let opaque):
+                return sendFrame(.pong(opaque), over: trust.session.transport)
+            case .pong:
+                return []
+            case .goodbye(let reason):
+                state = .closed
+                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+            default:
+                return violation("\(frame.type) before both sides accepted each other")
+            }
+        case .connected(let session, _):
+            switch frame {
+            case .hello, .trust, .invitation, .invitationResponse:
+                return violation("\(frame.type) after the handshake")
+            case .ping(let opaque):
+                return sendFrame(.pong(opaque), over: session.transport)
+            case .goodbye(let reason):
+                state = .closed
+                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+            default:
+                return [.deliver(frame)]
+            }
+        case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
+            return []
+        }
+    }
+
+    private mutating func handleHello(_ hello: Hello, _ session: Session) -> [ConnectionAction] {
+        guard hello.version == session.negotiated.version else {
+            return violation("HELLO version \(hello.version), negotiated \(session.negotiated.version)")
+        }
+        guard hello.preambleEcho == session.negotiated.echo else { return fail(ConnectionError(.downgradeDetected)) }
+        guard hello.peerID.identifier != configuration.localPeer.identifier else {
+            return violation("the peer uses our own peer identifier")
+        }
+        switch configuration.role {
+        case .dialer:
+            guard hello.purpose == .answer else { return violation("a listener's HELLO must have purpose answer") }
+        case .listener:
+            switch hello.purpose {
+            case .answer: return violation("a dialer's HELLO must not have purpose answer")
+            // Invitations need the advertiser's application; they arrive with discovery.
+            case .invitation: return fail(ConnectionError(.notAdmitted(.protocolError)))
+            case .connectionData, .meshIntroduction: break
+            }
+            if case .refuse(let reason) = configuration.admission(hello) {
+                return fail(ConnectionError(.notAdmitted(reason)))
+            }
+        }
+        state = .trusting(Trust(session: session, peerHello: hello))
+        return [.evaluateTrust(PeerTrustRequest(peer: hello.peerID, certificateChain: session.peerChain, hello: hello))]
+    }
+
+    private mutating func establishIfBothAccepted() -> [ConnectionAction] {
+        guard case .trusting(let trust) = state, trust.localAccepted, trust.peerAccepted else { return [] }
+        state = .connected(trust.session, peerHello: trust.peerHello)
+        let engine = trust.session.transport.engine
+        return [.established(EstablishedConnection(
+            peer: trust.peerHello.peerID, peerHello: trust.peerHello, certificateChain: trust.session.peerChain,
+            isEncrypted: trust.session.transport.isEncrypted, protocolVersion: trust.session.negotiated.version,
+            cipherSuite: engine?.negotiatedCipherSuite))]
+    }
+
+    // MARK: Helpers
+
+    /// The transport frames travel on, once they have begun.
+    private var frameTransport: SecureTransport? {
+        switch state {
+        case .awaitingHello(let session), .connected(let session, _): session.transport
+        case .trusting(let trust): trust.session.transport
+        case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
+        }
+    }
+
+    private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
+        var bytes = ByteBuffer()
+        // Frames built here are valid by construction; a TLS failure surfaces on the next read.
+        guard (try? frame.encode(into: &bytes)) != nil, let sealed = try? transport.seal(bytes) else { return [] }
+        return [.send(sealed)]
+    }
+
+    private mutating func closeTransport(_ transport: SecureTransport, _ error: ConnectionError) -> [ConnectionAction] {
+        var actions: [ConnectionAction] = []
+        if case .tls(let engine) = transport {
+            engine.close()
+            if let bytes = engine.takeOutbound() { actions.append(.send(bytes)) }
+        }
+        state = .closed
+        actions.append(.close(error))
+        return actions
+    }
+
+    private mutating func violation(_ rule: String) -> [ConnectionAction] {
+        fail(ConnectionError(.protocolViolation(WireError(.invalidValue, rule))))
+    }
+
+    /// GOODBYE when frames have begun, then close.
+    private mutating func fail(_ error: ConnectionError) -> [ConnectionAction] {
+        guard let transport = frameTransport else {
+            if case .closed = state { return [] }
+            state = .closed
+            return [.close(error)]
+        }
+        let actions = sendFrame(.goodbye(error.goodbyeReason), over: transport)
+        return actions + closeTransport(transport, error)
+    }
+
+    /// Mutates the frame decoder in place, whichever state holds it; nil when no state has one.
+    private mutating func withDecoder<Result, Failure: Error>(
+        _ body: (inout FrameDecoder) throws(Failure) -> Result
+    ) throws(Failure) -> Result? {
+        switch state {
+        case .awaitingHello(var session):
+            state = .modifying
+            defer { state = .awaitingHello(session) }
+            return try body(&session.decoder)
+        case .trusting(var trust):
+            state = .modifying
+            defer { state = .trusting(trust) }
+            return try body(&trust.session.decoder)
+        case .connected(var session, let hello):
+            state = .modifying
+            defer { state = .connected(session, peerHello: hello) }
+            return try body(&session.decoder)
+        case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
+            return nil
+        }
+    }
+}
+
+extension SecureTransport {
+    var engine: TLSEngine? {
+        if case .tls(let engine) = self { return engine }
+        return nil
+    }
+}
