@@ -111,7 +111,10 @@ let package = Package(
         ),
         .testTarget(
             name: "MultipeerConnectivityTests",
-            dependencies: ["MultipeerConnectivity", "MultipeerWire", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                "MultipeerConnectivity", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]
