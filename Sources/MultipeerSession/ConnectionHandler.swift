@@ -91,12 +91,29 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private func start(context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
+        armDeadline(after: handshakeTimeout, context: context)
+        perform(machine.start(), context: context)
+    }
+
+    /// (Re)starts the one deadline that bounds the handshake: before the trust step, and again
+    /// while we wait for the peer's own trust answer once ours is given.
+    private func armDeadline(after timeout: TimeAmount, context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: handshakeTimeout) {
+        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) {
             let (handler, context) = loopBound.value
             handler.perform(handler.machine.handshakeTimedOut(), context: context)
         }
-        perform(machine.start(), context: context)
+    }
+
+    private func answerTrust(_ accepted: Bool, context: ChannelHandlerContext) {
+        trustTimer?.cancel()
+        perform(machine.trustDecided(accepted: accepted), context: context)
+        // The peer's app has its own trust timeout; allow that plus the handshake budget, so its
+        // TRUST timedOut normally arrives before we give up ourselves.
+        if !machine.isConnected && !machine.isClosed {
+            armDeadline(after: trustTimeout + handshakeTimeout, context: context)
+        }
     }
 
     private func perform(_ actions: [ConnectionAction], context: ChannelHandlerContext, closing: Bool = true) {
@@ -125,8 +142,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     private func askTrust(_ request: PeerTrustRequest, context: ChannelHandlerContext) {
+        // The application's time is bounded by its own timer, not by the handshake deadline.
+        handshakeTimer?.cancel()
         guard let trustEvaluator else {
-            perform(machine.trustDecided(accepted: true), context: context)
+            answerTrust(true, context: context)
             return
         }
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -137,8 +156,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         let promise = context.eventLoop.makePromise(of: Bool.self)
         promise.futureResult.assumeIsolated().whenSuccess { accepted in
             let (handler, context) = loopBound.value
-            handler.trustTimer?.cancel()
-            handler.perform(handler.machine.trustDecided(accepted: accepted), context: context)
+            handler.answerTrust(accepted, context: context)
         }
         let answered = NIOLockedValueBox(false)
         let answer: @Sendable (Bool) -> Void = { accepted in

@@ -15,18 +15,20 @@ final class EmbeddedPair {
 
     init(
         dialerTrust: ConnectionHandler.TrustEvaluator? = nil, listenerTrust: ConnectionHandler.TrustEvaluator? = nil,
-        dialerIdentity: SecurityIdentity? = nil, listenerIdentity: SecurityIdentity? = nil
+        dialerIdentity: SecurityIdentity? = nil, listenerIdentity: SecurityIdentity? = nil,
+        dialerPreference: WireEncryptionPreference = .required, listenerPreference: WireEncryptionPreference = .required,
+        trustTimeout: TimeAmount = .seconds(5), dialerTrustTimeout: TimeAmount? = nil
     ) throws {
         dialer = EmbeddedChannel(loop: loop)
         listenerChannel = EmbeddedChannel(loop: loop)
         try dialer.pipeline.syncOperations.addHandler(ConnectionHandler(
             configuration: ConnectionConfiguration(
-                role: .dialer, localPeer: alicePeer, encryptionPreference: .required, tls: TLSContext(identity: dialerIdentity)),
-            trustEvaluator: dialerTrust, trustTimeout: .seconds(5)))
+                role: .dialer, localPeer: alicePeer, encryptionPreference: dialerPreference, tls: TLSContext(identity: dialerIdentity)),
+            trustEvaluator: dialerTrust, trustTimeout: dialerTrustTimeout ?? trustTimeout))
         try listenerChannel.pipeline.syncOperations.addHandler(ConnectionHandler(
             configuration: ConnectionConfiguration(
-                role: .listener, localPeer: bobPeer, encryptionPreference: .required, tls: TLSContext(identity: listenerIdentity)),
-            trustEvaluator: listenerTrust, trustTimeout: .seconds(5)))
+                role: .listener, localPeer: bobPeer, encryptionPreference: listenerPreference, tls: TLSContext(identity: listenerIdentity)),
+            trustEvaluator: listenerTrust, trustTimeout: trustTimeout))
     }
 
     func activate() throws {
@@ -89,6 +91,39 @@ struct ConnectionHandlerTests {
         #expect(String(buffer: payload) == "through NIO")
     }
 
+    @Test(arguments: HandshakeMatrixTests.cases)
+    func everyPreferencePairThroughThePipeline(testCase: HandshakeMatrixTests.Case) throws {
+        let pair = try EmbeddedPair(
+            dialerIdentity: testCase.dialerHasIdentity ? HandshakeMatrixTests.alice : nil,
+            listenerIdentity: testCase.listenerHasIdentity ? HandshakeMatrixTests.bob : nil,
+            dialerPreference: testCase.dialer, listenerPreference: testCase.listener)
+        try pair.activate()
+        let dialerEvents = try EmbeddedPair.events(pair.dialer)
+        let listenerEvents = try EmbeddedPair.events(pair.listenerChannel)
+        if testCase.expected == "refused" {
+            #expect(dialerEvents.compactMap(\.closeError) == [ConnectionError(.encryptionIncompatible)])
+            #expect(listenerEvents.compactMap(\.closeError) == [ConnectionError(.encryptionIncompatible)])
+            #expect(!pair.dialer.isActive && !pair.listenerChannel.isActive)
+        } else {
+            let encrypted = testCase.expected == "tls"
+            let established = (dialerEvents + listenerEvents).compactMap { event -> EstablishedConnection? in
+                if case .established(let connection) = event { return connection }
+                return nil
+            }
+            #expect(established.count == 2)
+            #expect(established.allSatisfy { $0.isEncrypted == encrypted })
+        }
+    }
+
+    @Test func trustTimeoutOnTheDialerSide() throws {
+        let pair = try EmbeddedPair(dialerTrust: { _, _ in })
+        try pair.activate()
+        pair.loop.advanceTime(by: .seconds(5))
+        try pair.pump()
+        #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.trustTimedOutLocally)])
+        #expect(try EmbeddedPair.events(pair.listenerChannel).compactMap(\.closeError) == [ConnectionError(.trustRejectedByPeer(.timedOut))])
+    }
+
     @Test func writingBeforeConnectedFailsThePromise() throws {
         let pair = try EmbeddedPair(listenerTrust: { _, _ in })  // the listener never answers
         try pair.activate()
@@ -149,4 +184,35 @@ final class PendingAnswers: Sendable {
     private let answers = Mutex<[@Sendable (Bool) -> Void]>([])
     func store(_ answer: @escaping @Sendable (Bool) -> Void) { answers.withLock { $0.append(answer) } }
     func answerAll(_ accepted: Bool) { answers.withLock { $0 }.forEach { $0(accepted) } }
+}
+
+@Suite("ConnectionHandler deadlines around the trust step")
+struct TrustDeadlineTests {
+    @Test func aSlowButTimelyDecisionIsNotCutOffByTheHandshakeDeadline() throws {
+        let answers = PendingAnswers()
+        let pair = try EmbeddedPair(listenerTrust: { _, answer in answers.store(answer) }, trustTimeout: .seconds(20))
+        try pair.activate()
+        // The handshake deadline is 10 s; it must not count the application's thinking time.
+        pair.loop.advanceTime(by: .seconds(9))
+        pair.loop.advanceTime(by: .seconds(3))
+        answers.answerAll(true)
+        pair.loop.run()
+        try pair.pump()
+        #expect(try EmbeddedPair.events(pair.listenerChannel).contains { $0.isEstablished })
+    }
+
+    @Test func aPeerThatNeverAnswersTrustIsDroppedAfterTheTrustTimeout() throws {
+        // The listener's evaluator accepts; the dialer never sends TRUST (its app never answers and
+        // its timer is far away), so the listener must give up on its own.
+        let pair = try EmbeddedPair(dialerTrust: { _, _ in }, listenerTrust: { _, answer in answer(true) }, dialerTrustTimeout: .seconds(3_600))
+        try pair.activate()
+        // The listener waits its trust timeout (5 s) plus the handshake budget (10 s).
+        pair.loop.advanceTime(by: .seconds(14))
+        try pair.pump()
+        #expect(try EmbeddedPair.events(pair.listenerChannel).isEmpty)
+        pair.loop.advanceTime(by: .seconds(1))
+        try pair.pump()
+        #expect(try EmbeddedPair.events(pair.listenerChannel).compactMap(\.closeError) == [ConnectionError(.handshakeTimedOut)])
+        #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerSaidGoodbye(.timedOut))])
+    }
 }
