@@ -28,6 +28,8 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         case connectionClosed
         /// The handshake did not finish in time.
         case handshakeTimedOut
+        /// Nothing arrived from the peer for the dead-peer deadline.
+        case peerUnresponsive
         /// We ended it (disconnect).
         case closedLocally
     }
@@ -42,7 +44,7 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         case .protocolViolation(let error): error.goodbyeReason
         case .downgradeDetected: .downgradeDetected
         case .notAdmitted(let reason): reason
-        case .handshakeTimedOut, .trustTimedOutLocally: .timedOut
+        case .handshakeTimedOut, .trustTimedOutLocally, .peerUnresponsive: .timedOut
         case .trustRejectedLocally: .trustRejected
         case .tls: .internalError
         case .closedLocally, .connectionClosed, .peerSaidGoodbye, .trustRejectedByPeer, .versionMismatch,
@@ -65,6 +67,7 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         case .peerSaidGoodbye(let reason): "peer said goodbye: \(reason)"
         case .connectionClosed: "connection closed"
         case .handshakeTimedOut: "handshake timed out"
+        case .peerUnresponsive: "the peer stopped answering"
         case .closedLocally: "disconnected"
         }
     }

@@ -11,6 +11,29 @@ public enum ConnectionEvent {
     case closed(ConnectionError)
 }
 
+/// Commands for a connection, sent as user outbound events.
+public enum ConnectionCommand: Sendable {
+    /// Say GOODBYE with this reason and close.
+    case close(GoodbyeReason)
+}
+
+/// How often to probe an idle peer, and when to give up on a silent one.
+public struct KeepalivePolicy: Sendable {
+    public var interval: TimeAmount
+    public var deadPeerDeadline: TimeAmount
+
+    public init(
+        interval: TimeAmount = .seconds(Int64(WireLimits.defaultKeepaliveIntervalSeconds)),
+        deadPeerDeadline: TimeAmount = .seconds(Int64(WireLimits.defaultDeadPeerDeadlineSeconds))
+    ) {
+        self.interval = interval
+        self.deadPeerDeadline = deadPeerDeadline
+    }
+
+    /// Checks run four times per interval, so a dead peer is noticed at most a quarter interval late.
+    var tick: TimeAmount { .nanoseconds(max(interval.nanoseconds / 4, 1_000_000)) }
+}
+
 /// The SwiftNIO shell around `ConnectionStateMachine`: moves bytes, runs the trust and handshake
 /// timers, and asks the application for its trust decision. It holds no protocol logic.
 public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
@@ -32,14 +55,20 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// Completes the pending trust promise, so none is left unfulfilled when the connection ends early.
     private var pendingTrustAnswer: (@Sendable (Bool) -> Void)?
     private var started = false
+    private let keepalive: KeepalivePolicy?
+    private var keepaliveTask: RepeatedTask?
+    private var lastReceived = NIODeadline.uptimeNanoseconds(0)
+    private var lastPing = NIODeadline.distantPast
 
     public init(
         configuration: ConnectionConfiguration,
         trustEvaluator: TrustEvaluator? = nil,
         trustTimeout: TimeAmount = .seconds(30),
-        handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds))
+        handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds)),
+        keepalive: KeepalivePolicy? = KeepalivePolicy()
     ) throws(WireError) {
         machine = try ConnectionStateMachine(configuration: configuration)
+        self.keepalive = keepalive
         self.trustEvaluator = trustEvaluator
         self.trustTimeout = trustTimeout
         self.handshakeTimeout = handshakeTimeout
@@ -58,12 +87,14 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        lastReceived = context.eventLoop.now
         perform(machine.receive(unwrapInboundIn(data)), context: context)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
         perform(machine.transportClosed(), context: context)
         cancelTimers()
+        stopKeepalive()
         context.fireChannelInactive()
     }
 
@@ -79,12 +110,25 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         }
     }
 
+    public func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        guard let command = event as? ConnectionCommand else {
+            context.triggerUserOutboundEvent(event, promise: promise)
+            return
+        }
+        switch command {
+        case .close(let reason):
+            perform(machine.disconnect(reason: reason), context: context)
+            promise?.succeed()
+        }
+    }
+
     /// A close from the application says GOODBYE first.
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if !machine.isClosed {
             perform(machine.disconnect(), context: context, closing: false)
         }
         cancelTimers()
+        stopKeepalive()
         context.close(mode: mode, promise: promise)
     }
 
@@ -127,11 +171,13 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
                 askTrust(request, context: context)
             case .established(let connection):
                 cancelTimers()
+                startKeepalive(context: context)
                 context.fireChannelRead(wrapInboundOut(.established(connection)))
             case .deliver(let frame):
                 context.fireChannelRead(wrapInboundOut(.frame(frame)))
             case .close(let error):
                 cancelTimers()
+                stopKeepalive()
                 if wrote { context.flush() }
                 wrote = false
                 context.fireChannelRead(wrapInboundOut(.closed(error)))
@@ -171,6 +217,28 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         trustEvaluator(request, answer)
     }
 
+    private func startKeepalive(context: ChannelHandlerContext) {
+        guard let keepalive else { return }
+        lastReceived = context.eventLoop.now
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        keepaliveTask = context.eventLoop.scheduleRepeatedTask(
+            initialDelay: keepalive.tick, delay: keepalive.tick
+        ) { _ in
+            let (handler, context) = loopBound.value
+            handler.keepaliveTick(keepalive, context: context)
+        }
+    }
+
+    private func keepaliveTick(_ policy: KeepalivePolicy, context: ChannelHandlerContext) {
+        let now = context.eventLoop.now
+        if now - lastReceived >= policy.deadPeerDeadline {
+            perform(machine.peerUnresponsive(), context: context)
+        } else if now - lastReceived >= policy.interval && now - lastPing >= policy.interval {
+            lastPing = now
+            perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
+        }
+    }
+
     private func cancelTimers() {
         // A late or missing answer is moot once the connection is past the trust step.
         pendingTrustAnswer?(false)
@@ -179,5 +247,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         handshakeTimer = nil
         trustTimer?.cancel()
         trustTimer = nil
+    }
+
+    private func stopKeepalive() {
+        keepaliveTask?.cancel()
+        keepaliveTask = nil
     }
 }

@@ -168,6 +168,12 @@ public struct ConnectionStateMachine {
         }
     }
 
+    /// Keepalive found the peer silent for the dead-peer deadline.
+    public mutating func peerUnresponsive() -> [ConnectionAction] {
+        if case .closed = state { return [] }
+        return fail(ConnectionError(.peerUnresponsive))
+    }
+
     /// The socket closed under us.
     public mutating func transportClosed() -> [ConnectionAction] {
         if case .closed = state { return [] }

@@ -37,6 +37,6 @@ public enum WireLimits {
     public static let tlsRecordsPerKeyUpdate: UInt64 = 1 << 24
     public static let defaultHandshakeDeadlineSeconds = 10
     public static let defaultKeepaliveIntervalSeconds = 2
-    public static let defaultDeadPeerDeadlineSeconds = 10
+    public static let defaultDeadPeerDeadlineSeconds = 9
     public static let alpnProtocol = "mpcp/1"
 }

@@ -216,3 +216,34 @@ struct TrustDeadlineTests {
         #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerSaidGoodbye(.timedOut))])
     }
 }
+
+@Suite("Keepalive and dead peers")
+struct KeepaliveTests {
+    @Test func idlePeersPingEachOtherAndStayConnected() throws {
+        let pair = try EmbeddedPair()
+        try pair.activate()
+        _ = try EmbeddedPair.events(pair.dialer)
+        for _ in 0..<40 {  // 20 s of virtual time in 0.5 s steps, with bytes flowing both ways
+            pair.loop.advanceTime(by: .milliseconds(500))
+            try pair.pump()
+        }
+        #expect(pair.dialer.isActive && pair.listenerChannel.isActive)
+        #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError).isEmpty)
+    }
+
+    @Test func aSilentPeerIsDeclaredDeadWithinTheDeadline() throws {
+        let pair = try EmbeddedPair()
+        try pair.activate()
+        _ = try EmbeddedPair.events(pair.dialer)
+        // The listener's bytes never reach the dialer any more: a cut link.
+        var elapsed = 0
+        while pair.dialer.isActive && elapsed < 20_000 {
+            pair.loop.advanceTime(by: .milliseconds(100))
+            elapsed += 100
+            while try pair.dialer.readOutbound(as: ByteBuffer.self) != nil {}
+        }
+        #expect(elapsed <= 9_500, "declared dead after \(elapsed) ms")
+        #expect(elapsed >= 9_000)
+        #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerUnresponsive)])
+    }
+}
