@@ -1,0 +1,447 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// The session behind MCSession: one TCP listener and one secure connection per peer, all on one
+/// event loop. Everything mutable lives on that loop; the public methods hop onto it.
+public final class SessionEngine: Sendable {
+    public let configuration: SessionEngineConfiguration
+    public let eventLoop: any EventLoop
+    private let state: NIOLoopBoundBox<EngineState>
+    private let onEvent: @Sendable (SessionEngineEvent) -> Void
+    /// Connected peers, readable from any thread so that `send` can refuse at once.
+    private let connected = Mutex<[Bytes16: WirePeerID]>([:])
+
+    public init(
+        configuration: SessionEngineConfiguration,
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        onEvent: @escaping @Sendable (SessionEngineEvent) -> Void
+    ) {
+        self.configuration = configuration
+        self.eventLoop = eventLoop
+        self.onEvent = onEvent
+        state = .makeBoxSendingValue(EngineState(), eventLoop: eventLoop)
+    }
+
+    public var connectedPeers: [WirePeerID] {
+        connected.withLock { Array($0.values) }.sorted { $0.identifier < $1.identifier }
+    }
+
+    // MARK: Connection data
+
+    /// Starts listening if needed and returns a blob that `peer` can dial us with, once, for 120 s.
+    public func connectionData(forPeer peer: Bytes16) -> EventLoopFuture<ConnectionData> {
+        eventLoop.flatSubmit { [self] in
+            ensureListening().flatMapThrowing { port in
+                let token = Bytes16.random()
+                let expiry = self.eventLoop.now + .seconds(Int64(WireLimits.connectionTokenLifetimeSeconds))
+                self.state.value.tokens[token] = EngineState.Token(forPeer: peer, expires: expiry)
+                return try ConnectionData(
+                    encryptionPreference: self.configuration.encryptionPreference, token: token, forPeer: peer,
+                    peerID: self.configuration.localPeer,
+                    certificateFingerprint: try self.configuration.tls.identity.map {
+                        try SHA256Digest(bytes: $0.certificate.sha256Fingerprint)
+                    },
+                    endpoints: try self.advertisedEndpoints(port: port))
+            }
+        }
+    }
+
+    /// Dials the peer that made `data`. The outcome arrives as peer state events.
+    public func connect(to data: ConnectionData) {
+        eventLoop.execute { [self] in
+            let peer = data.peerID.identifier
+            let state = state.value
+            guard state.linkIDs(for: peer).isEmpty else { return }  // already connecting or connected
+            let linkID = state.addLink(EngineState.Link(dialed: true, peer: data.peerID, connectionData: data))
+            report(data.peerID, .connecting)
+            dial(linkID: linkID, data: data, endpoints: data.endpoints[...])
+        }
+    }
+
+    /// Abandons a connection attempt that has not completed.
+    public func cancelConnect(peer: Bytes16) {
+        eventLoop.execute { [self] in
+            let state = state.value
+            for linkID in state.linkIDs(for: peer) where !state.links[linkID]!.isConnected {
+                state.links[linkID]?.closingSilently = true
+                state.links[linkID]?.channel?.close(promise: nil)
+                if let wire = state.links[linkID]?.peer {
+                    state.links[linkID] = nil
+                    report(wire, .notConnected(ConnectionError(.closedLocally)))
+                }
+            }
+        }
+    }
+
+    // MARK: Messages
+
+    /// Queues a reliable message to each peer; returns at once. Throws only for an empty peer
+    /// list, an unconnected peer or an oversized message, and then sends nothing.
+    public func send(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
+        guard !peers.isEmpty else { throw .noPeers }
+        guard message.readableBytes <= WireLimits.maxMessageSize else { throw .messageTooLarge(message.readableBytes) }
+        let unknown = connected.withLock { connected in peers.filter { connected[$0] == nil } }
+        guard unknown.isEmpty else { throw .notConnected(unknown) }
+        let frames: [Frame]
+        do {
+            frames = try Frame.messageFragments(of: message)
+        } catch {
+            throw .messageTooLarge(message.readableBytes)
+        }
+        eventLoop.execute { [self] in
+            let state = state.value
+            for peer in peers {
+                guard let linkID = state.activeLink[peer], let channel = state.links[linkID]?.channel else { continue }
+                for frame in frames { channel.write(frame, promise: nil) }
+                channel.flush()
+            }
+        }
+    }
+
+    /// Says goodbye to every peer, reports each as not connected, and stops listening. The engine
+    /// can be used again afterwards: the next connection data starts a new listener.
+    public func disconnect() -> EventLoopFuture<Void> {
+        eventLoop.flatSubmit { [self] in
+            let state = state.value
+            var closes: [EventLoopFuture<Void>] = []
+            for (linkID, link) in state.links {
+                state.links[linkID]?.closingSilently = true
+                if let channel = link.channel { closes.append(channel.close().recover { _ in }) }
+            }
+            for reported in state.reported.values {
+                report(reported.peer, .notConnected(ConnectionError(.closedLocally)))
+            }
+            connected.withLock { $0.removeAll() }
+            state.links.removeAll()
+            state.activeLink.removeAll()
+            state.tokens.removeAll()
+            if let listener = state.listener {
+                closes.append(listener.close().recover { _ in })
+            }
+            state.listener = nil
+            state.listenPort = nil
+            state.listening = nil
+            return EventLoopFuture.andAllComplete(closes, on: eventLoop)
+        }
+    }
+
+    // MARK: Listening and dialing
+
+    private func ensureListening() -> EventLoopFuture<Int> {
+        let state = state.value
+        if let listening = state.listening { return listening }
+        let listening = ServerBootstrap(group: eventLoop)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 16)
+            .childChannelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let linkID = self.state.value.addLink(EngineState.Link(dialed: false, channel: channel))
+                    try self.installHandlers(on: channel, linkID: linkID, role: .listener, data: nil)
+                }
+            }
+            .bind(host: configuration.listenHost, port: 0)
+            .map { [self] channel in
+                let port = channel.localAddress?.port ?? 0
+                self.state.value.listener = channel
+                self.state.value.listenPort = port
+                return port
+            }
+        state.listening = listening
+        // A failed bind is not remembered, so the next request tries again.
+        listening.whenFailure { [self] _ in self.state.value.listening = nil }
+        return listening
+    }
+
+    private func dial(linkID: Int, data: ConnectionData, endpoints: ArraySlice<WireEndpoint>) {
+        guard let endpoint = endpoints.first else {
+            if let link = state.value.links.removeValue(forKey: linkID), let peer = link.peer {
+                report(peer, .notConnected(ConnectionError(.connectionClosed)))
+            }
+            return
+        }
+        ClientBootstrap(group: eventLoop)
+            .connectTimeout(configuration.handshakeTimeout)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try self.installHandlers(on: channel, linkID: linkID, role: .dialer, data: data)
+                }
+            }
+            .connect(to: try! endpoint.socketAddress())
+            .whenComplete { [self] result in
+                let state = self.state.value
+                guard state.links[linkID] != nil else {
+                    if case .success(let channel) = result { channel.close(promise: nil) }  // cancelled meanwhile
+                    return
+                }
+                switch result {
+                case .success(let channel): state.links[linkID]?.channel = channel
+                case .failure: self.dial(linkID: linkID, data: data, endpoints: endpoints.dropFirst())
+                }
+            }
+    }
+
+    private func installHandlers(on channel: any Channel, linkID: Int, role: ConnectionConfiguration.Role, data: ConnectionData?) throws {
+        let connectionConfiguration = ConnectionConfiguration(
+            role: role, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
+            tls: configuration.tls, purpose: role == .dialer ? .connectionData : .answer, token: data?.token ?? .zero,
+            listenPort: UInt16(state.value.listenPort ?? 0), recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
+            admission: { [self] hello in self.admit(hello, linkID: linkID) })
+        let handler = try ConnectionHandler(
+            configuration: connectionConfiguration,
+            trustEvaluator: { [self] request, answer in self.trustRequested(request, linkID: linkID, data: data, answer: answer) },
+            trustTimeout: configuration.trustTimeout, handshakeTimeout: configuration.handshakeTimeout,
+            keepalive: configuration.keepalive)
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.pipeline.syncOperations.addHandler(LinkHandler(engine: self, linkID: linkID))
+    }
+
+    // MARK: Link events (on the loop)
+
+    /// A listener's decision on a dialer's HELLO (docs/PROTOCOL.md §7.5, §9.3).
+    private func admit(_ hello: Hello, linkID: Int) -> ConnectionConfiguration.Admission {
+        let state = state.value
+        let peer = hello.peerID.identifier
+        state.expireTokens(now: eventLoop.now)
+        switch hello.purpose {
+        case .connectionData:
+            guard let token = state.tokens[hello.token], token.forPeer == peer else { return .refuse(.unknownToken) }
+            state.tokens[hello.token] = nil  // single use
+        case .meshIntroduction, .invitation, .answer:
+            return .refuse(.unknownToken)
+        }
+        for otherID in state.linkIDs(for: peer) where otherID != linkID {
+            let other = state.links[otherID]!
+            // Both dialed at once: the connection dialed by the larger identifier survives.
+            if other.dialed && !other.isConnected && peer > configuration.localPeer.identifier {
+                state.links[otherID]?.closingSilently = true
+                other.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.duplicateConnection), promise: nil)
+            } else {
+                return .refuse(.duplicateConnection)
+            }
+        }
+        let otherPeers = Set(state.links.values.compactMap { $0.peer?.identifier }).subtracting([peer])
+        guard otherPeers.count < WireLimits.maxSessionMembers - 1 else { return .refuse(.sessionFull) }
+        state.links[linkID]?.peer = hello.peerID
+        return .admit
+    }
+
+    private func trustRequested(_ request: PeerTrustRequest, linkID: Int, data: ConnectionData?, answer: @escaping @Sendable (Bool) -> Void) {
+        eventLoop.preconditionInEventLoop()
+        // A dialer checks that it reached the peer the connection data named, with that certificate.
+        if let data {
+            let fingerprintMatches = data.certificateFingerprint.map { expected in
+                request.certificateChain?.first.map { SHA256Digest.matches($0.sha256Fingerprint, expected) } ?? false
+            } ?? true
+            guard request.peer.identifier == data.peerID.identifier, fingerprintMatches else {
+                answer(false)
+                return
+            }
+        }
+        state.value.links[linkID]?.peer = request.peer
+        report(request.peer, .connecting)
+        onEvent(.trustRequested(request, answer: answer))
+    }
+
+    fileprivate func linkEstablished(_ linkID: Int, _ connection: EstablishedConnection) {
+        let state = state.value
+        guard state.links[linkID] != nil else { return }
+        state.links[linkID]?.isConnected = true
+        state.links[linkID]?.peer = connection.peer
+        state.activeLink[connection.peer.identifier] = linkID
+        connected.withLock { $0[connection.peer.identifier] = connection.peer }
+        report(connection.peer, .connected)
+    }
+
+    fileprivate func linkReceived(_ linkID: Int, _ frame: Frame) {
+        let state = state.value
+        guard let link = state.links[linkID], let peer = link.peer else { return }
+        switch frame {
+        case .message(let fragment, let isEnd):
+            do {
+                if let message = try state.links[linkID]?.assembler.append(fragment, isEnd: isEnd) {
+                    onEvent(.messageReceived(message, from: peer))
+                }
+            } catch {
+                link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
+            }
+        default:
+            break  // streams, resources and mesh frames arrive with their features
+        }
+    }
+
+    fileprivate func linkClosed(_ linkID: Int, _ error: ConnectionError) {
+        let state = state.value
+        guard let link = state.links.removeValue(forKey: linkID) else { return }
+        guard let peer = link.peer else { return }
+        if state.activeLink[peer.identifier] == linkID {
+            state.activeLink[peer.identifier] = nil
+            connected.withLock { $0[peer.identifier] = nil }
+        }
+        // A superseded duplicate, or a link whose end was already reported, goes quietly.
+        guard !link.closingSilently, state.linkIDs(for: peer.identifier).isEmpty else { return }
+        if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
+            // The peer kept its own connection to us, which may not have said HELLO here yet:
+            // stay "connecting" until it shows up, or until the handshake deadline passes.
+            eventLoop.scheduleTask(in: configuration.handshakeTimeout) { [self] in
+                if self.state.value.linkIDs(for: peer.identifier).isEmpty { self.report(peer, .notConnected(error)) }
+            }
+            return
+        }
+        report(peer, .notConnected(error))
+    }
+
+    // MARK: Helpers
+
+    /// Reports each change of a peer's state once.
+    private func report(_ peer: WirePeerID, _ newState: PeerConnectionState) {
+        let state = state.value
+        let previous = state.reported[peer.identifier]?.state ?? .notConnected(nil)
+        switch (previous, newState) {
+        case (.notConnected, .notConnected), (.connecting, .connecting), (.connected, .connected), (.connected, .connecting):
+            return
+        default:
+            break
+        }
+        if case .notConnected = newState {
+            state.reported[peer.identifier] = nil
+        } else {
+            state.reported[peer.identifier] = EngineState.Reported(peer: peer, state: newState)
+        }
+        onEvent(.peerStateChanged(peer, newState))
+    }
+
+    private func advertisedEndpoints(port: Int) throws -> [WireEndpoint] {
+        guard port > 0, port <= Int(UInt16.max) else { throw WireError(.invalidValue, "listener port \(port)") }
+        let hosts: [String]
+        if let advertised = configuration.advertisedAddresses {
+            hosts = advertised
+        } else if configuration.listenHost == "0.0.0.0" || configuration.listenHost == "::" {
+            let devices = (try? System.enumerateDevices()) ?? []
+            let addresses = devices.compactMap { $0.address?.ipAddress }.filter { !$0.hasPrefix("fe80") }
+            // Routable addresses first; loopback last, so a peer on this machine still finds us.
+            hosts = addresses.filter { $0 != "127.0.0.1" && $0 != "::1" } + addresses.filter { $0 == "127.0.0.1" || $0 == "::1" }
+        } else {
+            hosts = [configuration.listenHost]
+        }
+        let endpoints = try hosts.compactMap { host -> WireEndpoint? in
+            guard let address = try? SocketAddress(ipAddress: host, port: port) else { return nil }
+            return try WireEndpoint(socketAddress: address)
+        }
+        guard !endpoints.isEmpty else { throw WireError(.invalidValue, "no address to advertise") }
+        return Array(endpoints.prefix(WireLimits.maxConnectionDataEndpoints))
+    }
+}
+
+/// Connects a channel's connection events to the engine.
+private final class LinkHandler: ChannelInboundHandler {
+    typealias InboundIn = ConnectionEvent
+    let engine: SessionEngine
+    let linkID: Int
+
+    init(engine: SessionEngine, linkID: Int) {
+        self.engine = engine
+        self.linkID = linkID
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .established(let connection): engine.linkEstablished(linkID, connection)
+        case .frame(let frame): engine.linkReceived(linkID, frame)
+        case .closed(let error): engine.linkClosed(linkID, error)
+        }
+    }
+}
+
+/// The engine's mutable state; only touched on the engine's event loop.
+final class EngineState {
+    struct Link {
+        var dialed: Bool
+        var channel: (any Channel)?
+        var peer: WirePeerID?
+        var connectionData: ConnectionData?
+        var isConnected = false
+        /// Set when its end must not be reported (a superseded duplicate, a disconnect).
+        var closingSilently = false
+        var assembler = MessageAssembler()
+
+        init(dialed: Bool, channel: (any Channel)? = nil, peer: WirePeerID? = nil, connectionData: ConnectionData? = nil) {
+            self.dialed = dialed
+            self.channel = channel
+            self.peer = peer
+            self.connectionData = connectionData
+        }
+    }
+
+    struct Token {
+        let forPeer: Bytes16
+        let expires: NIODeadline
+    }
+
+    struct Reported {
+        let peer: WirePeerID
+        let state: PeerConnectionState
+    }
+
+    var links: [Int: Link] = [:]
+    var activeLink: [Bytes16: Int] = [:]
+    var tokens: [Bytes16: Token] = [:]
+    var reported: [Bytes16: Reported] = [:]
+    var listener: (any Channel)?
+    var listenPort: Int?
+    var listening: EventLoopFuture<Int>?
+    private var nextLinkID = 1
+
+    func addLink(_ link: Link) -> Int {
+        defer { nextLinkID += 1 }
+        links[nextLinkID] = link
+        return nextLinkID
+    }
+
+    func linkIDs(for peer: Bytes16) -> [Int] {
+        links.filter { $0.value.peer?.identifier == peer }.map(\.key)
+    }
+
+    func expireTokens(now: NIODeadline) {
+        tokens = tokens.filter { $0.value.expires > now }
+    }
+}
+
+extension SHA256Digest {
+    static func matches(_ bytes: [UInt8], _ digest: SHA256Digest) -> Bool { bytes == digest.bytes }
+}
+
+extension WireEndpoint {
+    init(socketAddress: SocketAddress) throws(WireError) {
+        guard let port = socketAddress.port, let port16 = UInt16(exactly: port) else {
+            throw WireError(.invalidValue, "socket address without a port")
+        }
+        switch socketAddress {
+        case .v4(let address):
+            try self.init(address: .ipv4(UInt32(bigEndian: address.address.sin_addr.s_addr)), port: port16)
+        case .v6(let address):
+            let bytes = withUnsafeBytes(of: address.address.sin6_addr) { Array($0) }
+            try self.init(address: .ipv6(Bytes16(bytes: bytes)!), port: port16)
+        case .unixDomainSocket:
+            throw WireError(.invalidValue, "unix domain sockets have no IP endpoint")
+        }
+    }
+
+    func socketAddress() throws -> SocketAddress {
+        switch address {
+        case .ipv4(let value):
+            let octets = (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0)))) }
+            return try SocketAddress(ipAddress: octets.joined(separator: "."), port: Int(port))
+        case .ipv6(let value):
+            var storage = in6_addr()
+            withUnsafeMutableBytes(of: &storage) { $0.copyBytes(from: value.bytes) }
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = in_port_t(port).bigEndian
+            address.sin6_addr = storage
+            return SocketAddress(address, host: "")
+        }
+    }
+}

@@ -1,0 +1,73 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+
+/// What a session engine needs to know; MCSession builds it from its public configuration.
+public struct SessionEngineConfiguration: Sendable {
+    public var localPeer: WirePeerID
+    public var encryptionPreference: WireEncryptionPreference
+    public var tls: TLSContext
+    /// Where to accept connections: "0.0.0.0" (all IPv4), "::" (all), or one address such as "127.0.0.1".
+    public var listenHost: String
+    /// Addresses to put in connection data; nil derives them from the listener and the interfaces.
+    public var advertisedAddresses: [String]?
+    public var trustTimeout: TimeAmount
+    public var handshakeTimeout: TimeAmount
+    public var keepalive: KeepalivePolicy
+    public var recordsPerKeyUpdate: UInt64
+
+    public init(
+        localPeer: WirePeerID,
+        encryptionPreference: WireEncryptionPreference,
+        tls: TLSContext,
+        listenHost: String = "0.0.0.0",
+        advertisedAddresses: [String]? = nil,
+        trustTimeout: TimeAmount = .seconds(30),
+        handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds)),
+        keepalive: KeepalivePolicy = KeepalivePolicy(),
+        recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
+    ) {
+        self.localPeer = localPeer
+        self.encryptionPreference = encryptionPreference
+        self.tls = tls
+        self.listenHost = listenHost
+        self.advertisedAddresses = advertisedAddresses
+        self.trustTimeout = trustTimeout
+        self.handshakeTimeout = handshakeTimeout
+        self.keepalive = keepalive
+        self.recordsPerKeyUpdate = recordsPerKeyUpdate
+    }
+}
+
+/// A peer's place in the session, as the engine reports it.
+public enum PeerConnectionState: Sendable, Equatable {
+    case connecting
+    case connected
+    /// With the reason when the connection failed or ended for one.
+    case notConnected(ConnectionError?)
+}
+
+public enum SessionEngineEvent: Sendable {
+    case peerStateChanged(WirePeerID, PeerConnectionState)
+    /// Ask the application; call `answer` once, from any thread.
+    case trustRequested(PeerTrustRequest, answer: @Sendable (Bool) -> Void)
+    case messageReceived(ByteBuffer, from: WirePeerID)
+}
+
+/// Why `send` refused a message; it never blocks and never partially sends.
+public enum SessionSendError: Error, Equatable, Sendable {
+    case noPeers
+    /// Identifiers of the peers that are not connected.
+    case notConnected([Bytes16])
+    case messageTooLarge(Int)
+}
+
+/// Why connection data was refused.
+public enum ConnectionDataError: Error, Equatable, Sendable {
+    case malformed(WireError)
+    /// The blob was made by another peer than the one the app named.
+    case wrongPeer
+    /// The blob was made for another peer than this session's.
+    case notForUs
+    case sessionEnded
+}

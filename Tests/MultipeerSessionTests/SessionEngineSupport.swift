@@ -1,0 +1,69 @@
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// One engine on loopback with everything it reported.
+final class EngineProbe: Sendable {
+    let engine: SessionEngine
+    let peer: WirePeerID
+    private let log = Mutex<(states: [(Bytes16, PeerConnectionState)], messages: [(Bytes16, ByteBuffer)])>(([], []))
+    private let trustPolicy = Mutex<@Sendable (PeerTrustRequest) -> Bool>({ _ in true })
+
+    init(
+        name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
+        keepalive: KeepalivePolicy = KeepalivePolicy()
+    ) throws {
+        let peer = try WirePeerID(identifier: .random(), displayName: name)
+        self.peer = peer
+        let box = Mutex<EngineProbe?>(nil)
+        engine = SessionEngine(
+            configuration: SessionEngineConfiguration(
+                localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
+                listenHost: "127.0.0.1", keepalive: keepalive),
+            onEvent: { event in box.withLock { $0 }?.record(event) })
+        box.withLock { $0 = self }
+    }
+
+    func trust(_ policy: @escaping @Sendable (PeerTrustRequest) -> Bool) { trustPolicy.withLock { $0 = policy } }
+
+    private func record(_ event: SessionEngineEvent) {
+        switch event {
+        case .peerStateChanged(let peer, let state): log.withLock { $0.states.append((peer.identifier, state)) }
+        case .messageReceived(let message, let peer): log.withLock { $0.messages.append((peer.identifier, message)) }
+        case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
+        }
+    }
+
+    func states(of other: EngineProbe) -> [PeerConnectionState] {
+        log.withLock { $0.states.filter { $0.0 == other.peer.identifier }.map(\.1) }
+    }
+
+    func messages(from other: EngineProbe) -> [ByteBuffer] {
+        log.withLock { $0.messages.filter { $0.0 == other.peer.identifier }.map(\.1) }
+    }
+
+    func isConnected(to other: EngineProbe) -> Bool { states(of: other).last == .connected }
+
+    func lastState(of other: EngineProbe) -> PeerConnectionState? { states(of: other).last }
+
+    /// `other` dials us with connection data we made for it.
+    func accept(_ other: EngineProbe) async throws {
+        let data = try await engine.connectionData(forPeer: other.peer.identifier).get()
+        other.engine.connect(to: data)
+    }
+
+    func shutdown() async { try? await engine.disconnect().get() }
+}
+
+/// Polls until `condition` holds or `seconds` pass.
+func eventually(seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}

@@ -1,0 +1,146 @@
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import Testing
+
+@Suite("Session engine over loopback", .serialized)
+struct SessionEngineTests {
+    static let pki = try! TestPKI()
+
+    @Test func twoPeersConnectByConnectionDataAndExchangeMessagesInOrder() async throws {
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
+        try await alice.accept(bob)
+        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(alice.states(of: bob) == [.connecting, .connected])
+        #expect(bob.states(of: alice) == [.connecting, .connected])
+        #expect(alice.engine.connectedPeers == [bob.peer])
+
+        for index in 0..<100 { try bob.engine.send(ByteBuffer(string: "message \(index)"), to: [alice.peer.identifier]) }
+        let big = ByteBuffer(repeating: 0x5A, count: 3 * 1_048_576 + 17)
+        try alice.engine.send(big, to: [bob.peer.identifier])
+        try alice.engine.send(ByteBuffer(), to: [bob.peer.identifier])
+        #expect(try await eventually { alice.messages(from: bob).count == 100 && bob.messages(from: alice).count == 2 })
+        #expect(alice.messages(from: bob).map { String(buffer: $0) } == (0..<100).map { "message \($0)" })
+        #expect(bob.messages(from: alice) == [big, ByteBuffer()])
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
+    @Test func sendRefusesAtOnceWithoutSendingAnything() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let stranger = Bytes16.random()
+        #expect(throws: SessionSendError.noPeers) { try alice.engine.send(ByteBuffer(string: "x"), to: []) }
+        #expect(throws: SessionSendError.notConnected([stranger])) { try alice.engine.send(ByteBuffer(string: "x"), to: [stranger]) }
+        let huge = ByteBuffer(repeating: 0, count: WireLimits.maxMessageSize + 1)
+        #expect(throws: SessionSendError.messageTooLarge(huge.readableBytes)) { try alice.engine.send(huge, to: [stranger]) }
+    }
+
+    @Test func connectionDataIsForOnePeerAndOneUse() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        let mallory = try EngineProbe(name: "mallory")
+        let data = try await alice.engine.connectionData(forPeer: bob.peer.identifier).get()
+        mallory.engine.connect(to: data)
+        #expect(try await eventually { mallory.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))) })
+        #expect(alice.states(of: mallory).isEmpty)
+        bob.engine.connect(to: data)
+        #expect(try await eventually { bob.isConnected(to: alice) })
+        await bob.shutdown()
+        #expect(try await eventually { alice.lastState(of: bob) == .notConnected(ConnectionError(.peerSaidGoodbye(.normal))) })
+        // The same blob again: the token was used up.
+        bob.engine.connect(to: data)
+        #expect(try await eventually { bob.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))) })
+        await alice.shutdown()
+        await mallory.shutdown()
+    }
+
+    @Test func simultaneousConnectEndsInExactlyOneConnection() async throws {
+        for _ in 0..<15 {
+            let alice = try EngineProbe(name: "alice")
+            let bob = try EngineProbe(name: "bob")
+            let forBob = try await alice.engine.connectionData(forPeer: bob.peer.identifier).get()
+            let forAlice = try await bob.engine.connectionData(forPeer: alice.peer.identifier).get()
+            bob.engine.connect(to: forBob)
+            alice.engine.connect(to: forAlice)
+            #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+            try await Task.sleep(for: .milliseconds(100))  // let any duplicate finish closing
+            #expect(alice.states(of: bob) == [.connecting, .connected])
+            #expect(bob.states(of: alice) == [.connecting, .connected])
+            try alice.engine.send(ByteBuffer(string: "still here"), to: [bob.peer.identifier])
+            #expect(try await eventually { bob.messages(from: alice).count == 1 })
+            await alice.shutdown()
+            await bob.shutdown()
+        }
+    }
+
+    @Test func disconnectReportsEveryPeerAndTheEngineCanBeUsedAgain() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        let carol = try EngineProbe(name: "carol")
+        try await alice.accept(bob)
+        try await alice.accept(carol)
+        #expect(try await eventually { alice.engine.connectedPeers.count == 2 })
+        await alice.shutdown()
+        #expect(alice.lastState(of: bob) == .notConnected(ConnectionError(.closedLocally)))
+        #expect(alice.lastState(of: carol) == .notConnected(ConnectionError(.closedLocally)))
+        #expect(alice.engine.connectedPeers.isEmpty)
+        #expect(try await eventually { bob.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.normal))) })
+        // Reusable: a fresh blob, a fresh listener.
+        try await alice.accept(bob)
+        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        await alice.shutdown()
+        await bob.shutdown()
+        await carol.shutdown()
+    }
+
+    @Test func trustRejectionLeavesBothNotConnected() async throws {
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try TestPKI(name: "Rogue").peer("bob"))
+        alice.trust { request in TrustEvaluation(anchors: [Self.pki.root]).evaluate(request.certificateChain ?? []).isTrusted }
+        try await alice.accept(bob)
+        #expect(try await eventually { bob.lastState(of: alice) == .notConnected(ConnectionError(.trustRejectedByPeer(.rejected))) })
+        #expect(try await eventually { alice.lastState(of: bob) == .notConnected(ConnectionError(.trustRejectedLocally)) })
+        #expect(!alice.states(of: bob).contains(.connected))
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
+    @Test func aNinthMemberIsRefusedOnBothSides() async throws {
+        let hub = try EngineProbe(name: "hub", preference: .none)
+        var members: [EngineProbe] = []
+        for index in 0..<7 {
+            let member = try EngineProbe(name: "member\(index)", preference: .none)
+            try await hub.accept(member)
+            members.append(member)
+        }
+        #expect(try await eventually { hub.engine.connectedPeers.count == 7 })
+        let ninth = try EngineProbe(name: "ninth", preference: .none)
+        try await hub.accept(ninth)
+        #expect(try await eventually { ninth.lastState(of: hub) == .notConnected(ConnectionError(.peerSaidGoodbye(.sessionFull))) })
+        #expect(hub.states(of: ninth).isEmpty)
+        #expect(hub.engine.connectedPeers.count == 7)
+        for member in members + [hub, ninth] { await member.shutdown() }
+    }
+
+    @Test func fullMeshOfEight() async throws {
+        let peers = try (0..<8).map { try EngineProbe(name: "peer\($0)", identity: try Self.pki.peer("peer\($0)")) }
+        for (index, listener) in peers.enumerated() {
+            for dialer in peers[(index + 1)...] { try await listener.accept(dialer) }
+        }
+        #expect(try await eventually(seconds: 20) { peers.allSatisfy { $0.engine.connectedPeers.count == 7 } })
+        for peer in peers {
+            #expect(Set(peer.engine.connectedPeers) == Set(peers.filter { $0 !== peer }.map(\.peer)))
+            try peer.engine.send(ByteBuffer(string: "from \(peer.peer.displayName)"), to: peers.filter { $0 !== peer }.map(\.peer.identifier))
+        }
+        #expect(try await eventually { peers.allSatisfy { receiver in peers.allSatisfy { sender in sender === receiver || receiver.messages(from: sender).count == 1 } } })
+        for receiver in peers {
+            for sender in peers where sender !== receiver {
+                #expect(receiver.messages(from: sender).map { String(buffer: $0) } == ["from \(sender.peer.displayName)"])
+            }
+        }
+        for peer in peers { await peer.shutdown() }
+    }
+}
