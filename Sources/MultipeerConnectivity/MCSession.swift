@@ -1,0 +1,328 @@
+import Dispatch
+import Foundation
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerWire
+import NIOCore
+import Synchronization
+
+/// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
+///
+/// After `disconnect()` the session can connect again: new connection data starts a new listener.
+public final class MCSession: NSObject, @unchecked Sendable {
+    // @unchecked: immutable after init except the delegate and the subscriber lists, which are
+    // behind locks; all connection state lives in the engine on its event loop.
+
+    public let myPeerID: MCPeerID
+    /// Apple's `[SecIdentity, SecCertificate...]`, exactly as given.
+    public let securityIdentity: [Any]?
+    public let encryptionPreference: MCEncryptionPreference
+    public let configuration: MCSessionConfiguration
+
+    private let delegateBox = DelegateBox()
+    private let delegateQueue: DispatchQueue
+    private let setupError: MCError?
+    private let engine: SessionEngine?
+    private let knownPeers = Mutex<[Bytes16: MCPeerID]>([:])
+    private let subscribers = Mutex<[UUID: AsyncStream<Event>.Continuation]>([:])
+    private let evaluator = Mutex<CertificateEvaluator?>(nil)
+
+    public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
+
+    public weak var delegate: (any MCSessionDelegate)? {
+        get { delegateBox.value }
+        set { delegateBox.value = newValue }
+    }
+
+    /// Same as `init(peer:securityIdentity:nil, encryptionPreference: .optional)`.
+    public convenience init(peer myPeerID: MCPeerID) {
+        self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .optional)
+    }
+
+    /// Apple's initializer. A malformed `identity` array does not trap: the session is created
+    /// unusable, and every attempt to connect fails with `MCError.invalidParameter`. Use
+    /// `init(peer:identity:encryptionPreference:configuration:)` to get the error at once.
+    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: MCSessionConfiguration())
+    }
+
+    /// Apple's initializer with the settings Apple fixes silently.
+    public convenience init(
+        peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
+        configuration: MCSessionConfiguration
+    ) {
+        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: configuration)
+    }
+
+    /// The typed initializer: the identity directly, errors thrown.
+    public convenience init(
+        peer myPeerID: MCPeerID, identity: SecurityIdentity?, encryptionPreference: MCEncryptionPreference = .required,
+        configuration: MCSessionConfiguration = MCSessionConfiguration()
+    ) throws(MCError) {
+        let array: [Any]? = identity.map { [SecIdentity($0)] }
+        self.init(peer: myPeerID, securityIdentityArray: array, encryptionPreference: encryptionPreference, configuration: configuration)
+        if let setupError { throw setupError }
+    }
+
+    private init(peer: MCPeerID, securityIdentityArray: [Any]?, encryptionPreference: MCEncryptionPreference, configuration: MCSessionConfiguration) {
+        myPeerID = peer
+        securityIdentity = securityIdentityArray
+        self.encryptionPreference = encryptionPreference
+        self.configuration = configuration
+        delegateQueue = DispatchQueue(label: "MCSession.delegate.\(peer.displayName)")
+        var engine: SessionEngine?
+        var setupError: MCError?
+        let events = EventSink()
+        do throws(MCError) {
+            let identity = try SecurityIdentityArray.parse(securityIdentityArray)
+            let tls: TLSContext
+            do {
+                tls = try TLSContext(identity: identity)
+            } catch {
+                throw MCError(.invalidParameter, reason: error.description)
+            }
+            engine = SessionEngine(
+                configuration: SessionEngineConfiguration(
+                    localPeer: peer.wire, encryptionPreference: encryptionPreference.wire, tls: tls,
+                    listenHost: configuration.listenAddress, advertisedAddresses: configuration.advertisedAddresses,
+                    trustTimeout: TimeAmount(configuration.certificateDecisionTimeout),
+                    handshakeTimeout: TimeAmount(configuration.handshakeTimeout),
+                    keepalive: KeepalivePolicy(
+                        interval: TimeAmount(configuration.keepaliveInterval),
+                        deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline))),
+                onEvent: { event in events.session?.handle(event) })
+        } catch {
+            setupError = error
+        }
+        self.engine = engine
+        self.setupError = setupError
+        super.init()
+        events.session = self
+    }
+
+    /// The peers currently connected, in a stable order.
+    public var connectedPeers: [MCPeerID] {
+        (engine?.connectedPeers ?? []).map(mcPeer)
+    }
+
+    // MARK: Connecting
+
+    /// Makes the blob that `peerID` passes to `connectPeer(_:withNearbyConnectionData:)` to reach this session.
+    public func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping @Sendable (Data?, (any Error)?) -> Void) {
+        guard let engine else {
+            completionHandler(nil, setupError)
+            return
+        }
+        remember(peerID)
+        engine.connectionData(forPeer: peerID.wire.identifier).whenComplete { result in
+            switch result {
+            case .success(let data):
+                var buffer = ByteBuffer()
+                data.encode(into: &buffer)
+                completionHandler(Data(buffer.readableBytesView), nil)
+            case .failure(let error):
+                completionHandler(nil, MCError(.unavailable, reason: "cannot listen: \(error)"))
+            }
+        }
+    }
+
+    /// The same, for async code.
+    public func nearbyConnectionData(for peerID: MCPeerID) async throws -> Data {
+        try await withCheckedThrowingContinuation { continuation in
+            nearbyConnectionData(forPeer: peerID) { data, error in
+                if let data { continuation.resume(returning: data) } else { continuation.resume(throwing: error ?? MCError(.unknown)) }
+            }
+        }
+    }
+
+    /// Apple's shape: never throws. Bad connection data is reported to the delegate as the peer
+    /// going notConnected; call `connect(to:nearbyConnectionData:)` to get the error instead.
+    public func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
+        do {
+            try connect(to: peerID, nearbyConnectionData: data)
+        } catch {
+            emit(.peerStateChanged(peerID, .notConnected))
+        }
+    }
+
+    /// Checks the connection data and dials the peer that made it.
+    /// Throws `invalidParameter` for garbage, truncated data, or data made by or for another peer.
+    public func connect(to peerID: MCPeerID, nearbyConnectionData data: Data) throws(MCError) {
+        guard let engine else { throw setupError ?? MCError(.unknown) }
+        guard data.count <= WireLimits.maxConnectionDataLength else {
+            throw MCError(.invalidParameter, reason: "connection data of \(data.count) bytes is too long")
+        }
+        let decoded: ConnectionData
+        do {
+            decoded = try ConnectionData.decode(ByteBuffer(bytes: data))
+        } catch {
+            throw MCError(.invalidParameter, reason: "connection data: \(error.rule)")
+        }
+        guard decoded.peerID.identifier == peerID.wire.identifier else {
+            throw MCError(.invalidParameter, reason: "the connection data was made by another peer than \(peerID.displayName)")
+        }
+        guard decoded.forPeer == myPeerID.wire.identifier else {
+            throw MCError(.invalidParameter, reason: "the connection data was made for another peer")
+        }
+        remember(peerID)
+        engine.connect(to: decoded)
+    }
+
+    public func cancelConnectPeer(_ peerID: MCPeerID) {
+        engine?.cancelConnect(peer: peerID.wire.identifier)
+    }
+
+    /// Says goodbye to every peer and reports each as notConnected. The session stays usable.
+    public func disconnect() {
+        _ = engine?.disconnect()
+    }
+
+    /// The same, returning once every connection is closed.
+    public func disconnect() async {
+        try? await engine?.disconnect().get()
+    }
+
+    // MARK: Sending
+
+    /// Queues `data` for each peer and returns at once. Throws `notConnected` for an unconnected
+    /// peer, `invalidParameter` for an empty peer list or a message over 16 MiB, and then sends nothing.
+    public func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
+        try sendChecked(data, toPeers: peerIDs, with: mode)
+    }
+
+    /// The same, with the error type spelled out.
+    public func sendChecked(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws(MCError) {
+        guard let engine else { throw setupError ?? MCError(.unknown) }
+        guard mode == .reliable else {
+            throw MCError(.unsupported, reason: "unreliable datagrams are not available in this version")
+        }
+        do {
+            try engine.send(ByteBuffer(bytes: data), to: peerIDs.map(\.wire.identifier))
+        } catch {
+            switch error {
+            case .noPeers: throw MCError(.invalidParameter, reason: "no peers given")
+            case .messageTooLarge(let size): throw MCError(.invalidParameter, reason: "message of \(size) bytes, at most \(WireLimits.maxMessageSize)")
+            case .notConnected(let identifiers):
+                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
+                throw MCError(.notConnected, reason: "not connected to \(names.joined(separator: ", "))")
+            }
+        }
+    }
+
+    // MARK: Events from the engine
+
+    private func handle(_ event: SessionEngineEvent) {
+        switch event {
+        case .peerStateChanged(let wire, let state):
+            let mapped: MCSessionState = switch state {
+            case .connecting: .connecting
+            case .connected: .connected
+            case .notConnected: .notConnected
+            }
+            emit(.peerStateChanged(mcPeer(wire), mapped))
+        case .messageReceived(let buffer, let wire):
+            emit(.dataReceived(Data(buffer.readableBytesView), from: mcPeer(wire)))
+        case .trustRequested(let request, let answer):
+            askTrust(request, answer: answer)
+        }
+    }
+
+    private func askTrust(_ request: PeerTrustRequest, answer: @escaping @Sendable (Bool) -> Void) {
+        let peer = mcPeer(request.peer)
+        let certificates = request.certificateChain?.map(SecCertificate.init)
+        if let evaluator = evaluator.withLock({ $0 }) {
+            Task { answer(await evaluator(peer, certificates)) }
+            return
+        }
+        delegateQueue.async { [delegateBox, weak self] in
+            guard let self, let delegate = delegateBox.value else {
+                answer(true)  // no delegate: Apple's default
+                return
+            }
+            delegate.session(self, didReceiveCertificate: certificates, fromPeer: peer) { accepted in answer(accepted) }
+        }
+    }
+
+    private func emit(_ event: Event) {
+        for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield(event) }
+        delegateQueue.async { [delegateBox, weak self] in
+            guard let self, let delegate = delegateBox.value else { return }
+            switch event {
+            case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
+            case .dataReceived(let data, let peer): delegate.session(self, didReceive: data, fromPeer: peer)
+            }
+        }
+    }
+
+    // MARK: Peers
+
+    private func remember(_ peer: MCPeerID) {
+        knownPeers.withLock { $0[peer.wire.identifier] = $0[peer.wire.identifier] ?? peer }
+    }
+
+    /// The app's own MCPeerID object for a peer when it has one, so identity checks with === also hold.
+    private func mcPeer(_ wire: WirePeerID) -> MCPeerID {
+        knownPeers.withLock { known in
+            if let peer = known[wire.identifier] { return peer }
+            let peer = MCPeerID(wire: wire)
+            known[wire.identifier] = peer
+            return peer
+        }
+    }
+}
+
+// MARK: Swift-native API
+
+extension MCSession {
+    /// What happens in a session, for `for await` loops.
+    public enum Event: Sendable {
+        case peerStateChanged(MCPeerID, MCSessionState)
+        case dataReceived(Data, from: MCPeerID)
+    }
+
+    /// A new stream of this session's events from now on; each call gets its own.
+    public func events() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .unbounded)
+        let id = UUID()
+        subscribers.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
+    public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {
+        self.evaluator.withLock { $0 = evaluator }
+    }
+
+    /// Sends reliably; returns once the message is queued.
+    public func send(_ data: Data, to peers: [MCPeerID], mode: MCSessionSendDataMode = .reliable) async throws(MCError) {
+        try sendChecked(data, toPeers: peers, with: mode)
+    }
+}
+
+/// Holds the weak delegate behind a lock.
+private final class DelegateBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private weak var delegate: (any MCSessionDelegate)?
+    var value: (any MCSessionDelegate)? {
+        get { lock.withLock { delegate } }
+        set { lock.withLock { delegate = newValue } }
+    }
+}
+
+/// Lets the engine's event closure reach the session once it exists, without a retain cycle.
+private final class EventSink: @unchecked Sendable {
+    private let lock = NSLock()
+    private weak var target: MCSession?
+    var session: MCSession? {
+        get { lock.withLock { target } }
+        set { lock.withLock { target = newValue } }
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}

@@ -1,0 +1,26 @@
+import MultipeerWire
+
+/// The things Apple's framework fixes silently, with the defaults it would use.
+public struct MCSessionConfiguration: Sendable {
+    /// Where to accept connections: "0.0.0.0" (every IPv4 interface), "::", or one address.
+    public var listenAddress: String = "0.0.0.0"
+    /// Addresses to put in connection data; nil derives them from the interfaces.
+    public var advertisedAddresses: [String]?
+    /// From TCP connect until the certificate handler is asked.
+    public var handshakeTimeout: Duration = .seconds(WireLimits.defaultHandshakeDeadlineSeconds)
+    /// How long the certificate handler may take before the peer is rejected.
+    public var certificateDecisionTimeout: Duration = .seconds(30)
+    /// Silence after which a connected peer is pinged.
+    public var keepaliveInterval: Duration = .seconds(WireLimits.defaultKeepaliveIntervalSeconds)
+    /// Silence after which a connected peer is reported notConnected.
+    public var deadPeerDeadline: Duration = .seconds(WireLimits.defaultDeadPeerDeadlineSeconds)
+
+    public init() {}
+
+    /// Listens and advertises on 127.0.0.1 only: for tests and demos on one machine.
+    public static var loopbackOnly: MCSessionConfiguration {
+        var configuration = MCSessionConfiguration()
+        configuration.listenAddress = "127.0.0.1"
+        return configuration
+    }
+}

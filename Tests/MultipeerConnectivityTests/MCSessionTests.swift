@@ -1,0 +1,232 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+import MultipeerTestSupport
+import Testing
+
+/// Records what a session tells its delegate, and answers certificate questions by a policy.
+final class RecordingDelegate: MCSessionDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var _states: [(MCPeerID, MCSessionState)] = []
+    private var _data: [(MCPeerID, Data)] = []
+    private var _certificates: [(MCPeerID, [Any]?)] = []
+    private var _onQueue = true
+    let accept: @Sendable (MCPeerID, [Any]?) -> Bool
+
+    init(accept: @escaping @Sendable (MCPeerID, [Any]?) -> Bool = { _, _ in true }) { self.accept = accept }
+
+    func states(of peer: MCPeerID) -> [MCSessionState] { lock.withLock { _states.filter { $0.0 == peer }.map(\.1) } }
+    func data(from peer: MCPeerID) -> [Data] { lock.withLock { _data.filter { $0.0 == peer }.map(\.1) } }
+    var certificates: [(MCPeerID, [Any]?)] { lock.withLock { _certificates } }
+
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {
+        lock.withLock { _states.append((peerID, state)) }
+    }
+
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
+        lock.withLock { _data.append((peerID, data)) }
+    }
+
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}
+    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {}
+    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: (any Error)?) {}
+
+    func session(_ session: MCSession, didReceiveCertificate certificate: [Any]?, fromPeer peerID: MCPeerID, certificateHandler: @escaping (Bool) -> Void) {
+        lock.withLock { _certificates.append((peerID, certificate)) }
+        certificateHandler(accept(peerID, certificate))
+    }
+}
+
+/// A delegate that does not implement the certificate method: Apple's default applies.
+final class MinimalDelegate: MCSessionDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var _states: [MCSessionState] = []
+    var states: [MCSessionState] { lock.withLock { _states } }
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) { lock.withLock { _states.append(state) } }
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {}
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}
+    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress) {}
+    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: (any Error)?) {}
+}
+
+func eventually(seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
+
+@Suite("MCSession, Apple's API over loopback", .serialized)
+struct MCSessionTests {
+    static let pki = try! TestPKI()
+
+    /// `dialer` connects to `listener` the Apple way: connection data made by the listener for the dialer.
+    static func connect(_ dialer: MCSession, to listener: MCSession) async throws {
+        let data = try await listener.nearbyConnectionData(for: dialer.myPeerID)
+        dialer.connectPeer(listener.myPeerID, withNearbyConnectionData: data)
+    }
+
+    @Test func appleShapedSessionsConnectAuthenticateAndExchangeData() async throws {
+        let aliceIdentity = try Self.pki.peer("alice")
+        let bobIdentity = try Self.pki.peer("bob")
+        let alicePeer = MCPeerID(displayName: "alice")
+        let bobPeer = MCPeerID(displayName: "bob")
+        let anchors = [Self.pki.root]
+        let verify: @Sendable (MCPeerID, [Any]?) -> Bool = { _, certificate in
+            let chain = (certificate as? [SecCertificate])?.map(\.certificate) ?? []
+            return TrustEvaluation(anchors: anchors).evaluate(chain).isTrusted
+        }
+        let alice = MCSession(
+            peer: alicePeer, securityIdentity: [SecIdentity(aliceIdentity), SecCertificate(Self.pki.intermediate)],
+            encryptionPreference: .required, configuration: .loopbackOnly)
+        let bob = MCSession(
+            peer: bobPeer, securityIdentity: [SecIdentity(bobIdentity)], encryptionPreference: .required, configuration: .loopbackOnly)
+        let aliceDelegate = RecordingDelegate(accept: verify)
+        let bobDelegate = RecordingDelegate(accept: verify)
+        alice.delegate = aliceDelegate
+        bob.delegate = bobDelegate
+        #expect(alice.securityIdentity?.count == 2)
+
+        try await Self.connect(bob, to: alice)
+        #expect(try await eventually { aliceDelegate.states(of: bobPeer) == [.connecting, .connected] && bobDelegate.states(of: alicePeer) == [.connecting, .connected] })
+        #expect(alice.connectedPeers == [bobPeer])
+        #expect(bob.connectedPeers == [alicePeer])
+        // The certificate handler saw the peer's chain as SecCertificates, leaf first.
+        let seen = try #require(aliceDelegate.certificates.first)
+        #expect(seen.0 == bobPeer)
+        #expect((seen.1 as? [SecCertificate])?.first.flatMap { SecCertificateCopySubjectSummary($0) } == "bob")
+
+        try bob.send(Data("hello alice".utf8), toPeers: [alicePeer], with: .reliable)
+        try alice.send(Data("hello bob".utf8), toPeers: [bobPeer], with: .reliable)
+        #expect(try await eventually { aliceDelegate.data(from: bobPeer).count == 1 && bobDelegate.data(from: alicePeer).count == 1 })
+        #expect(aliceDelegate.data(from: bobPeer) == [Data("hello alice".utf8)])
+
+        await alice.disconnect()
+        #expect(try await eventually { aliceDelegate.states(of: bobPeer).last == .notConnected && bobDelegate.states(of: alicePeer).last == .notConnected })
+        #expect(alice.connectedPeers.isEmpty)
+        await bob.disconnect()
+    }
+
+    @Test func aRejectedCertificateNeverConnects() async throws {
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try TestPKI(name: "Rogue").peer("bob"), configuration: .loopbackOnly)
+        let anchors = [Self.pki.root]
+        let aliceDelegate = RecordingDelegate { _, certificate in
+            TrustEvaluation(anchors: anchors).evaluate((certificate as? [SecCertificate])?.map(\.certificate) ?? []).isTrusted
+        }
+        let bobDelegate = RecordingDelegate()
+        alice.delegate = aliceDelegate
+        bob.delegate = bobDelegate
+        try await Self.connect(bob, to: alice)
+        #expect(try await eventually { bobDelegate.states(of: alice.myPeerID).last == .notConnected })
+        #expect(try await eventually { aliceDelegate.states(of: bob.myPeerID).last == .notConnected })
+        #expect(!bobDelegate.states(of: alice.myPeerID).contains(.connected))
+        #expect(alice.connectedPeers.isEmpty && bob.connectedPeers.isEmpty)
+    }
+
+    @Test func withoutTheCertificateMethodEveryPeerIsAccepted() async throws {
+        let alice = MCSession(peer: MCPeerID(displayName: "alice"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let delegate = MinimalDelegate()
+        alice.delegate = delegate
+        try await Self.connect(bob, to: alice)
+        #expect(try await eventually { delegate.states == [.connecting, .connected] })
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    @Test func malformedIdentityArraysAreInvalidParameter() async throws {
+        let session = MCSession(peer: MCPeerID(displayName: "x"), securityIdentity: ["not an identity"], encryptionPreference: .required)
+        do {
+            _ = try await session.nearbyConnectionData(for: MCPeerID(displayName: "y"))
+            Issue.record("an unusable session made connection data")
+        } catch let error as MCError {
+            #expect(error.code == .invalidParameter)
+        }
+        #expect(throws: MCError.self) { try session.send(Data([1]), toPeers: [MCPeerID(displayName: "y")], with: .reliable) }
+        let empty = MCSession(peer: MCPeerID(displayName: "x"), securityIdentity: [], encryptionPreference: .required)
+        #expect(throws: MCError.self) { try empty.connect(to: MCPeerID(displayName: "y"), nearbyConnectionData: Data()) }
+    }
+
+    @Test func badConnectionDataIsInvalidParameterNeverACrash() async throws {
+        let alice = MCSession(peer: MCPeerID(displayName: "alice"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let carol = MCPeerID(displayName: "carol")
+        let good = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        let cases: [(MCPeerID, Data)] = [
+            (alice.myPeerID, Data()),
+            (alice.myPeerID, Data("garbage".utf8)),
+            (alice.myPeerID, good.prefix(good.count - 1)),
+            (alice.myPeerID, good + Data([0])),
+            (alice.myPeerID, Data(repeating: 0x4D, count: 100_000)),
+            (carol, good),  // made by alice, not carol
+        ]
+        for (peer, data) in cases {
+            do {
+                try bob.connect(to: peer, nearbyConnectionData: data)
+                Issue.record("accepted \(data.count) bytes for \(peer.displayName)")
+            } catch {
+                #expect(error.code == .invalidParameter)
+            }
+        }
+        // Made for bob: carol's session cannot use it.
+        let carolSession = MCSession(peer: carol, securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        #expect(throws: MCError.self) { try carolSession.connect(to: alice.myPeerID, nearbyConnectionData: good) }
+        // Apple's non-throwing call reports the failure to the delegate.
+        let delegate = RecordingDelegate()
+        bob.delegate = delegate
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: Data("garbage".utf8))
+        #expect(try await eventually { delegate.states(of: alice.myPeerID) == [.notConnected] })
+        await alice.disconnect()
+    }
+
+    @Test func sendErrorsMatchApple() throws {
+        let session = MCSession(peer: MCPeerID(displayName: "alice"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let stranger = MCPeerID(displayName: "stranger")
+        do {
+            try session.send(Data([1]), toPeers: [stranger], with: .reliable)
+            Issue.record("sent to a stranger")
+        } catch MCError.notConnected {
+        } catch {
+            Issue.record("wrong error \(error)")
+        }
+        #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .reliable) }
+        do {
+            try session.sendChecked(Data([1]), toPeers: [stranger], with: .unreliable)
+            Issue.record("unreliable sent")
+        } catch {
+            #expect(error.code == .unsupported)
+        }
+    }
+
+    @Test func asyncAPIStreamsEventsAndDecidesTrust() async throws {
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try Self.pki.peer("bob"), configuration: .loopbackOnly)
+        let anchors = [Self.pki.root]
+        for session in [alice, bob] {
+            session.setCertificateEvaluator { _, certificates in
+                TrustEvaluation(anchors: anchors).evaluate(certificates?.map(\.certificate) ?? []).isTrusted
+            }
+        }
+        let events = alice.events()
+        try await Self.connect(bob, to: alice)
+        var iterator = events.makeAsyncIterator()
+        var states: [MCSessionState] = []
+        while states.last != .connected, let event = await iterator.next() {
+            if case .peerStateChanged(let peer, let state) = event, peer == bob.myPeerID { states.append(state) }
+        }
+        #expect(states == [.connecting, .connected])
+        try await bob.send(Data("async hello".utf8), to: [alice.myPeerID])
+        while let event = await iterator.next() {
+            if case .dataReceived(let data, let peer) = event {
+                #expect(data == Data("async hello".utf8))
+                #expect(peer == bob.myPeerID)
+                break
+            }
+        }
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+}
