@@ -194,3 +194,17 @@ struct TrustEvaluationTests {
         #expect(!TrustEvaluation(anchors: [pki.root]).evaluate([bob, alice.certificate, pki.intermediate]).isTrusted)
     }
 }
+
+@Suite("Comparison code")
+struct ComparisonCodeTests {
+    @Test func bothSidesComputeTheSameCodeAndOtherPairsDiffer() throws {
+        let pki = try TestPKI()
+        let alice = try pki.peer("alice").certificate
+        let bob = try pki.peer("bob").certificate
+        let mallory = try pki.peer("mallory").certificate
+        let code = ComparisonCode.make(alice, bob)
+        #expect(code == ComparisonCode.make(bob, alice))
+        #expect(code.count == 7 && code.filter(\.isNumber).count == 6)
+        #expect(code != ComparisonCode.make(alice, mallory))
+    }
+}

@@ -1,0 +1,152 @@
+// The project's main job: two peers on this machine connect over real loopback sockets with
+// freshly made identities and required encryption, check each other's certificates, and exchange
+// messages through Apple's API.
+//   multipeer-demo                 run the demo
+//   multipeer-demo peer PEERID     (for tests) serve one session whose connection data is made
+//                                  for PEERID (hex wire representation), print it, wait 60 s
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+
+@main
+struct Demo {
+    static func main() async {
+        do {
+            let arguments = Array(CommandLine.arguments.dropFirst())
+            if arguments.first == "peer", arguments.count == 2 {
+                try await servePeer(forHex: arguments[1])
+            } else if arguments.isEmpty {
+                try await runDemo()
+            } else {
+                fail("usage: multipeer-demo [peer PEERID-HEX]")
+            }
+        } catch {
+            fail("\(error)")
+        }
+    }
+
+    static func runDemo() async throws {
+        print("crypto: \(CryptoRuntime.openSSLVersion), libsodium \(CryptoRuntime.sodiumVersion)")
+        let authority = try DemoAuthority()
+        let aliceIdentity = try authority.issue("alice")
+        let bobIdentity = try authority.issue("bob")
+        print("identities: alice and bob, Ed25519, issued by \(authority.root.subject)")
+
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: aliceIdentity, encryptionPreference: .required, configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: bobIdentity, encryptionPreference: .required, configuration: .loopbackOnly)
+        for (session, own) in [(alice, aliceIdentity), (bob, bobIdentity)] {
+            let name = session.myPeerID.displayName
+            session.setCertificateEvaluator { peer, certificates in
+                guard let leaf = certificates?.first?.certificate else {
+                    print("\(name): \(peer.displayName) has no certificate: rejected")
+                    return false
+                }
+                let outcome = TrustEvaluation(anchors: [authority.root]).evaluate(certificates!.map(\.certificate))
+                print("\(name) checks \(peer.displayName): CN=\(leaf.subjectCommonName ?? "?"), SHA-256 \(leaf.sha256FingerprintText.prefix(23))..., "
+                    + "\(outcome.isTrusted ? "trusted" : "REJECTED: \(outcome)"), comparison code \(ComparisonCode.make(own.certificate, leaf))")
+                return outcome.isTrusted && leaf.subjectCommonName == peer.displayName
+            }
+        }
+        let aliceEvents = alice.events()
+        let bobEvents = bob.events()
+
+        // Alice makes connection data for Bob; Bob dials her with it (out of band in a real app).
+        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        print("connection data: \(data.count) bytes from alice for bob")
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
+        try await within(seconds: 15) {
+            try await waitConnected(aliceEvents, to: bob.myPeerID, as: "alice")
+            try await waitConnected(bobEvents, to: alice.myPeerID, as: "bob")
+        }
+
+        try bob.send(Data("Hello Alice, this is Bob.".utf8), toPeers: [alice.myPeerID], with: .reliable)
+        let greeting = try await within(seconds: 10) { try await nextData(aliceEvents) }
+        print("alice received: \"\(String(decoding: greeting, as: UTF8.self))\"")
+
+        var blob = Data(count: 1_048_576)
+        for index in blob.indices { blob[index] = UInt8(truncatingIfNeeded: index &* 7 &+ 3) }
+        try alice.send(blob, toPeers: [bob.myPeerID], with: .reliable)
+        let received = try await within(seconds: 10) { try await nextData(bobEvents) }
+        guard received == blob else { fail("the 1 MiB message arrived changed") }
+        print("bob received: 1 MiB reliable message, byte-identical")
+
+        await bob.disconnect()
+        try await within(seconds: 10) {
+            for await event in aliceEvents {
+                if case .peerStateChanged(let peer, .notConnected) = event, peer == bob.myPeerID { break }
+            }
+        }
+        print("bob disconnected; alice saw it. Demo passed.")
+        await alice.disconnect()
+    }
+
+    /// Test helper mode: a session in its own process, so a test can kill it.
+    static func servePeer(forHex hex: String) async throws {
+        guard let bytes = hexBytes(hex) else { fail("PEERID must be hex") }
+        let other = try MCPeerID(wireRepresentation: Data(bytes))
+        let session = MCSession(peer: MCPeerID(displayName: "child"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let data = try await session.nearbyConnectionData(for: other)
+        // Written straight to the descriptor so the test reading the pipe sees it at once.
+        let lines = "DATA \(data.map { String(format: "%02x", $0) }.joined())\n"
+            + "PEER \(session.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined())\n"
+        FileHandle.standardOutput.write(Data(lines.utf8))
+        try await Task.sleep(for: .seconds(60))
+    }
+
+    static func waitConnected(_ events: AsyncStream<MCSession.Event>, to peer: MCPeerID, as name: String) async throws {
+        for await event in events {
+            guard case .peerStateChanged(let changed, let state) = event, changed == peer else { continue }
+            print("\(name): \(peer.displayName) is \(state)")
+            if state == .connected { return }
+            if state == .notConnected { fail("\(name) could not connect to \(peer.displayName)") }
+        }
+    }
+
+    static func nextData(_ events: AsyncStream<MCSession.Event>) async throws -> Data {
+        for await event in events {
+            if case .dataReceived(let data, _) = event { return data }
+        }
+        throw MCError(.cancelled)
+    }
+
+    static func within<T: Sendable>(seconds: Int, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: .seconds(seconds))
+                throw MCError(.timedOut, reason: "the demo took longer than \(seconds) s")
+            }
+            let result = try await group.next()!
+            group.cancelAll()
+            return result
+        }
+    }
+
+    static func hexBytes(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        return stride(from: 0, to: digits.count, by: 2).compactMap { UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16) }
+    }
+
+    static func fail(_ message: String) -> Never {
+        FileHandle.standardError.write(Data("multipeer-demo: \(message)\n".utf8))
+        exit(1)
+    }
+}
+
+/// A throwaway certificate authority for the demo.
+struct DemoAuthority: Sendable {
+    let key: PrivateKey
+    let root: Certificate
+
+    init() throws {
+        key = try PrivateKey.generate(.ed25519)
+        root = try CertificateBuilder(commonName: "multipeer-demo CA", role: .certificateAuthority(pathLength: 0)).issue(for: key)
+    }
+
+    func issue(_ name: String) throws -> SecurityIdentity {
+        let peerKey = try PrivateKey.generate(.ed25519)
+        let certificate = try CertificateBuilder(commonName: name).issue(for: peerKey, issuer: (root, key))
+        return try SecurityIdentity(privateKey: peerKey, certificateChain: [certificate])
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import MultipeerConnectivity
+import Testing
+
+/// Runs the built executables as real processes.
+enum BuiltProducts {
+    /// The directory of the test bundle, where SwiftPM also puts the package's executables.
+    static var directory: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    }
+
+    static func executable(_ name: String) throws -> URL {
+        let url = directory.appendingPathComponent(name)
+        guard FileManager.default.isExecutableFile(atPath: url.path) else {
+            throw MCError(.unavailable, reason: "\(name) not built at \(url.path); run swift build first")
+        }
+        return url
+    }
+}
+
+@Suite("Processes: the demo and a peer killed with SIGKILL", .serialized)
+struct ProcessTests {
+    @Test func theDemoRunsAndPasses() throws {
+        let process = Process()
+        process.executableURL = try BuiltProducts.executable("multipeer-demo")
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("trusted, comparison code"))
+        #expect(text.contains("byte-identical"))
+        #expect(text.contains("Demo passed."))
+    }
+
+    @Test func aPeerKilledWithSIGKILLIsReportedNotConnectedAndTheSessionCarriesOn() async throws {
+        let me = MCSession(peer: MCPeerID(displayName: "parent"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let events = me.events()
+        let child = Process()
+        child.executableURL = try BuiltProducts.executable("multipeer-demo")
+        child.arguments = ["peer", me.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined()]
+        let output = Pipe()
+        child.standardOutput = output
+        try child.run()
+        defer { if child.isRunning { child.terminate() } }
+
+        var lines: [String: String] = [:]
+        var buffered = Data()
+        while lines["DATA"] == nil || lines["PEER"] == nil {
+            let chunk = output.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            buffered += chunk
+            for line in String(decoding: buffered, as: UTF8.self).split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
+            }
+        }
+        let data = Data(try #require(lines["DATA"].flatMap(hex)))
+        let childPeer = try MCPeerID(wireRepresentation: Data(try #require(lines["PEER"].flatMap(hex))))
+        try me.connect(to: childPeer, nearbyConnectionData: data)
+        var iterator = events.makeAsyncIterator()
+        while let event = await iterator.next() {
+            if case .peerStateChanged(_, .connected) = event { break }
+        }
+        #expect(me.connectedPeers == [childPeer])
+
+        kill(child.processIdentifier, SIGKILL)
+        let killed = ContinuousClock.now
+        while let event = await iterator.next() {
+            if case .peerStateChanged(let peer, .notConnected) = event, peer == childPeer { break }
+        }
+        let elapsed = ContinuousClock.now - killed
+        #expect(elapsed < .seconds(10), "noticed after \(elapsed)")
+        #expect(me.connectedPeers.isEmpty)
+        // The session carries on: it can still make connection data and listen.
+        #expect(try await !me.nearbyConnectionData(for: MCPeerID(displayName: "next")).isEmpty)
+        await me.disconnect()
+    }
+
+    private func hex(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        let bytes = stride(from: 0, to: digits.count, by: 2).compactMap { UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16) }
+        return bytes.count == digits.count / 2 ? bytes : nil
+    }
+}
