@@ -1,0 +1,151 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+
+/// Which way a datagram key works (docs/PROTOCOL.md §5.1).
+public enum DatagramDirection: Sendable, CaseIterable {
+    case dialerToListener
+    case listenerToDialer
+
+    public var exporterLabel: String {
+        switch self {
+        case .dialerToListener: "MPCP datagram v1 dialer-to-listener"
+        case .listenerToDialer: "MPCP datagram v1 listener-to-dialer"
+        }
+    }
+
+    /// The epoch as the exporter's context.
+    public static func exporterContext(epoch: UInt32) -> [UInt8] {
+        withUnsafeBytes(of: epoch.bigEndian) { Array($0) }
+    }
+}
+
+/// The datagram side of one connection, sans-I/O (docs/PROTOCOL.md §8): counters and epochs for
+/// sending, epochs and replay windows for receiving, AEAD with exporter keys when the connection
+/// is TLS. Nothing is ever sent in reply; every failure is a silent drop.
+public struct DatagramPeerState {
+    public enum Received: Equatable {
+        case message(ByteBuffer)
+        case dropped
+        /// Too many datagrams failed to authenticate in one epoch: close the connection.
+        case integrityLimitReached
+    }
+
+    public struct Limits: Sendable {
+        /// Move to the next epoch before a counter reaches this.
+        public var epochCounterLimit: UInt64 = WireLimits.datagramEpochCounterLimit
+        /// Failed openings in one epoch before the connection is closed.
+        public var failureLimit: UInt64 = 1 << 32
+        public var replayWindow: Int = ReplayWindow.defaultSize
+        public init() {}
+    }
+
+    private struct ReceiveEpoch {
+        let key: SecureBytes?
+        var window: ReplayWindow
+        var failures: UInt64 = 0
+    }
+
+    /// Derives the key for a direction and epoch; nil on a plaintext connection.
+    public typealias KeySource = (DatagramDirection, UInt32) -> SecureBytes?
+
+    public let kind: DatagramHeader.Kind
+    /// The peer's receiver ID, written into every datagram we send.
+    public let peerReceiverID: UInt32
+    private let sendDirection: DatagramDirection
+    private let keySource: KeySource
+    private let limits: Limits
+
+    private var sendEpoch: UInt32 = 0
+    private var sendCounter: UInt64 = 0
+    private var sendKey: SecureBytes?
+
+    private var currentEpoch: UInt32 = 0
+    private var current: ReceiveEpoch
+    private var previous: ReceiveEpoch?
+    /// The next epoch's key, derived once when a datagram of that epoch first arrives.
+    private var nextKey: SecureBytes?
+    private var nextFailures: UInt64 = 0
+
+    public init(isEncrypted: Bool, weAreDialer: Bool, peerReceiverID: UInt32, limits: Limits = Limits(), keySource: @escaping KeySource) {
+        kind = isEncrypted ? .sealed : .plain
+        self.peerReceiverID = peerReceiverID
+        sendDirection = weAreDialer ? .dialerToListener : .listenerToDialer
+        self.keySource = keySource
+        self.limits = limits
+        let receiveDirection: DatagramDirection = weAreDialer ? .listenerToDialer : .dialerToListener
+        sendKey = isEncrypted ? keySource(sendDirection, 0) : nil
+        current = ReceiveEpoch(key: isEncrypted ? keySource(receiveDirection, 0) : nil, window: ReplayWindow(size: limits.replayWindow))
+    }
+
+    private var receiveDirection: DatagramDirection {
+        sendDirection == .dialerToListener ? .listenerToDialer : .dialerToListener
+    }
+
+    /// The whole datagram for `message`, or nil if no key could be derived.
+    public mutating func seal(_ message: ByteBuffer) -> ByteBuffer? {
+        if sendCounter >= limits.epochCounterLimit {
+            guard sendEpoch < UInt32.max else { return nil }
+            sendEpoch += 1
+            sendCounter = 0
+            sendKey = kind == .sealed ? keySource(sendDirection, sendEpoch) : nil
+        }
+        let header = DatagramHeader(kind: kind, receiverID: peerReceiverID, epoch: sendEpoch, counter: sendCounter)
+        sendCounter += 1
+        switch kind {
+        case .sealed:
+            guard let sendKey else { return nil }
+            return DatagramCipher.seal(message, header: header, key: sendKey)
+        case .plain:
+            var out = ByteBufferAllocator().buffer(capacity: WireLimits.datagramHeaderLength + message.readableBytes)
+            header.encode(into: &out)
+            out.writeImmutableBuffer(message)
+            return out
+        }
+    }
+
+    /// Authenticates, checks for replay, and moves state only when all passed.
+    public mutating func open(header: DatagramHeader, body: ByteBuffer) -> Received {
+        guard header.kind == kind else { return .dropped }
+        let epoch = header.epoch
+        if epoch == currentEpoch {
+            guard current.window.accepts(header.counter) else { return .dropped }
+            guard let message = unseal(body, header: header, key: current.key) else {
+                current.failures += 1
+                return current.failures >= limits.failureLimit ? .integrityLimitReached : .dropped
+            }
+            current.window.commit(header.counter)
+            return .message(message)
+        }
+        if currentEpoch > 0, epoch == currentEpoch - 1, var old = previous {
+            guard old.window.accepts(header.counter), let message = unseal(body, header: header, key: old.key) else { return .dropped }
+            old.window.commit(header.counter)
+            previous = old
+            return .message(message)
+        }
+        if currentEpoch < UInt32.max, epoch == currentEpoch + 1 {
+            if kind == .sealed && nextKey == nil { nextKey = keySource(receiveDirection, epoch) }
+            guard let message = unseal(body, header: header, key: nextKey) else {
+                nextFailures += 1
+                return nextFailures >= limits.failureLimit ? .integrityLimitReached : .dropped
+            }
+            // The peer moved on: the new epoch becomes current, and its old key is dropped.
+            var window = ReplayWindow(size: limits.replayWindow)
+            window.commit(header.counter)
+            previous = current
+            current = ReceiveEpoch(key: nextKey, window: window, failures: nextFailures)
+            currentEpoch = epoch
+            nextKey = nil
+            nextFailures = 0
+            return .message(message)
+        }
+        return .dropped
+    }
+
+    private func unseal(_ body: ByteBuffer, header: DatagramHeader, key: SecureBytes?) -> ByteBuffer? {
+        switch kind {
+        case .plain: return body
+        case .sealed: return key.flatMap { DatagramCipher.open(body, header: header, key: $0) }
+        }
+    }
+}

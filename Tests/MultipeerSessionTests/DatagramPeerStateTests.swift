@@ -1,0 +1,143 @@
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerWire
+import NIOCore
+import Testing
+
+/// Keys both ends derive alike, as the TLS exporter would give them.
+final class SharedKeys {
+    private var keys: [String: SecureBytes] = [:]
+    func key(_ direction: DatagramDirection, _ epoch: UInt32) -> SecureBytes? {
+        let name = "\(direction)-\(epoch)"
+        if let key = keys[name] { return key }
+        let key = SecureBytes(randomCount: DatagramCipher.keyLength)
+        keys[name] = key
+        return key
+    }
+}
+
+@Suite("Datagram state: sealing, replay, epochs (docs/PROTOCOL.md §8)")
+struct DatagramPeerStateTests {
+    static func pair(encrypted: Bool = true, limits: DatagramPeerState.Limits = .init()) -> (DatagramPeerState, DatagramPeerState) {
+        let keys = SharedKeys()
+        let dialer = DatagramPeerState(isEncrypted: encrypted, weAreDialer: true, peerReceiverID: 22, limits: limits, keySource: keys.key)
+        let listener = DatagramPeerState(isEncrypted: encrypted, weAreDialer: false, peerReceiverID: 11, limits: limits, keySource: keys.key)
+        return (dialer, listener)
+    }
+
+    static func deliver(_ datagram: ByteBuffer, to state: inout DatagramPeerState) -> DatagramPeerState.Received {
+        guard let (header, body) = try? DatagramHeader.decode(datagram: datagram) else { return .dropped }
+        return state.open(header: header, body: body)
+    }
+
+    @Test func sealedDatagramsArriveAndNeverInClear() throws {
+        var (dialer, listener) = Self.pair()
+        let datagram = try sealed(&dialer, ByteBuffer(string: "position 12,7"))
+        #expect(!String(decoding: datagram.readableBytesView, as: UTF8.self).contains("position"))
+        #expect(datagram.readableBytes == 20 + 13 + 16)
+        #expect(Self.deliver(datagram, to: &listener) == .message(ByteBuffer(string: "position 12,7")))
+        // And back the other way, with the other direction's key.
+        let reply = try sealed(&listener, ByteBuffer(string: "ack"))
+        #expect(Self.deliver(reply, to: &dialer) == .message(ByteBuffer(string: "ack")))
+        // A datagram cannot be reflected back to its sender: the directions have different keys.
+        var reflected = dialer
+        #expect(Self.deliver(datagram, to: &reflected) == .dropped)
+    }
+
+    @Test func replaysAreDroppedAndReorderingIsAccepted() throws {
+        var (dialer, listener) = Self.pair()
+        let datagrams = (0..<100).map { dialer.seal(ByteBuffer(string: "\($0)"))! }
+        for datagram in datagrams.reversed() { #expect(Self.deliver(datagram, to: &listener) != .dropped) }
+        for datagram in datagrams { #expect(Self.deliver(datagram, to: &listener) == .dropped) }
+    }
+
+    @Test func forgedTruncatedAndWrongKindDatagramsChangeNothing() throws {
+        var (dialer, listener) = Self.pair()
+        let genuine = try sealed(&dialer, ByteBuffer(string: "genuine"))
+        var forged = Array(genuine.readableBytesView)
+        forged[forged.count - 1] ^= 1
+        #expect(Self.deliver(ByteBuffer(bytes: forged), to: &listener) == .dropped)
+        var headerForged = Array(genuine.readableBytesView)
+        headerForged[19] ^= 1  // counter changed: the header is authenticated too
+        #expect(Self.deliver(ByteBuffer(bytes: headerForged), to: &listener) == .dropped)
+        #expect(Self.deliver(ByteBuffer(bytes: Array(genuine.readableBytesView.prefix(30))), to: &listener) == .dropped)
+        // A forgery far ahead must not block the genuine datagram that follows.
+        var ahead = DatagramHeader(kind: .sealed, receiverID: 22, epoch: 0, counter: 1 << 40)
+        var aheadBytes = ByteBuffer()
+        ahead.encode(into: &aheadBytes)
+        aheadBytes.writeRepeatingByte(0, count: 32)
+        #expect(Self.deliver(aheadBytes, to: &listener) == .dropped)
+        ahead = DatagramHeader(kind: .plain, receiverID: 22, epoch: 0, counter: 0)
+        var plainBytes = ByteBuffer()
+        ahead.encode(into: &plainBytes)
+        plainBytes.writeString("unauthenticated")
+        #expect(Self.deliver(plainBytes, to: &listener) == .dropped)
+        #expect(Self.deliver(genuine, to: &listener) == .message(ByteBuffer(string: "genuine")))
+    }
+
+    @Test func epochsRollOverAtTheInjectedLimitAndLateDatagramsOfTheLastEpochStillCount() throws {
+        var limits = DatagramPeerState.Limits()
+        limits.epochCounterLimit = 4
+        var (dialer, listener) = Self.pair(limits: limits)
+        var epochs: [UInt32] = []
+        var received = 0
+        var held: ByteBuffer?
+        for index in 0..<40 {
+            let datagram = try sealed(&dialer, ByteBuffer(string: "\(index)"))
+            epochs.append(try DatagramHeader.decode(datagram: datagram).header.epoch)
+            if index == 6 { held = datagram; continue }  // epoch 1, delivered late
+            if case .message = Self.deliver(datagram, to: &listener) { received += 1 }
+            if index == 9, let late = held {  // now in epoch 2: epoch 1 is still accepted
+                if case .message = Self.deliver(late, to: &listener) { received += 1 }
+            }
+        }
+        #expect(epochs == (0..<40).map { UInt32($0 / 4) })
+        #expect(received == 40)
+        // Two epochs back is gone.
+        var old = DatagramHeader(kind: .sealed, receiverID: 22, epoch: 0, counter: 100)
+        var bytes = ByteBuffer()
+        old.encode(into: &bytes)
+        bytes.writeRepeatingByte(0, count: 16)
+        #expect(Self.deliver(bytes, to: &listener) == .dropped)
+        old = DatagramHeader(kind: .sealed, receiverID: 22, epoch: 12, counter: 0)
+        bytes.clear()
+        old.encode(into: &bytes)
+        bytes.writeRepeatingByte(0, count: 16)
+        #expect(Self.deliver(bytes, to: &listener) == .dropped)
+    }
+
+    @Test func tooManyForgeriesInOneEpochCloseTheConnection() throws {
+        var limits = DatagramPeerState.Limits()
+        limits.failureLimit = 10
+        var (_, listener) = Self.pair(limits: limits)
+        var outcomes: [DatagramPeerState.Received] = []
+        for counter in 0..<10 {
+            var bytes = ByteBuffer()
+            DatagramHeader(kind: .sealed, receiverID: 11, epoch: 0, counter: UInt64(counter)).encode(into: &bytes)
+            bytes.writeRepeatingByte(0xEE, count: 40)
+            outcomes.append(Self.deliver(bytes, to: &listener))
+        }
+        #expect(outcomes.dropLast().allSatisfy { $0 == .dropped })
+        #expect(outcomes.last == .integrityLimitReached)
+    }
+
+    @Test func plainDatagramsStillRejectReplaysAndStrays() throws {
+        var (dialer, listener) = Self.pair(encrypted: false)
+        let datagram = try sealed(&dialer, ByteBuffer(string: "plain"))
+        #expect(datagram.readableBytesView.contains(subsequence: Array("plain".utf8)))
+        #expect(Self.deliver(datagram, to: &listener) == .message(ByteBuffer(string: "plain")))
+        #expect(Self.deliver(datagram, to: &listener) == .dropped)
+        var sealedKind = Array(datagram.readableBytesView)
+        sealedKind[0] = 1
+        #expect(Self.deliver(ByteBuffer(bytes: sealedKind), to: &listener) == .dropped)
+    }
+}
+
+func sealed(_ state: inout DatagramPeerState, _ message: ByteBuffer) throws -> ByteBuffer {
+    let datagram = state.seal(message)
+    return try #require(datagram)
+}
+
+extension ByteBufferView {
+    func contains(subsequence: [UInt8]) -> Bool { Array(self).contains(subsequence: subsequence) }
+}
