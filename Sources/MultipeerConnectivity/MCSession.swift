@@ -89,7 +89,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
                     handshakeTimeout: TimeAmount(configuration.handshakeTimeout),
                     keepalive: KeepalivePolicy(
                         interval: TimeAmount(configuration.keepaliveInterval),
-                        deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline))),
+                        deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline)),
+                    maximumDatagramMessage: configuration.maximumDatagramSize),
                 onEvent: { event in events.session?.handle(event) })
         } catch {
             setupError = error
@@ -185,7 +186,10 @@ public final class MCSession: NSObject, @unchecked Sendable {
     // MARK: Sending
 
     /// Queues `data` for each peer and returns at once. Throws `notConnected` for an unconnected
-    /// peer, `invalidParameter` for an empty peer list or a message over 16 MiB, and then sends nothing.
+    /// peer, `invalidParameter` for an empty peer list or a message over the mode's limit (16 MiB
+    /// reliable, `configuration.maximumDatagramSize` unreliable), and then sends nothing.
+    /// Unreliable messages are single sealed UDP datagrams: they may be lost or reordered, never
+    /// duplicated, and are dropped when they cannot be sent at once.
     public func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
         try sendChecked(data, toPeers: peerIDs, with: mode)
     }
@@ -193,15 +197,19 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// The same, with the error type spelled out.
     public func sendChecked(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws(MCError) {
         guard let engine else { throw setupError ?? MCError(.unknown) }
-        guard mode == .reliable else {
-            throw MCError(.unsupported, reason: "unreliable datagrams are not available in this version")
-        }
         do {
-            try engine.send(ByteBuffer(bytes: data), to: peerIDs.map(\.wire.identifier))
+            let message = ByteBuffer(bytes: data)
+            let peers = peerIDs.map(\.wire.identifier)
+            switch mode {
+            case .reliable: try engine.send(message, to: peers)
+            case .unreliable: try engine.sendUnreliable(message, to: peers)
+            }
         } catch {
             switch error {
             case .noPeers: throw MCError(.invalidParameter, reason: "no peers given")
-            case .messageTooLarge(let size): throw MCError(.invalidParameter, reason: "message of \(size) bytes, at most \(WireLimits.maxMessageSize)")
+            case .messageTooLarge(let size):
+                let limit = mode == .reliable ? WireLimits.maxMessageSize : engine.configuration.maximumDatagramMessage
+                throw MCError(.invalidParameter, reason: "\(mode) message of \(size) bytes, at most \(limit)")
             case .notConnected(let identifiers):
                 let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
                 throw MCError(.notConnected, reason: "not connected to \(names.joined(separator: ", "))")

@@ -14,6 +14,8 @@ public struct MCSessionConfiguration: Sendable {
     public var keepaliveInterval: Duration = .seconds(WireLimits.defaultKeepaliveIntervalSeconds)
     /// Silence after which a connected peer is reported notConnected.
     public var deadPeerDeadline: Duration = .seconds(WireLimits.defaultDeadPeerDeadlineSeconds)
+    /// Largest `.unreliable` message; larger ones are `invalidParameter`. At most 65,471 bytes.
+    public var maximumDatagramSize: Int = 8_192
 
     public init() {}
 

@@ -34,7 +34,7 @@ public final class SessionEngine: Sendable {
     /// Starts listening if needed and returns a blob that `peer` can dial us with, once, for 120 s.
     public func connectionData(forPeer peer: Bytes16) -> EventLoopFuture<ConnectionData> {
         eventLoop.flatSubmit { [self] in
-            ensureListening().flatMapThrowing { port in
+            ensureStarted().flatMapThrowing { port in
                 let token = Bytes16.random()
                 let expiry = self.eventLoop.now + .seconds(Int64(WireLimits.connectionTokenLifetimeSeconds))
                 self.state.value.tokens[token] = EngineState.Token(forPeer: peer, expires: expiry)
@@ -57,7 +57,13 @@ public final class SessionEngine: Sendable {
             guard state.linkIDs(for: peer).isEmpty else { return }  // already connecting or connected
             let linkID = state.addLink(EngineState.Link(dialed: true, peer: data.peerID, connectionData: data))
             report(data.peerID, .connecting)
-            dial(linkID: linkID, data: data, endpoints: data.endpoints[...])
+            // Our HELLO carries our listening and datagram ports, so both must be up first.
+            ensureStarted().whenComplete { [self] result in
+                switch result {
+                case .success: self.dial(linkID: linkID, data: data, endpoints: data.endpoints[...])
+                case .failure: self.dial(linkID: linkID, data: data, endpoints: [])
+                }
+            }
         }
     }
 
@@ -101,6 +107,31 @@ public final class SessionEngine: Sendable {
         }
     }
 
+    /// Sends one datagram to each peer; returns at once. Unreliable: a datagram that cannot be
+    /// written at once is dropped. Throws like `send` for bad peers or sizes, and then sends nothing.
+    public func sendUnreliable(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
+        guard !peers.isEmpty else { throw .noPeers }
+        guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
+        let unknown = connected.withLock { connected in peers.filter { connected[$0] == nil } }
+        guard unknown.isEmpty else { throw .notConnected(unknown) }
+        eventLoop.execute { [self] in
+            let state = state.value
+            guard let udp = state.datagramChannel, udp.isWritable else { return }
+            for peer in peers {
+                guard let linkID = state.activeLink[peer], let address = state.links[linkID]?.datagramAddress,
+                    let datagram = state.links[linkID]?.datagram?.seal(message)
+                else { continue }
+                udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
+            }
+            udp.flush()
+        }
+    }
+
+    /// The UDP port, once the session has started.
+    public var datagramPort: EventLoopFuture<Int?> {
+        eventLoop.submit { [self] in self.state.value.datagramPort }
+    }
+
     /// Says goodbye to every peer, reports each as not connected, and stops listening. The engine
     /// can be used again afterwards: the next connection data starts a new listener.
     public func disconnect() -> EventLoopFuture<Void> {
@@ -121,19 +152,43 @@ public final class SessionEngine: Sendable {
             if let listener = state.listener {
                 closes.append(listener.close().recover { _ in })
             }
+            if let udp = state.datagramChannel { closes.append(udp.close().recover { _ in }) }
             state.listener = nil
             state.listenPort = nil
             state.listening = nil
+            state.datagramChannel = nil
+            state.datagramPort = nil
+            state.receiverIDs.removeAll()
             return EventLoopFuture.andAllComplete(closes, on: eventLoop)
         }
     }
 
     // MARK: Listening and dialing
 
-    private func ensureListening() -> EventLoopFuture<Int> {
+    /// Binds the UDP socket, then the TCP listener; returns the TCP port.
+    private func ensureStarted() -> EventLoopFuture<Int> {
         let state = state.value
         if let listening = state.listening { return listening }
-        let listening = ServerBootstrap(group: eventLoop)
+        let listening = DatagramBootstrap(group: eventLoop)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
+                }
+            }
+            .bind(host: configuration.listenHost, port: 0)
+            .flatMap { [self] udp in
+                self.state.value.datagramChannel = udp
+                self.state.value.datagramPort = udp.localAddress?.port
+                return self.bindListener()
+            }
+        state.listening = listening
+        // A failed start is not remembered, so the next request tries again.
+        listening.whenFailure { [self] _ in self.state.value.listening = nil }
+        return listening
+    }
+
+    private func bindListener() -> EventLoopFuture<Int> {
+        ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 16)
             .childChannelInitializer { [self] channel in
@@ -149,10 +204,6 @@ public final class SessionEngine: Sendable {
                 self.state.value.listenPort = port
                 return port
             }
-        state.listening = listening
-        // A failed bind is not remembered, so the next request tries again.
-        listening.whenFailure { [self] _ in self.state.value.listening = nil }
-        return listening
     }
 
     private func dial(linkID: Int, data: ConnectionData, endpoints: ArraySlice<WireEndpoint>) {
@@ -184,10 +235,14 @@ public final class SessionEngine: Sendable {
     }
 
     private func installHandlers(on channel: any Channel, linkID: Int, role: ConnectionConfiguration.Role, data: ConnectionData?) throws {
+        let state = state.value
+        let datagramPort = UInt16(state.datagramPort ?? 0)
+        let receiverID = datagramPort == 0 ? 0 : state.allocateReceiverID(for: linkID)
         let connectionConfiguration = ConnectionConfiguration(
             role: role, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
             tls: configuration.tls, purpose: role == .dialer ? .connectionData : .answer, token: data?.token ?? .zero,
-            listenPort: UInt16(state.value.listenPort ?? 0), recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
+            listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
+            recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
             admission: { [self] hello in self.admit(hello, linkID: linkID) })
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
@@ -245,11 +300,23 @@ public final class SessionEngine: Sendable {
         onEvent(.trustRequested(request, answer: answer))
     }
 
-    fileprivate func linkEstablished(_ linkID: Int, _ connection: EstablishedConnection) {
+    fileprivate func linkEstablished(_ linkID: Int, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
         let state = state.value
-        guard state.links[linkID] != nil else { return }
+        guard let link = state.links[linkID] else { return }
         state.links[linkID]?.isConnected = true
         state.links[linkID]?.peer = connection.peer
+        let hello = connection.peerHello
+        if hello.datagramPort != 0, let host = remote?.ipAddress, let address = try? SocketAddress(ipAddress: host, port: Int(hello.datagramPort)) {
+            state.links[linkID]?.datagramAddress = address
+            state.links[linkID]?.datagram = DatagramPeerState(
+                isEncrypted: connection.isEncrypted, weAreDialer: link.dialed, peerReceiverID: hello.datagramReceiverID,
+                limits: configuration.datagramLimits,
+                keySource: { direction, epoch in
+                    try? tls?.exportKeyingMaterial(
+                        label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
+                        length: DatagramCipher.keyLength)
+                })
+        }
         state.activeLink[connection.peer.identifier] = linkID
         connected.withLock { $0[connection.peer.identifier] = connection.peer }
         report(connection.peer, .connected)
@@ -272,9 +339,30 @@ public final class SessionEngine: Sendable {
         }
     }
 
+    /// One UDP datagram from anywhere: authenticated or dropped, never answered.
+    fileprivate func datagramReceived(_ envelope: AddressedEnvelope<ByteBuffer>) {
+        let state = state.value
+        guard let (header, body) = try? DatagramHeader.decode(datagram: envelope.data),
+            let linkID = state.receiverIDs[header.receiverID],
+            let link = state.links[linkID], link.isConnected, let peer = link.peer,
+            var datagram = link.datagram
+        else { return }
+        // Without keys, at least insist on the peer's own address.
+        if datagram.kind == .plain && envelope.remoteAddress.ipAddress != link.datagramAddress?.ipAddress { return }
+        let result = datagram.open(header: header, body: body)
+        state.links[linkID]?.datagram = datagram
+        switch result {
+        case .message(let message): onEvent(.messageReceived(message, from: peer))
+        case .dropped: break
+        case .integrityLimitReached:
+            link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
+        }
+    }
+
     fileprivate func linkClosed(_ linkID: Int, _ error: ConnectionError) {
         let state = state.value
         guard let link = state.links.removeValue(forKey: linkID) else { return }
+        state.receiverIDs = state.receiverIDs.filter { $0.value != linkID }
         guard let peer = link.peer else { return }
         if state.activeLink[peer.identifier] == linkID {
             state.activeLink[peer.identifier] = nil
@@ -348,10 +436,24 @@ private final class LinkHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .established(let connection): engine.linkEstablished(linkID, connection)
+        case .established(let connection):
+            let tls = try? context.pipeline.syncOperations.handler(type: ConnectionHandler.self).tlsEngine
+            engine.linkEstablished(linkID, connection, tls: tls, remote: context.channel.remoteAddress)
         case .frame(let frame): engine.linkReceived(linkID, frame)
         case .closed(let error): engine.linkClosed(linkID, error)
         }
+    }
+}
+
+/// Hands every UDP datagram to the engine.
+private final class DatagramInboundHandler: ChannelInboundHandler {
+    typealias InboundIn = AddressedEnvelope<ByteBuffer>
+    let engine: SessionEngine
+
+    init(engine: SessionEngine) { self.engine = engine }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        engine.datagramReceived(unwrapInboundIn(data))
     }
 }
 
@@ -366,6 +468,8 @@ final class EngineState {
         /// Set when its end must not be reported (a superseded duplicate, a disconnect).
         var closingSilently = false
         var assembler = MessageAssembler()
+        var datagram: DatagramPeerState?
+        var datagramAddress: SocketAddress?
 
         init(dialed: Bool, channel: (any Channel)? = nil, peer: WirePeerID? = nil, connectionData: ConnectionData? = nil) {
             self.dialed = dialed
@@ -392,6 +496,21 @@ final class EngineState {
     var listener: (any Channel)?
     var listenPort: Int?
     var listening: EventLoopFuture<Int>?
+    var datagramChannel: (any Channel)?
+    var datagramPort: Int?
+    /// Our receiver IDs, one per link, as HELLO announced them.
+    var receiverIDs: [UInt32: Int] = [:]
+
+    func allocateReceiverID(for linkID: Int) -> UInt32 {
+        var generator = SystemRandomNumberGenerator()
+        while true {
+            let candidate = UInt32.random(in: 1 ... .max, using: &generator)
+            if receiverIDs[candidate] == nil {
+                receiverIDs[candidate] = linkID
+                return candidate
+            }
+        }
+    }
     private var nextLinkID = 1
 
     func addLink(_ link: Link) -> Int {

@@ -15,6 +15,9 @@ public struct SessionEngineConfiguration: Sendable {
     public var handshakeTimeout: TimeAmount
     public var keepalive: KeepalivePolicy
     public var recordsPerKeyUpdate: UInt64
+    /// Largest unreliable message accepted for sending (at most 65,471 bytes).
+    public var maximumDatagramMessage: Int
+    public var datagramLimits: DatagramPeerState.Limits
 
     public init(
         localPeer: WirePeerID,
@@ -25,7 +28,9 @@ public struct SessionEngineConfiguration: Sendable {
         trustTimeout: TimeAmount = .seconds(30),
         handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds)),
         keepalive: KeepalivePolicy = KeepalivePolicy(),
-        recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
+        recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
+        maximumDatagramMessage: Int = 8_192,
+        datagramLimits: DatagramPeerState.Limits = .init()
     ) {
         self.localPeer = localPeer
         self.encryptionPreference = encryptionPreference
@@ -36,6 +41,8 @@ public struct SessionEngineConfiguration: Sendable {
         self.handshakeTimeout = handshakeTimeout
         self.keepalive = keepalive
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        self.maximumDatagramMessage = min(maximumDatagramMessage, WireLimits.maxSealedDatagramMessage)
+        self.datagramLimits = datagramLimits
     }
 }
 

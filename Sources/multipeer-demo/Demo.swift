@@ -70,6 +70,23 @@ struct Demo {
         guard received == blob else { fail("the 1 MiB message arrived changed") }
         print("bob received: 1 MiB reliable message, byte-identical")
 
+        // Unreliable: sealed UDP datagrams, each delivered at most once.
+        for tick in 0..<20 {
+            try alice.send(Data("tick \(tick)".utf8), toPeers: [bob.myPeerID], with: .unreliable)
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let ticks = try await within(seconds: 5) { () -> Int in
+            var seen = Set<Data>()
+            let deadline = ContinuousClock.now + .seconds(2)
+            for await event in bobEvents {
+                if case .dataReceived(let data, _) = event { seen.insert(data) }
+                if seen.count == 20 || ContinuousClock.now > deadline { break }
+            }
+            return seen.count
+        }
+        guard ticks > 0 else { fail("no unreliable datagram arrived") }
+        print("bob received \(ticks) of 20 unreliable datagrams (sealed with XChaCha20-Poly1305)")
+
         await bob.disconnect()
         try await within(seconds: 10) {
             for await event in aliceEvents {

@@ -193,11 +193,18 @@ struct MCSessionTests {
             Issue.record("wrong error \(error)")
         }
         #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .reliable) }
+        #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .unreliable) }
+        do {
+            try session.sendChecked(Data(count: 8_193), toPeers: [stranger], with: .unreliable)
+            Issue.record("an oversized datagram was accepted")
+        } catch {
+            #expect(error.code == .invalidParameter)
+        }
         do {
             try session.sendChecked(Data([1]), toPeers: [stranger], with: .unreliable)
-            Issue.record("unreliable sent")
+            Issue.record("unreliable sent to a stranger")
         } catch {
-            #expect(error.code == .unsupported)
+            #expect(error.code == .notConnected)
         }
     }
 
