@@ -55,14 +55,21 @@ public final class SessionEngine: Sendable {
             let peer = data.peerID.identifier
             let state = state.value
             guard state.linkIDs(for: peer).isEmpty else { return }  // already connecting or connected
-            let linkID = state.addLink(EngineState.Link(dialed: true, peer: data.peerID, connectionData: data))
-            report(data.peerID, .connecting)
-            // Our HELLO carries our listening and datagram ports, so both must be up first.
-            ensureStarted().whenComplete { [self] result in
-                switch result {
-                case .success: self.dial(linkID: linkID, data: data, endpoints: data.endpoints[...])
-                case .failure: self.dial(linkID: linkID, data: data, endpoints: [])
-                }
+            startDialing(DialPlan(data))
+        }
+    }
+
+    /// Opens a dialed link and reports the peer as connecting. On the loop.
+    private func startDialing(_ plan: DialPlan, attempt: Int = 0) {
+        var link = EngineState.Link(dialed: true, peer: plan.peer, plan: plan)
+        link.attempt = attempt
+        let linkID = state.value.addLink(link)
+        report(plan.peer, .connecting)
+        // Our HELLO carries our listening and datagram ports, so both must be up first.
+        ensureStarted().whenComplete { [self] result in
+            switch result {
+            case .success: self.dial(linkID: linkID, plan: plan, endpoints: plan.endpoints[...])
+            case .failure: self.dial(linkID: linkID, plan: plan, endpoints: [])
             }
         }
     }
@@ -194,7 +201,7 @@ public final class SessionEngine: Sendable {
             .childChannelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let linkID = self.state.value.addLink(EngineState.Link(dialed: false, channel: channel))
-                    try self.installHandlers(on: channel, linkID: linkID, role: .listener, data: nil)
+                    try self.installHandlers(on: channel, linkID: linkID, role: .listener, plan: nil)
                 }
             }
             .bind(host: configuration.listenHost, port: 0)
@@ -206,7 +213,7 @@ public final class SessionEngine: Sendable {
             }
     }
 
-    private func dial(linkID: Int, data: ConnectionData, endpoints: ArraySlice<WireEndpoint>) {
+    private func dial(linkID: Int, plan: DialPlan, endpoints: ArraySlice<WireEndpoint>) {
         guard let endpoint = endpoints.first else {
             if let link = state.value.links.removeValue(forKey: linkID), let peer = link.peer {
                 report(peer, .notConnected(ConnectionError(.connectionClosed)))
@@ -217,7 +224,7 @@ public final class SessionEngine: Sendable {
             .connectTimeout(configuration.handshakeTimeout)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try self.installHandlers(on: channel, linkID: linkID, role: .dialer, data: data)
+                    try self.installHandlers(on: channel, linkID: linkID, role: .dialer, plan: plan)
                 }
             }
             .connect(to: try! endpoint.socketAddress())
@@ -229,24 +236,24 @@ public final class SessionEngine: Sendable {
                 }
                 switch result {
                 case .success(let channel): state.links[linkID]?.channel = channel
-                case .failure: self.dial(linkID: linkID, data: data, endpoints: endpoints.dropFirst())
+                case .failure: self.dial(linkID: linkID, plan: plan, endpoints: endpoints.dropFirst())
                 }
             }
     }
 
-    private func installHandlers(on channel: any Channel, linkID: Int, role: ConnectionConfiguration.Role, data: ConnectionData?) throws {
+    private func installHandlers(on channel: any Channel, linkID: Int, role: ConnectionConfiguration.Role, plan: DialPlan?) throws {
         let state = state.value
         let datagramPort = UInt16(state.datagramPort ?? 0)
         let receiverID = datagramPort == 0 ? 0 : state.allocateReceiverID(for: linkID)
         let connectionConfiguration = ConnectionConfiguration(
             role: role, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
-            tls: configuration.tls, purpose: role == .dialer ? .connectionData : .answer, token: data?.token ?? .zero,
+            tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
             admission: { [self] hello in self.admit(hello, linkID: linkID) })
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
-            trustEvaluator: { [self] request, answer in self.trustRequested(request, linkID: linkID, data: data, answer: answer) },
+            trustEvaluator: { [self] request, answer in self.trustRequested(request, linkID: linkID, plan: plan, answer: answer) },
             trustTimeout: configuration.trustTimeout, handshakeTimeout: configuration.handshakeTimeout,
             keepalive: configuration.keepalive)
         try channel.pipeline.syncOperations.addHandler(handler)
@@ -264,7 +271,13 @@ public final class SessionEngine: Sendable {
         case .connectionData:
             guard let token = state.tokens[hello.token], token.forPeer == peer else { return .refuse(.unknownToken) }
             state.tokens[hello.token] = nil  // single use
-        case .meshIntroduction, .invitation, .answer:
+        case .meshIntroduction:
+            // A member we are connected to must have introduced this peer to us (docs/PROTOCOL.md §7.4).
+            guard let expiry = state.introductions[peer]?[hello.token], expiry > eventLoop.now,
+                state.activeLink[hello.token] != nil
+            else { return .refuse(.unknownToken) }
+            state.introductions[peer] = nil
+        case .invitation, .answer:
             return .refuse(.unknownToken)
         }
         for otherID in state.linkIDs(for: peer) where otherID != linkID {
@@ -283,14 +296,14 @@ public final class SessionEngine: Sendable {
         return .admit
     }
 
-    private func trustRequested(_ request: PeerTrustRequest, linkID: Int, data: ConnectionData?, answer: @escaping @Sendable (Bool) -> Void) {
+    private func trustRequested(_ request: PeerTrustRequest, linkID: Int, plan: DialPlan?, answer: @escaping @Sendable (Bool) -> Void) {
         eventLoop.preconditionInEventLoop()
-        // A dialer checks that it reached the peer the connection data named, with that certificate.
-        if let data {
-            let fingerprintMatches = data.certificateFingerprint.map { expected in
+        // A dialer checks that it reached the peer it meant to, with the certificate it was told of.
+        if let plan {
+            let fingerprintMatches = plan.fingerprint.map { expected in
                 request.certificateChain?.first.map { SHA256Digest.matches($0.sha256Fingerprint, expected) } ?? false
             } ?? true
-            guard request.peer.identifier == data.peerID.identifier, fingerprintMatches else {
+            guard request.peer.identifier == plan.peer.identifier, fingerprintMatches else {
                 answer(false)
                 return
             }
@@ -318,8 +331,14 @@ public final class SessionEngine: Sendable {
                 })
         }
         state.activeLink[connection.peer.identifier] = linkID
+        if hello.listenPort != 0, let host = remote?.ipAddress, let address = try? SocketAddress(ipAddress: host, port: Int(hello.listenPort)) {
+            state.links[linkID]?.listenEndpoint = try? WireEndpoint(socketAddress: address)
+        }
         connected.withLock { $0[connection.peer.identifier] = connection.peer }
         report(connection.peer, .connected)
+        // A member that joined through an introduction already knows everyone the introducer knew.
+        let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || hello.purpose == .meshIntroduction
+        if !joinedByIntroduction { introduceMembers(toAndAbout: linkID) }
     }
 
     fileprivate func linkReceived(_ linkID: Int, _ frame: Frame) {
@@ -334,8 +353,45 @@ public final class SessionEngine: Sendable {
             } catch {
                 link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
             }
+        case .meshIntroduction(let introduction) where link.isConnected:
+            introduced(introduction, by: peer)
         default:
-            break  // streams, resources and mesh frames arrive with their features
+            break  // streams and resources arrive with their features
+        }
+    }
+
+    /// Tells a new member about the others, and the others about it (docs/PROTOCOL.md §7.4).
+    private func introduceMembers(toAndAbout newLinkID: Int) {
+        let state = state.value
+        guard let newcomer = state.links[newLinkID], let newcomerPeer = newcomer.peer else { return }
+        let others = state.activeLink.filter { $0.key != newcomerPeer.identifier }.compactMap { state.links[$0.value] }
+        let entries = others.compactMap { other -> MeshIntroduction.Entry? in
+            guard let peer = other.peer, let endpoint = other.listenEndpoint else { return nil }
+            return MeshIntroduction.Entry(peerID: peer, endpoint: endpoint)
+        }
+        if let introduction = try? MeshIntroduction(entries: entries) {
+            newcomer.channel?.writeAndFlush(Frame.meshIntroduction(introduction), promise: nil)
+        }
+        guard let endpoint = newcomer.listenEndpoint,
+            let aboutNewcomer = try? MeshIntroduction(entries: [MeshIntroduction.Entry(peerID: newcomerPeer, endpoint: endpoint)])
+        else { return }
+        for other in others { other.channel?.writeAndFlush(Frame.meshIntroduction(aboutNewcomer), promise: nil) }
+    }
+
+    /// A connected member introduced peers; of each pair the larger identifier dials.
+    private func introduced(_ introduction: MeshIntroduction, by introducer: WirePeerID) {
+        let state = state.value
+        let local = configuration.localPeer.identifier
+        for entry in introduction.entries {
+            let peer = entry.peerID.identifier
+            guard peer != local, peer != introducer.identifier else { continue }
+            // Recorded even when a connection to the peer is already under way: if the peer's
+            // introduced dial wins the simultaneous-connect rule, it must be admitted.
+            state.introductions[peer, default: [:]][introducer.identifier] =
+                eventLoop.now + .seconds(Int64(WireLimits.meshIntroductionLifetimeSeconds))
+            if local > peer && state.linkIDs(for: peer).isEmpty {
+                startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
+            }
         }
     }
 
@@ -370,6 +426,16 @@ public final class SessionEngine: Sendable {
         }
         // A superseded duplicate, or a link whose end was already reported, goes quietly.
         guard !link.closingSilently, state.linkIDs(for: peer.identifier).isEmpty else { return }
+        if let plan = link.plan, plan.purpose == .meshIntroduction, link.attempt < 3,
+            error == ConnectionError(.peerSaidGoodbye(.unknownToken))
+        {
+            // Our introduction may have overtaken the one the introducer sent the peer: try again.
+            let nextAttempt = link.attempt + 1
+            eventLoop.scheduleTask(in: .milliseconds(250)) { [self] in
+                if self.state.value.linkIDs(for: peer.identifier).isEmpty { self.startDialing(plan, attempt: nextAttempt) }
+            }
+            return
+        }
         if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
             // The peer kept its own connection to us, which may not have said HELLO here yet:
             // stay "connecting" until it shows up, or until the handshake deadline passes.
@@ -445,6 +511,32 @@ private final class LinkHandler: ChannelInboundHandler {
     }
 }
 
+/// Whom a dialed link expects to reach, and how it introduces itself.
+struct DialPlan: Sendable {
+    let peer: WirePeerID
+    let purpose: Hello.Purpose
+    let token: Bytes16
+    /// The leaf certificate the peer must show, when its connection data named one.
+    let fingerprint: SHA256Digest?
+    let endpoints: [WireEndpoint]
+
+    init(_ data: ConnectionData) {
+        peer = data.peerID
+        purpose = .connectionData
+        token = data.token
+        fingerprint = data.certificateFingerprint
+        endpoints = data.endpoints
+    }
+
+    init(introduced peer: WirePeerID, by introducer: Bytes16, at endpoint: WireEndpoint) {
+        self.peer = peer
+        purpose = .meshIntroduction
+        token = introducer
+        fingerprint = nil
+        endpoints = [endpoint]
+    }
+}
+
 /// Hands every UDP datagram to the engine.
 private final class DatagramInboundHandler: ChannelInboundHandler {
     typealias InboundIn = AddressedEnvelope<ByteBuffer>
@@ -463,19 +555,22 @@ final class EngineState {
         var dialed: Bool
         var channel: (any Channel)?
         var peer: WirePeerID?
-        var connectionData: ConnectionData?
+        var plan: DialPlan?
+        var attempt = 0
         var isConnected = false
+        /// Where the peer accepts connections, for introducing it to others.
+        var listenEndpoint: WireEndpoint?
         /// Set when its end must not be reported (a superseded duplicate, a disconnect).
         var closingSilently = false
         var assembler = MessageAssembler()
         var datagram: DatagramPeerState?
         var datagramAddress: SocketAddress?
 
-        init(dialed: Bool, channel: (any Channel)? = nil, peer: WirePeerID? = nil, connectionData: ConnectionData? = nil) {
+        init(dialed: Bool, channel: (any Channel)? = nil, peer: WirePeerID? = nil, plan: DialPlan? = nil) {
             self.dialed = dialed
             self.channel = channel
             self.peer = peer
-            self.connectionData = connectionData
+            self.plan = plan
         }
     }
 
@@ -492,6 +587,8 @@ final class EngineState {
     var links: [Int: Link] = [:]
     var activeLink: [Bytes16: Int] = [:]
     var tokens: [Bytes16: Token] = [:]
+    /// Peers connected members told us about: introduced peer -> introducer -> until when.
+    var introductions: [Bytes16: [Bytes16: NIODeadline]] = [:]
     var reported: [Bytes16: Reported] = [:]
     var listener: (any Channel)?
     var listenPort: Int?
@@ -525,6 +622,10 @@ final class EngineState {
 
     func expireTokens(now: NIODeadline) {
         tokens = tokens.filter { $0.value.expires > now }
+        introductions = introductions.compactMapValues { byIntroducer in
+            let live = byIntroducer.filter { $0.value > now }
+            return live.isEmpty ? nil : live
+        }
     }
 }
 

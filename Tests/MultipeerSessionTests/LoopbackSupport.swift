@@ -13,6 +13,8 @@ final class EventLog: Sendable {
     var established: EstablishedConnection? { state.withLock { $0.established } }
     var closed: ConnectionError? { state.withLock { $0.closed } }
     var frames: [Frame] { state.withLock { $0.frames } }
+    /// Application messages only; keepalive PONGs may arrive on a slow machine.
+    var messages: [Frame] { frames.filter { $0.type == .message } }
 
     func record(_ event: ConnectionEvent) {
         state.withLock { state in

@@ -35,7 +35,7 @@ struct LoopbackTests {
         _ = try await listenerLog.wait { $0.established != nil || $0.closed != nil }
         if let message, dialerLog.established != nil {
             try await client.writeAndFlush(Frame.message(ByteBuffer(string: message), isEnd: true)).get()
-            _ = try await listenerLog.wait { !$0.frames.isEmpty }
+            _ = try await listenerLog.wait { !$0.messages.isEmpty }
         }
         try? await client.close().get()
         try? await proxy.close().get()
@@ -49,7 +49,7 @@ struct LoopbackTests {
         let result = try await Self.run(dialer: (.required, Self.alice), listener: (.required, Self.bob), message: secret)
         #expect(result.dialer.established?.isEncrypted == true)
         #expect(result.listener.established?.certificateChain == Self.alice.certificateChain)
-        #expect(result.listener.frames == [.message(ByteBuffer(string: secret), isEnd: true)])
+        #expect(result.listener.messages == [.message(ByteBuffer(string: secret), isEnd: true)])
         #expect(!result.tap.fromDialer.contains(subsequence: Array(secret.utf8)))
         // TLS 1.3 encrypts certificates and our HELLO: not even the names show on the wire.
         #expect(!result.tap.fromDialer.contains(subsequence: Array("alice".utf8)))
@@ -81,7 +81,7 @@ struct LoopbackTests {
         let result = try await Self.run(dialer: (.required, Self.alice), listener: (.optional, nil), tamper: tamper, message: "never")
         #expect(result.dialer.established == nil)
         #expect(result.listener.established == nil)
-        #expect(result.listener.frames.isEmpty)
+        #expect(result.listener.messages.isEmpty)
         #expect(result.dialer.closed != nil)
     }
 }

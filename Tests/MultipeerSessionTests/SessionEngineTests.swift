@@ -130,7 +130,11 @@ struct SessionEngineTests {
         for (index, listener) in peers.enumerated() {
             for dialer in peers[(index + 1)...] { try await listener.accept(dialer) }
         }
-        #expect(try await eventually(seconds: 20) { peers.allSatisfy { $0.engine.connectedPeers.count == 7 } })
+        let meshed = try await eventually(seconds: 20) { peers.allSatisfy { $0.engine.connectedPeers.count == 7 } }
+        let missing = peers.flatMap { a in
+            peers.filter { b in a !== b && !a.isConnected(to: b) }.map { b in "\(a.peer.displayName)->\(b.peer.displayName): \(a.states(of: b))" }
+        }
+        #expect(meshed, "unconnected pairs: \(missing)")
         for peer in peers {
             #expect(Set(peer.engine.connectedPeers) == Set(peers.filter { $0 !== peer }.map(\.peer)))
             try peer.engine.send(ByteBuffer(string: "from \(peer.peer.displayName)"), to: peers.filter { $0 !== peer }.map(\.peer.identifier))
@@ -142,5 +146,48 @@ struct SessionEngineTests {
             }
         }
         for peer in peers { await peer.shutdown() }
+    }
+}
+
+@Suite("Mesh formation by introduction (docs/PROTOCOL.md §7.4)", .serialized)
+struct MeshIntroductionTests {
+    @Test func joiningOneMemberConnectsTheNewcomerToEveryone() async throws {
+        let hub = try EngineProbe(name: "hub")
+        var members: [EngineProbe] = []
+        for index in 0..<7 {
+            let member = try EngineProbe(name: "member\(index)")
+            try await hub.accept(member)
+            members.append(member)
+            // Each joiner is introduced to those already there.
+            let everyone = [hub] + members
+            #expect(try await eventually(seconds: 15) { everyone.allSatisfy { $0.engine.connectedPeers.count == everyone.count - 1 } },
+                "after \(members.count) joined: \(everyone.map { $0.engine.connectedPeers.count })")
+        }
+        // Every state change once: each member saw each other member connect exactly once.
+        for member in members {
+            for other in members where other !== member {
+                #expect(member.states(of: other) == [.connecting, .connected])
+            }
+        }
+        try members[6].engine.send(ByteBuffer(string: "hello mesh"), to: members[0..<6].map(\.peer.identifier))
+        #expect(try await eventually { members[0..<6].allSatisfy { $0.messages(from: members[6]).count == 1 } })
+        for peer in members + [hub] { await peer.shutdown() }
+    }
+
+    @Test func aForgedIntroductionClaimIsRefused() async throws {
+        // Mallory dials Bob claiming Alice introduced her; Alice never did.
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        try await alice.accept(bob)
+        #expect(try await eventually { bob.isConnected(to: alice) })
+        let mallory = try EngineProbe(name: "mallory")
+        let bobData = try await bob.engine.connectionData(forPeer: alice.peer.identifier).get()
+        let forged = try ConnectionData(
+            encryptionPreference: .required, token: alice.peer.identifier, forPeer: mallory.peer.identifier,
+            peerID: bob.peer, certificateFingerprint: nil, endpoints: bobData.endpoints)
+        mallory.engine.connect(to: forged)  // token = alice's identifier, as a mesh dial would carry
+        #expect(try await eventually { mallory.lastState(of: bob) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))) })
+        #expect(bob.states(of: mallory).isEmpty)
+        for peer in [alice, bob, mallory] { await peer.shutdown() }
     }
 }
