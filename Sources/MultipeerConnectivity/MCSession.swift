@@ -238,16 +238,20 @@ public final class MCSession: NSObject, @unchecked Sendable {
     private func askTrust(_ request: PeerTrustRequest, answer: @escaping @Sendable (Bool) -> Void) {
         let peer = mcPeer(request.peer)
         let certificates = request.certificateChain?.map(SecCertificate.init)
+        let decide: @Sendable (Bool) -> Void = { [weak self] accepted in
+            answer(accepted)
+            self?.emit(.certificateDecided(peer, certificates: certificates, accepted: accepted))
+        }
         if let evaluator = evaluator.withLock({ $0 }) {
-            Task { answer(await evaluator(peer, certificates)) }
+            Task { decide(await evaluator(peer, certificates)) }
             return
         }
         delegateQueue.async { [delegateBox, weak self] in
             guard let self, let delegate = delegateBox.value else {
-                answer(true)  // no delegate: Apple's default
+                decide(true)  // no delegate: Apple's default
                 return
             }
-            delegate.session(self, didReceiveCertificate: certificates, fromPeer: peer) { accepted in answer(accepted) }
+            delegate.session(self, didReceiveCertificate: certificates, fromPeer: peer) { accepted in decide(accepted) }
         }
     }
 
@@ -258,6 +262,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
             switch event {
             case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
             case .dataReceived(let data, let peer): delegate.session(self, didReceive: data, fromPeer: peer)
+            case .certificateDecided: break  // the delegate made or saw that decision itself
             }
         }
     }
@@ -286,6 +291,8 @@ extension MCSession {
     public enum Event: Sendable {
         case peerStateChanged(MCPeerID, MCSessionState)
         case dataReceived(Data, from: MCPeerID)
+        /// A peer's certificates (nil: no identity) and the decision made on them.
+        case certificateDecided(MCPeerID, certificates: [SecCertificate]?, accepted: Bool)
     }
 
     /// A new stream of this session's events from now on; each call gets its own.

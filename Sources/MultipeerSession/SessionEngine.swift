@@ -11,6 +11,9 @@ public final class SessionEngine: Sendable {
     public let eventLoop: any EventLoop
     private let state: NIOLoopBoundBox<EngineState>
     private let onEvent: @Sendable (SessionEngineEvent) -> Void
+    /// Tests divert outgoing datagrams here (return false to keep one off the wire) to replay and
+    /// reorder them over real UDP.
+    let outgoingDatagramInterceptor = Mutex<(@Sendable (ByteBuffer) -> Bool)?>(nil)
     /// Connected peers, readable from any thread so that `send` can refuse at once.
     private let connected = Mutex<[Bytes16: WirePeerID]>([:])
 
@@ -128,6 +131,7 @@ public final class SessionEngine: Sendable {
                 guard let linkID = state.activeLink[peer], let address = state.links[linkID]?.datagramAddress,
                     let datagram = state.links[linkID]?.datagram?.seal(message)
                 else { continue }
+                if let intercept = outgoingDatagramInterceptor.withLock({ $0 }), !intercept(datagram) { continue }
                 udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
             }
             udp.flush()

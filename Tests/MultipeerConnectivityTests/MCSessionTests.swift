@@ -221,10 +221,19 @@ struct MCSessionTests {
         try await Self.connect(bob, to: alice)
         var iterator = events.makeAsyncIterator()
         var states: [MCSessionState] = []
+        var decisions: [Bool] = []
         while states.last != .connected, let event = await iterator.next() {
             if case .peerStateChanged(let peer, let state) = event, peer == bob.myPeerID { states.append(state) }
+            if case .certificateDecided(let peer, let certificates, let accepted) = event {
+                #expect(peer == bob.myPeerID)
+                #expect(certificates?.first.flatMap { SecCertificateCopySubjectSummary($0) } == "bob")
+                decisions.append(accepted)
+            }
         }
         #expect(states == [.connecting, .connected])
+        #expect(decisions == [true])
+        // Each side reports its own view; wait for Bob's before he sends.
+        #expect(try await eventually { bob.connectedPeers == [alice.myPeerID] })
         try await bob.send(Data("async hello".utf8), to: [alice.myPeerID])
         while let event = await iterator.next() {
             if case .dataReceived(let data, let peer) = event {

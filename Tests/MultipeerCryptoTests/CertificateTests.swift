@@ -208,3 +208,41 @@ struct ComparisonCodeTests {
         #expect(code != ComparisonCode.make(alice, mallory))
     }
 }
+
+@Suite("Unsupported keys")
+struct UnsupportedKeyTests {
+    private func opensslKey(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = ["genpkey"] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = Pipe()
+        try process.run()
+        let pem = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0)
+        return pem
+    }
+
+    @Test(arguments: [
+        ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024"],
+        ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"],
+        ["-algorithm", "X448"],
+    ])
+    func keysOutsideTheAllowedSetAreRefused(arguments: [String]) throws {
+        let pem = try opensslKey(arguments)
+        do {
+            _ = try PrivateKey(pemEncoded: pem)
+            Issue.record("accepted \(arguments)")
+        } catch {
+            #expect(error.code == .unsupportedKeyType)
+        }
+    }
+
+    @Test func allowedKeysFromOpenSSLLoad() throws {
+        #expect(try PrivateKey(pemEncoded: try opensslKey(["-algorithm", "ED25519"])).algorithm == .ed25519)
+        #expect(try PrivateKey(pemEncoded: try opensslKey(["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])).algorithm == .ecdsaP256)
+        #expect(try PrivateKey(pemEncoded: try opensslKey(["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])).algorithm == .rsa(bits: 2048))
+    }
+}

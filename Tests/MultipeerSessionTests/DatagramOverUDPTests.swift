@@ -1,5 +1,5 @@
 import MultipeerCrypto
-import MultipeerSession
+@testable import MultipeerSession
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
@@ -82,6 +82,43 @@ struct DatagramOverUDPTests {
         #expect(try await eventually { alice.messages(from: bob).count == 2 })
         #expect(alice.isConnected(to: bob))
         try await attacker.close().get()
+        try await group.shutdownGracefully()
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+}
+
+@Suite("Datagram replay and reordering over real UDP", .serialized)
+struct DatagramReplayOverUDPTests {
+    @Test func reorderedDatagramsAreAcceptedAndReplaysDropped() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        try await alice.accept(bob)
+        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        let captured = Mutex<[ByteBuffer]>([])
+        bob.engine.outgoingDatagramInterceptor.withLock { $0 = { datagram in captured.withLock { $0.append(datagram) }; return false } }
+        for index in 0..<50 { try bob.engine.sendUnreliable(ByteBuffer(string: "n\(index)"), to: [alice.peer.identifier]) }
+        #expect(try await eventually { captured.withLock { $0.count } == 50 })
+        #expect(alice.messages(from: bob).isEmpty)
+
+        let port = try #require(try await alice.engine.datagramPort.get())
+        let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let relay = try await DatagramBootstrap(group: group).bind(host: "127.0.0.1", port: 0).get()
+        for datagram in captured.withLock({ $0 }).reversed() {
+            try await relay.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: datagram))
+        }
+        #expect(try await eventually { alice.messages(from: bob).count == 50 })
+        for _ in 0..<3 {
+            for datagram in captured.withLock({ $0 }) {
+                try await relay.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: datagram))
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let received = alice.messages(from: bob).map { String(buffer: $0) }
+        #expect(received.count == 50, "replays were delivered")
+        #expect(Set(received) == Set((0..<50).map { "n\($0)" }))
+        try await relay.close().get()
         try await group.shutdownGracefully()
         await alice.shutdown()
         await bob.shutdown()
