@@ -17,9 +17,11 @@ let package = Package(
         .library(name: "MultipeerConnectivity", targets: ["MultipeerConnectivity"]),
         .library(name: "MultipeerWire", targets: ["MultipeerWire"]),
         .executable(name: "multipeer-demo", targets: ["multipeer-demo"]),
+        .executable(name: "mpc-certgen", targets: ["mpc-certgen"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
         .systemLibrary(
@@ -73,6 +75,13 @@ let package = Package(
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "mpc-certgen",
+            dependencies: [
+                "MultipeerCrypto",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build links them as no-op executables.

@@ -16,3 +16,14 @@ public enum ComparisonCode {
         return padded.prefix(3) + " " + padded.suffix(3)
     }
 }
+
+extension ComparisonCode {
+    /// 8 digits from one certificate's fingerprint, for reading out over the phone or comparing on
+    /// two screens ("is this the certificate you made?").
+    public static func make(for certificate: Certificate) -> String {
+        let value = certificate.sha256Fingerprint.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } % 100_000_000
+        let digits = String(value)
+        let padded = String(repeating: "0", count: 8 - digits.count) + digits
+        return padded.prefix(4) + " " + padded.suffix(4)
+    }
+}

@@ -1,22 +1,7 @@
 import Foundation
 import MultipeerConnectivity
+import MultipeerTestSupport
 import Testing
-
-/// Runs the built executables as real processes.
-enum BuiltProducts {
-    /// The directory of the test bundle, where SwiftPM also puts the package's executables.
-    static var directory: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    }
-
-    static func executable(_ name: String) throws -> URL {
-        let url = directory.appendingPathComponent(name)
-        guard FileManager.default.isExecutableFile(atPath: url.path) else {
-            throw MCError(.unavailable, reason: "\(name) not built at \(url.path); run swift build first")
-        }
-        return url
-    }
-}
 
 @Suite("Processes: the demo and a peer killed with SIGKILL", .serialized)
 struct ProcessTests {
