@@ -49,14 +49,6 @@ final class MinimalDelegate: MCSessionDelegate, @unchecked Sendable {
     func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, at localURL: URL?, withError error: (any Error)?) {}
 }
 
-func eventually(seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
-}
 
 @Suite("MCSession, Apple's API over loopback", .serialized)
 struct MCSessionTests {

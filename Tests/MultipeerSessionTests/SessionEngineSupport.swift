@@ -1,5 +1,6 @@
 import MultipeerCrypto
 import MultipeerSession
+import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import NIOPosix
@@ -58,12 +59,3 @@ final class EngineProbe: Sendable {
     func shutdown() async { try? await engine.disconnect().get() }
 }
 
-/// Polls until `condition` holds or `seconds` pass.
-func eventually(seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
-}

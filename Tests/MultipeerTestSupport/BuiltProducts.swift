@@ -37,3 +37,13 @@ public enum BuiltProducts {
 /// The repository root, found from this file's path (tests read Certificates/, docs/, Fuzz/).
 public let repositoryRootURL: URL = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// Polls until `condition` holds or `seconds` pass; for tests that wait on real sockets.
+public func eventually(seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    return condition()
+}
