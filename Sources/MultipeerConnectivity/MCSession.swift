@@ -228,6 +228,11 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .notConnected: .notConnected
             }
             emit(.peerStateChanged(mcPeer(wire), mapped))
+            if case .notConnected(let error?) = state, let failure = MCError(connectionError: error) {
+                emit(.connectionFailed(mcPeer(wire), failure))
+            }
+        case .peerRefused(let wire, let reason):
+            emit(.connectionRefused(mcPeer(wire), MCError(refusal: reason)))
         case .messageReceived(let buffer, let wire):
             emit(.dataReceived(Data(buffer.readableBytesView), from: mcPeer(wire)))
         case .trustRequested(let request, let answer):
@@ -262,7 +267,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
             switch event {
             case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
             case .dataReceived(let data, let peer): delegate.session(self, didReceive: data, fromPeer: peer)
-            case .certificateDecided: break  // the delegate made or saw that decision itself
+            case .certificateDecided, .connectionFailed, .connectionRefused:
+                break  // Apple's delegate has no such calls; the state change already went out
             }
         }
     }
@@ -293,6 +299,11 @@ extension MCSession {
         case dataReceived(Data, from: MCPeerID)
         /// A peer's certificates (nil: no identity) and the decision made on them.
         case certificateDecided(MCPeerID, certificates: [SecCertificate]?, accepted: Bool)
+        /// Why a peer went notConnected, when it was not a normal goodbye.
+        case connectionFailed(MCPeerID, MCError)
+        /// A peer tried to connect and was turned away before anyone was asked (session full,
+        /// stale connection data).
+        case connectionRefused(MCPeerID, MCError)
     }
 
     /// A new stream of this session's events from now on; each call gets its own.

@@ -268,6 +268,14 @@ public final class SessionEngine: Sendable {
 
     /// A listener's decision on a dialer's HELLO (docs/PROTOCOL.md §7.5, §9.3).
     private func admit(_ hello: Hello, linkID: Int) -> ConnectionConfiguration.Admission {
+        let admission = decideAdmission(hello, linkID: linkID)
+        if case .refuse(let reason) = admission, reason != .duplicateConnection {
+            onEvent(.peerRefused(hello.peerID, reason))
+        }
+        return admission
+    }
+
+    private func decideAdmission(_ hello: Hello, linkID: Int) -> ConnectionConfiguration.Admission {
         let state = state.value
         let peer = hello.peerID.identifier
         state.expireTokens(now: eventLoop.now)

@@ -59,6 +59,8 @@ public enum SessionEngineEvent: Sendable {
     /// Ask the application; call `answer` once, from any thread.
     case trustRequested(PeerTrustRequest, answer: @Sendable (Bool) -> Void)
     case messageReceived(ByteBuffer, from: WirePeerID)
+    /// A peer's connection was refused before its app or ours was asked (session full, stale token).
+    case peerRefused(WirePeerID, GoodbyeReason)
 }
 
 /// Why `send` refused a message; it never blocks and never partially sends.

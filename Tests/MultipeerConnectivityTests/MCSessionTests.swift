@@ -238,3 +238,43 @@ struct MCSessionTests {
         await bob.disconnect()
     }
 }
+
+@Suite("MCSession limits", .serialized)
+struct MCSessionLimitTests {
+    @Test func aNinthPeerIsRefusedWithAClearErrorOnBothSides() async throws {
+        func session(_ name: String) -> MCSession {
+            MCSession(peer: MCPeerID(displayName: name), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        }
+        let hub = session("hub")
+        let hubEvents = hub.events()
+        var members: [MCSession] = []
+        for index in 0..<7 {
+            let member = session("member\(index)")
+            try await MCSessionTests.connect(member, to: hub)
+            members.append(member)
+        }
+        #expect(try await eventually(seconds: 15) { hub.connectedPeers.count == 7 && members.allSatisfy { $0.connectedPeers.count == 7 } })
+        let ninth = session("ninth")
+        let ninthEvents = ninth.events()
+        try await MCSessionTests.connect(ninth, to: hub)
+        var ninthError: MCError?
+        for await event in ninthEvents {
+            if case .connectionFailed(let peer, let error) = event, peer == hub.myPeerID {
+                ninthError = error
+                break
+            }
+        }
+        #expect(ninthError?.code == .unavailable)
+        #expect(ninthError?.reason.contains("8 peers") == true)
+        var hubError: MCError?
+        for await event in hubEvents {
+            if case .connectionRefused(let peer, let error) = event, peer == ninth.myPeerID {
+                hubError = error
+                break
+            }
+        }
+        #expect(hubError?.code == .unavailable)
+        #expect(hub.connectedPeers.count == 7)
+        for member in members + [hub, ninth] { await member.disconnect() }
+    }
+}

@@ -17,6 +17,11 @@ struct ProcessTests {
     @Test func aPeerKilledWithSIGKILLIsReportedNotConnectedAndTheSessionCarriesOn() async throws {
         let me = MCSession(peer: MCPeerID(displayName: "parent"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
         let events = me.events()
+        // A second member, in this process, that must stay connected through the kill.
+        let friend = MCSession(peer: MCPeerID(displayName: "friend"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let friendEvents = friend.events()
+        friend.connectPeer(me.myPeerID, withNearbyConnectionData: try await me.nearbyConnectionData(for: friend.myPeerID))
+        #expect(try await eventually { me.connectedPeers.contains(friend.myPeerID) && friend.connectedPeers.contains(me.myPeerID) })
         let child = Process()
         child.executableURL = try BuiltProducts.executable("multipeer-demo")
         child.arguments = ["peer", me.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined()]
@@ -41,9 +46,9 @@ struct ProcessTests {
         try me.connect(to: childPeer, nearbyConnectionData: data)
         var iterator = events.makeAsyncIterator()
         while let event = await iterator.next() {
-            if case .peerStateChanged(_, .connected) = event { break }
+            if case .peerStateChanged(let peer, .connected) = event, peer == childPeer { break }
         }
-        #expect(me.connectedPeers == [childPeer])
+        #expect(Set(me.connectedPeers) == [childPeer, friend.myPeerID])
 
         kill(child.processIdentifier, SIGKILL)
         let killed = ContinuousClock.now
@@ -52,7 +57,18 @@ struct ProcessTests {
         }
         let elapsed = ContinuousClock.now - killed
         #expect(elapsed < .seconds(10), "noticed after \(elapsed)")
-        #expect(me.connectedPeers.isEmpty)
+        #expect(me.connectedPeers == [friend.myPeerID])
+        // The rest of the session carries on.
+        try me.send(Data("still here".utf8), toPeers: [friend.myPeerID], with: .reliable)
+        var gotIt = false
+        for await event in friendEvents {
+            if case .dataReceived(let data, _) = event {
+                gotIt = data == Data("still here".utf8)
+                break
+            }
+        }
+        #expect(gotIt)
+        await friend.disconnect()
         // The session carries on: it can still make connection data and listen.
         #expect(try await !me.nearbyConnectionData(for: MCPeerID(displayName: "next")).isEmpty)
         await me.disconnect()

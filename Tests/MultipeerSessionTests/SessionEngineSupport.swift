@@ -10,7 +10,7 @@ import Synchronization
 final class EngineProbe: Sendable {
     let engine: SessionEngine
     let peer: WirePeerID
-    private let log = Mutex<(states: [(Bytes16, PeerConnectionState)], messages: [(Bytes16, ByteBuffer)])>(([], []))
+    private let log = Mutex<(states: [(Bytes16, PeerConnectionState)], messages: [(Bytes16, ByteBuffer)], refusals: [(Bytes16, GoodbyeReason)])>(([], [], []))
     private let trustPolicy = Mutex<@Sendable (PeerTrustRequest) -> Bool>({ _ in true })
 
     init(
@@ -35,6 +35,7 @@ final class EngineProbe: Sendable {
         case .peerStateChanged(let peer, let state): log.withLock { $0.states.append((peer.identifier, state)) }
         case .messageReceived(let message, let peer): log.withLock { $0.messages.append((peer.identifier, message)) }
         case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
+        case .peerRefused(let peer, let reason): log.withLock { $0.refusals.append((peer.identifier, reason)) }
         }
     }
 
@@ -44,6 +45,10 @@ final class EngineProbe: Sendable {
 
     func messages(from other: EngineProbe) -> [ByteBuffer] {
         log.withLock { $0.messages.filter { $0.0 == other.peer.identifier }.map(\.1) }
+    }
+
+    func refusals(of other: EngineProbe) -> [GoodbyeReason] {
+        log.withLock { $0.refusals.filter { $0.0 == other.peer.identifier }.map(\.1) }
     }
 
     func isConnected(to other: EngineProbe) -> Bool { states(of: other).last == .connected }

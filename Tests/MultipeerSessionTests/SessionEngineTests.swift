@@ -121,6 +121,7 @@ struct SessionEngineTests {
         try await hub.accept(ninth)
         #expect(try await eventually { ninth.lastState(of: hub) == .notConnected(ConnectionError(.peerSaidGoodbye(.sessionFull))) })
         #expect(hub.states(of: ninth).isEmpty)
+        #expect(hub.refusals(of: ninth) == [.sessionFull])
         #expect(hub.engine.connectedPeers.count == 7)
         for member in members + [hub, ninth] { await member.shutdown() }
     }

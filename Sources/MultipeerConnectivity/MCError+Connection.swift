@@ -1,0 +1,30 @@
+import MultipeerSession
+import MultipeerWire
+
+extension MCError {
+    /// The app-facing reason for a connection that ended; nil for a normal goodbye or our own disconnect.
+    init?(connectionError error: ConnectionError) {
+        switch error.kind {
+        case .closedLocally, .peerSaidGoodbye(.normal):
+            return nil
+        case .handshakeTimedOut, .trustTimedOutLocally, .peerUnresponsive:
+            self.init(.timedOut, reason: error.description)
+        case .trustRejectedLocally, .trustRejectedByPeer:
+            self.init(.cancelled, reason: error.description)
+        case .peerSaidGoodbye(let reason), .notAdmitted(let reason):
+            self.init(refusal: reason)
+        default:
+            self.init(.notConnected, reason: error.description)
+        }
+    }
+
+    /// A peer's or our own refusal, by GOODBYE reason.
+    init(refusal reason: GoodbyeReason) {
+        switch reason {
+        case .sessionFull: self.init(.unavailable, reason: "the session already has \(kMCSessionMaximumNumberOfPeers) peers")
+        case .unknownToken: self.init(.invalidParameter, reason: "the connection data was unknown, used, or expired")
+        case .timedOut: self.init(.timedOut, reason: "the peer timed out")
+        default: self.init(.notConnected, reason: "connection ended: \(reason)")
+        }
+    }
+}
