@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "MultipeerWire", targets: ["MultipeerWire"]),
         .executable(name: "multipeer-demo", targets: ["multipeer-demo"]),
         .executable(name: "mpc-certgen", targets: ["mpc-certgen"]),
+        .executable(name: "multipeer-bench", targets: ["multipeer-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -81,6 +82,13 @@ let package = Package(
             name: "mpc-certgen",
             dependencies: [
                 "MultipeerCrypto",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "multipeer-bench",
+            dependencies: [
+                "MultipeerConnectivity", "MultipeerCrypto", "CMultipeerOpenSSL", "CMultipeerSodium", "CMultipeerShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -1,0 +1,317 @@
+import CMultipeerOpenSSL
+import CMultipeerShims
+import CMultipeerSodium
+import Foundation
+import MultipeerCrypto
+
+/// Small, honest programs that do the same job without the library: blocking POSIX sockets on
+/// loopback, OpenSSL alone, libsodium alone. Each runs in the same process as the library's
+/// scenarios, so machine drift affects both alike.
+enum Baselines {
+    // MARK: Sockets
+
+    static func tcpListener() -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var address = loopback(port: 0)
+        withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(fd, 16)
+        return (fd, boundPort(fd))
+    }
+
+    static func tcpConnect(port: Int) -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = loopback(port: port)
+        withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        noDelay(fd)
+        return fd
+    }
+
+    static func noDelay(_ fd: Int32) {
+        var on: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    static func udpSocket() -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = loopback(port: 0)
+        withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        return (fd, boundPort(fd))
+    }
+
+    static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        return address
+    }
+
+    static func boundPort(_ fd: Int32) -> Int {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    static func writeAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset < buffer.count {
+            let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+            if written <= 0 { return }
+            offset += written
+        }
+    }
+
+    static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset < buffer.count {
+            let got = read(fd, buffer.baseAddress! + offset, buffer.count - offset)
+            if got <= 0 { return false }
+            offset += got
+        }
+        return true
+    }
+
+    /// Runs `body` on a new thread; the returned closure waits for it.
+    static func thread(_ body: @escaping @Sendable () -> Void) -> () -> Void {
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            body()
+            done.signal()
+        }
+        thread.start()
+        return { done.wait() }
+    }
+
+    // MARK: Raw TCP
+
+    /// Bytes per second through a blocking loopback TCP connection, 1 MiB writes.
+    static func tcpBulk(bytes: Int) -> Double {
+        let (listener, port) = tcpListener()
+        defer { close(listener) }
+        let chunk = 1 << 20
+        let join = thread {
+            let fd = accept(listener, nil, nil)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+            var total = 0
+            while total < bytes {
+                let got = read(fd, buffer.baseAddress, chunk)
+                if got <= 0 { break }
+                total += got
+            }
+            buffer.deallocate()
+            close(fd)
+        }
+        let fd = tcpConnect(port: port)
+        let data = [UInt8](repeating: 0x5A, count: chunk)
+        let start = ContinuousClock.now
+        data.withUnsafeBytes { raw in for _ in 0..<(bytes / chunk) { writeAll(fd, raw) } }
+        join()
+        let elapsed = ContinuousClock.now - start
+        close(fd)
+        return Double(bytes) / seconds(elapsed)
+    }
+
+    /// Round trips of `size` bytes over blocking loopback TCP, in microseconds.
+    static func tcpPingPong(samples: Int, size: Int) -> [Double] {
+        let (listener, port) = tcpListener()
+        defer { close(listener) }
+        let join = thread {
+            let fd = accept(listener, nil, nil)
+            noDelay(fd)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+            while readExactly(fd, buffer) { writeAll(fd, UnsafeRawBufferPointer(buffer)) }
+            buffer.deallocate()
+            close(fd)
+        }
+        let fd = tcpConnect(port: port)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        defer { buffer.deallocate() }
+        var times: [Double] = []
+        for _ in 0..<samples {
+            let start = ContinuousClock.now
+            writeAll(fd, UnsafeRawBufferPointer(buffer))
+            _ = readExactly(fd, buffer)
+            times.append(seconds(ContinuousClock.now - start) * 1e6)
+        }
+        close(fd)
+        join()
+        return times
+    }
+
+    // MARK: Raw UDP
+
+    /// Packets per second delivered, and the fraction lost, sending `count` datagrams flat out.
+    static func udp(count: Int, size: Int) -> (rate: Double, loss: Double) {
+        let (receiver, port) = udpSocket()
+        let (sender, _) = udpSocket()
+        var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(receiver, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let received = Counter()
+        let join = thread {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 16)
+            while recv(receiver, buffer.baseAddress, 65_536, 0) > 0 { received.add(1) }
+            buffer.deallocate()
+        }
+        var address = loopback(port: port)
+        let payload = [UInt8](repeating: 7, count: size)
+        let start = ContinuousClock.now
+        for _ in 0..<count {
+            payload.withUnsafeBytes { raw in
+                withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = sendto(sender, raw.baseAddress, size, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+            }
+        }
+        join()
+        let elapsed = seconds(ContinuousClock.now - start) - 0.2  // less the receive timeout that ended it
+        close(sender)
+        close(receiver)
+        return (Double(received.value) / max(elapsed, 1e-6), 1 - Double(received.value) / Double(count))
+    }
+
+    // MARK: libsodium
+
+    /// XChaCha20-Poly1305 seal + open pairs per second on `size`-byte messages.
+    static func sodiumSealOpen(count: Int, size: Int) -> Double {
+        var key = [UInt8](repeating: 1, count: 32)
+        var nonce = [UInt8](repeating: 0, count: 24)
+        let message = [UInt8](repeating: 3, count: size)
+        var sealed = [UInt8](repeating: 0, count: size + 16)
+        var opened = [UInt8](repeating: 0, count: size)
+        var length: UInt64 = 0
+        let start = ContinuousClock.now
+        for index in 0..<count {
+            nonce[0] = UInt8(truncatingIfNeeded: index)
+            _ = crypto_aead_xchacha20poly1305_ietf_encrypt(&sealed, &length, message, UInt64(size), nil, 0, nil, nonce, &key)
+            _ = crypto_aead_xchacha20poly1305_ietf_decrypt(&opened, &length, nil, sealed, UInt64(size + 16), nil, 0, nonce, &key)
+        }
+        return Double(count) / seconds(ContinuousClock.now - start)
+    }
+
+    // MARK: OpenSSL alone
+
+    /// An SSL_CTX made from the library's identity through PEM, so the baseline uses OpenSSL only.
+    static func context(for identity: SecurityIdentity) -> OpaquePointer {
+        let context = SSL_CTX_new(TLS_method())!
+        _ = mp_SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION)
+        _ = mp_SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION)
+        _ = SSL_CTX_set_num_tickets(context, 0)
+        let certificatePEM = Array(identity.certificate.pemEncoded.utf8)
+        let keyText: String = (try? identity.privateKey.pemEncoded()) ?? ""
+        let keyPEM = Array(keyText.utf8)
+        let certificateBIO = BIO_new(BIO_s_mem())!
+        _ = BIO_write(certificateBIO, certificatePEM, Int32(certificatePEM.count))
+        let keyBIO = BIO_new(BIO_s_mem())!
+        _ = BIO_write(keyBIO, keyPEM, Int32(keyPEM.count))
+        let x509 = PEM_read_bio_X509(certificateBIO, nil, nil, nil)
+        let key = PEM_read_bio_PrivateKey(keyBIO, nil, nil, nil)
+        _ = SSL_CTX_use_certificate(context, x509)
+        _ = SSL_CTX_use_PrivateKey(context, key)
+        X509_free(x509)  // the context holds its own references
+        EVP_PKEY_free(key)
+        BIO_free(certificateBIO)
+        BIO_free(keyBIO)
+        SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
+        SSL_CTX_set_cert_verify_callback(context, { _, _ in 1 }, nil)
+        return context
+    }
+
+    /// Bytes per second of TLS 1.3 application data over blocking sockets, 16 KiB records.
+    static func tlsBulk(bytes: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
+        let serverContext = UncheckedBox(context(for: serverIdentity))
+        let clientContext = context(for: clientIdentity)
+        defer {
+            SSL_CTX_free(serverContext.value)
+            SSL_CTX_free(clientContext)
+        }
+        let (listener, port) = tcpListener()
+        defer { close(listener) }
+        let record = 16_384
+        let join = thread {
+            let fd = accept(listener, nil, nil)
+            let ssl = SSL_new(serverContext.value)
+            SSL_set_fd(ssl, fd)
+            guard SSL_accept(ssl) == 1 else { return }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: record, alignment: 16)
+            var total = 0
+            while total < bytes {
+                let got = SSL_read(ssl, buffer.baseAddress, Int32(record))
+                if got <= 0 { break }
+                total += Int(got)
+            }
+            buffer.deallocate()
+            SSL_free(ssl)
+            close(fd)
+        }
+        let fd = tcpConnect(port: port)
+        let ssl = SSL_new(clientContext)
+        SSL_set_fd(ssl, fd)
+        let start = ContinuousClock.now
+        guard SSL_connect(ssl) == 1 else { return 0 }
+        let data = [UInt8](repeating: 0x5A, count: record)
+        for _ in 0..<(bytes / record) { _ = SSL_write(ssl, data, Int32(record)) }
+        join()
+        let elapsed = ContinuousClock.now - start
+        SSL_free(ssl)
+        close(fd)
+        return Double(bytes) / seconds(elapsed)
+    }
+
+    /// Mutually authenticated TLS 1.3 handshakes per second over loopback, one after another.
+    static func tlsHandshakes(count: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
+        let serverContext = UncheckedBox(context(for: serverIdentity))
+        let clientContext = context(for: clientIdentity)
+        defer {
+            SSL_CTX_free(serverContext.value)
+            SSL_CTX_free(clientContext)
+        }
+        let (listener, port) = tcpListener()
+        defer { close(listener) }
+        let join = thread {
+            for _ in 0..<count {
+                let fd = accept(listener, nil, nil)
+                let ssl = SSL_new(serverContext.value)
+                SSL_set_fd(ssl, fd)
+                _ = SSL_accept(ssl)
+                var byte: UInt8 = 0
+                _ = SSL_read(ssl, &byte, 1)  // the client's first byte: the handshake is complete
+                SSL_free(ssl)
+                close(fd)
+            }
+        }
+        let start = ContinuousClock.now
+        for _ in 0..<count {
+            let fd = tcpConnect(port: port)
+            let ssl = SSL_new(clientContext)
+            SSL_set_fd(ssl, fd)
+            _ = SSL_connect(ssl)
+            var byte: UInt8 = 1
+            _ = SSL_write(ssl, &byte, 1)
+            SSL_free(ssl)
+            close(fd)
+        }
+        join()
+        return Double(count) / seconds(ContinuousClock.now - start)
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}
+
+/// A thread-safe counter for baseline threads.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add(_ amount: Int) { lock.withLock { count += amount } }
+    var value: Int { lock.withLock { count } }
+}
+
+/// Hands an OpenSSL pointer to a baseline thread; the caller keeps it alive until the thread ends.
+struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

@@ -1,0 +1,220 @@
+import ArgumentParser
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+
+@main
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "multipeer-bench",
+        abstract: "Measures swift-multipeer against baselines run in the same process, on loopback.",
+        discussion: """
+            Every figure is reported next to a baseline measured in the same run (blocking POSIX
+            sockets, OpenSSL alone, libsodium alone), as a ratio where higher is better, because
+            absolute numbers drift on shared machines. Build with -c release. For stable latency,
+            pin the process to one CPU: taskset -c 0 multipeer-bench --only latency.
+            """)
+
+    @Flag(help: "A short run (under 2 minutes) with smaller sizes and fewer repetitions.")
+    var quick = false
+
+    @Option(help: "Write the results as JSON to this file.")
+    var json: String?
+
+    @Option(help: "Run only these groups (repeatable): bulk, small, latency, datagrams, establishment, mesh, memory.")
+    var only: [String] = []
+
+    func run() async throws {
+        let plan = Plan(quick: quick)
+        let pki = try BenchPKI()
+        var results: [Result] = []
+        func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
+        print("multipeer-bench \(quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; \(CryptoRuntime.openSSLVersion)")
+
+        if wants("bulk") {
+            let baseline = Stats((0..<plan.repetitions).map { _ in Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b) / 1e6 })
+            let tcp = Stats((0..<plan.repetitions).map { _ in Baselines.tcpBulk(bytes: plan.bulkBytes) / 1e6 })
+            var rates: [Double] = []
+            var peaks: [Double] = []
+            for _ in 0..<plan.repetitions {
+                let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+                let (rate, peak) = try await Scenarios.bulk(pair, bytes: plan.bulkBytes)
+                rates.append(rate / 1e6)
+                peaks.append(Double(peak) / 1024)
+                await pair.close()
+            }
+            let library = Stats(rates)
+            results.append(Result(scenario: "1 reliable bulk, 1 MiB messages (\(plan.bulkBytes >> 20) MiB)", unit: "MB/s", library: library,
+                                  baselineName: "OpenSSL TLS 1.3, 16 KiB records", baseline: baseline, ratio: library.median / baseline.median,
+                                  target: ">= 0.8", met: library.median / baseline.median >= 0.8,
+                                  note: String(format: "raw TCP: %.0f MB/s", tcp.median)))
+            let peak = Stats(peaks)
+            results.append(Result(scenario: "7 peak RSS growth while sending \(plan.bulkBytes >> 20) MiB", unit: "MiB", library: peak,
+                                  baselineName: nil, baseline: nil, ratio: nil, target: "< 64 MiB", met: peak.median < 64, note: nil))
+        }
+
+        if wants("small") {
+            for preference in [MCEncryptionPreference.required, .none] {
+                var rates: [Double] = []
+                for _ in 0..<plan.repetitions {
+                    let pair = try await SessionPair.connect(preference: preference, identities: preference == .required ? (pki.a, pki.b) : nil)
+                    rates.append(try await Scenarios.smallMessages(pair, count: plan.smallMessages))
+                    await pair.close()
+                }
+                results.append(Result(scenario: "2 reliable 64 B messages, \(preference == .required ? "required" : "none")", unit: "msg/s",
+                                      library: Stats(rates), baselineName: nil, baseline: nil, ratio: nil, target: "report", met: nil, note: nil))
+            }
+        }
+
+        if wants("latency") {
+            let baseline = Baselines.tcpPingPong(samples: plan.roundTrips, size: 64)
+            for mode in [MCSessionSendDataMode.reliable, .unreliable] {
+                let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+                let times = try await Scenarios.roundTrips(pair, samples: plan.roundTrips, mode: mode)
+                await pair.close()
+                let library = Stats(times)
+                let ratio = percentile(baseline, 0.5) / library.median
+                results.append(Result(scenario: "3 round trip, 64 B \(mode == .reliable ? "reliable" : "unreliable")", unit: "µs median",
+                                      library: library, baselineName: "raw TCP ping-pong", baseline: Stats(baseline), ratio: ratio,
+                                      target: mode == .reliable ? "<= 1.3x (ratio >= 0.77)" : "report",
+                                      met: mode == .reliable ? ratio >= 1 / 1.3 : nil,
+                                      note: String(format: "p99 %.0f µs vs %.0f µs", percentile(times, 0.99), percentile(baseline, 0.99))))
+            }
+        }
+
+        if wants("datagrams") {
+            for size in [64, 1200] {
+                let baselines = (0..<plan.repetitions).map { _ in Baselines.udp(count: plan.datagrams, size: size) }
+                var rates: [Double] = []
+                var losses: [Double] = []
+                var duplicates = 0
+                for _ in 0..<plan.repetitions {
+                    let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+                    let outcome = try await Scenarios.datagrams(pair, count: plan.datagrams, size: size)
+                    rates.append(outcome.rate)
+                    losses.append(outcome.loss)
+                    duplicates += outcome.duplicates
+                    await pair.close()
+                }
+                let library = Stats(rates)
+                let baseline = Stats(baselines.map(\.rate))
+                let ratio = library.median / baseline.median
+                results.append(Result(scenario: "4 unreliable \(size) B datagrams delivered", unit: "pkt/s", library: library,
+                                      baselineName: "raw UDP", baseline: baseline, ratio: ratio,
+                                      target: size == 1200 ? ">= 0.7, no duplicates" : "report",
+                                      met: size == 1200 ? ratio >= 0.7 && duplicates == 0 : nil,
+                                      note: String(format: "loss %.1f%% (UDP %.1f%%), duplicates %d", Stats(losses).median * 100,
+                                                   Stats(baselines.map(\.loss)).median * 100, duplicates)))
+            }
+        }
+
+        if wants("establishment") {
+            let baseline = Stats((0..<plan.repetitions).map { _ in Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b) })
+            var rates: [Double] = []
+            for _ in 0..<plan.repetitions {
+                rates.append(try await Scenarios.establishments(count: plan.establishments, identities: (pki.a, pki.b), anchor: pki.root))
+            }
+            let library = Stats(rates)
+            results.append(Result(scenario: "5 session establishment (mutual TLS, trust, connected)", unit: "per s", library: library,
+                                  baselineName: "OpenSSL mutual-auth handshakes", baseline: baseline, ratio: library.median / baseline.median,
+                                  target: ">= 0.6", met: library.median / baseline.median >= 0.6, note: nil))
+        }
+
+        if wants("mesh") {
+            var times: [Double] = []
+            for _ in 0..<plan.repetitions { times.append(try await Scenarios.meshFormation(identities: pki.eight) * 1000) }
+            let library = Stats(times)
+            results.append(Result(scenario: "6 8-peer full mesh formation", unit: "ms", library: library, baselineName: nil, baseline: nil,
+                                  ratio: nil, target: "< 250 ms", met: library.median < 250, note: nil))
+        }
+
+        if wants("memory") {
+            let perPeer = try await Scenarios.idlePeerMemory(identities: pki.eight)
+            results.append(Result(scenario: "7 RSS per idle connected peer", unit: "KiB", library: Stats([perPeer]), baselineName: nil,
+                                  baseline: nil, ratio: nil, target: "< 256 KiB", met: perPeer < 256, note: "8 sessions, 28 connections in one process"))
+            let sodium = Baselines.sodiumSealOpen(count: plan.datagrams, size: 1200)
+            results.append(Result(scenario: "- libsodium seal+open, 1200 B (reference)", unit: "op/s", library: Stats([sodium]),
+                                  baselineName: nil, baseline: nil, ratio: nil, target: "report", met: nil, note: nil))
+        }
+
+        Report.print(results)
+        if let json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(Report.Document(date: ISO8601DateFormatter().string(from: Date()), quick: quick, results: results))
+                .write(to: URL(fileURLWithPath: json))
+            print("wrote \(json)")
+        }
+    }
+}
+
+struct Plan {
+    let repetitions: Int
+    let bulkBytes: Int
+    let smallMessages: Int
+    let roundTrips: Int
+    let datagrams: Int
+    let establishments: Int
+
+    init(quick: Bool) {
+        repetitions = quick ? 3 : 5
+        bulkBytes = quick ? 64 << 20 : 1 << 30
+        smallMessages = quick ? 20_000 : 200_000
+        roundTrips = quick ? 300 : 3_000
+        datagrams = quick ? 5_000 : 50_000
+        establishments = quick ? 10 : 50
+    }
+}
+
+/// Identities for the scenarios, made with the library: Ed25519 throughout, as the CLI's default.
+struct BenchPKI {
+    let root: Certificate
+    let a: SecurityIdentity
+    let b: SecurityIdentity
+    let eight: [SecurityIdentity]
+
+    init() throws {
+        let rootKey = try PrivateKey.generate()
+        let root = try CertificateBuilder(commonName: "bench CA", role: .certificateAuthority(pathLength: 0)).issue(for: rootKey)
+        func peer(_ name: String) throws -> SecurityIdentity {
+            let key = try PrivateKey.generate()
+            return try SecurityIdentity(privateKey: key, certificateChain: [try CertificateBuilder(commonName: name).issue(for: key, issuer: (root, rootKey))])
+        }
+        self.root = root
+        a = try peer("a")
+        b = try peer("b")
+        eight = try (0..<8).map { try peer("p\($0)") }
+    }
+}
+
+enum Report {
+    struct Document: Codable {
+        let date: String
+        let quick: Bool
+        let results: [Result]
+    }
+
+    static func print(_ results: [Result]) {
+        Swift.print("")
+        Swift.print(pad("scenario", 58) + pad("library", 16) + pad("baseline", 16) + pad("ratio", 8) + pad("target", 24) + "met")
+        for result in results {
+            let library = format(result.library.median) + " " + result.unit
+            let baseline = result.baseline.map { format($0.median) } ?? "-"
+            let ratio = result.ratio.map { String(format: "%.2f", $0) } ?? "-"
+            let met = result.met.map { $0 ? "yes" : "NO" } ?? "-"
+            Swift.print(pad(result.scenario, 58) + pad(library, 16) + pad(baseline, 16) + pad(ratio, 8) + pad(result.target, 24) + met)
+            var details = String(format: "    spread %.0f%%", result.library.spread * 100)
+            if let name = result.baselineName { details += "; baseline: \(name)" }
+            if let note = result.note { details += "; \(note)" }
+            Swift.print(details)
+        }
+    }
+
+    static func format(_ value: Double) -> String {
+        value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value)
+    }
+
+    static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? String(text.prefix(width - 1)) + " " : text + String(repeating: " ", count: width - text.count)
+    }
+}

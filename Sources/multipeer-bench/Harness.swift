@@ -1,0 +1,68 @@
+import Foundation
+
+/// Median and spread of repeated measurements of one figure.
+struct Stats: Codable {
+    let median: Double
+    let min: Double
+    let max: Double
+    let samples: [Double]
+
+    init(_ samples: [Double]) {
+        let sorted = samples.sorted()
+        self.samples = samples
+        median = sorted.isEmpty ? 0 : sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        min = sorted.first ?? 0
+        max = sorted.last ?? 0
+    }
+
+    /// Spread as a fraction of the median.
+    var spread: Double { median == 0 ? 0 : (max - min) / median }
+}
+
+/// One line of the report: the library's figure, the baseline's, their ratio, and the target.
+struct Result: Codable {
+    let scenario: String
+    let unit: String
+    let library: Stats
+    let baselineName: String?
+    let baseline: Stats?
+    /// library / baseline for rates, baseline / library for times, so that higher is better.
+    let ratio: Double?
+    let target: String
+    let met: Bool?
+    let note: String?
+}
+
+enum Clock {
+    static func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+        let start = ContinuousClock.now
+        try await body()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+}
+
+func percentile(_ values: [Double], _ fraction: Double) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let sorted = values.sorted()
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * fraction))]
+}
+
+/// Peak and current resident memory of this process, from /proc (kB).
+enum Memory {
+    static func field(_ name: String) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
+        }
+        return 0
+    }
+
+    static var residentKiB: Int { field("VmRSS") }
+    static var peakResidentKiB: Int { field("VmHWM") }
+
+    /// Resets VmHWM to the current RSS (Linux: write 5 to clear_refs).
+    static func resetPeak() {
+        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    }
+}

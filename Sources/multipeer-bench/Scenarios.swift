@@ -1,0 +1,245 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+import Synchronization
+
+/// Two or more real sessions in this process, over loopback, driven through the public API.
+struct SessionPair {
+    let a: MCSession
+    let b: MCSession
+    let aEvents: AsyncStream<MCSession.Event>
+    let bEvents: AsyncStream<MCSession.Event>
+
+    static func connect(preference: MCEncryptionPreference, identities: (SecurityIdentity, SecurityIdentity)?) async throws -> SessionPair {
+        let a = makeSession("a", preference: preference, identity: identities?.0)
+        let b = makeSession("b", preference: preference, identity: identities?.1)
+        let pair = SessionPair(a: a, b: b, aEvents: a.events(), bEvents: b.events())
+        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(for: b.myPeerID))
+        try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
+        return pair
+    }
+
+    func close() async {
+        await a.disconnect()
+        await b.disconnect()
+    }
+}
+
+func makeSession(_ name: String, preference: MCEncryptionPreference, identity: SecurityIdentity?) -> MCSession {
+    MCSession(peer: MCPeerID(displayName: name), securityIdentity: identity.map { [SecIdentity($0)] },
+              encryptionPreference: preference, configuration: .loopbackOnly)
+}
+
+struct BenchTimeout: Error, CustomStringConvertible {
+    var description: String { "a benchmark step did not finish within 60 s" }
+}
+
+func waitUntil(seconds: Double = 60, _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while !condition() {
+        guard ContinuousClock.now < deadline else { throw BenchTimeout() }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+}
+
+/// Counts what one side receives, from its event stream, on a task of its own.
+final class ReceiveCounter: Sendable {
+    private let state = Mutex<(messages: Int, bytes: Int, distinct: Set<Data>, duplicates: Int)>((0, 0, [], 0))
+    private let trackDistinct: Bool
+
+    init(_ events: AsyncStream<MCSession.Event>, trackDistinct: Bool = false) {
+        self.trackDistinct = trackDistinct
+        Task { [self] in
+            for await event in events {
+                guard case .dataReceived(let data, _) = event else { continue }
+                state.withLock { state in
+                    state.messages += 1
+                    state.bytes += data.count
+                    if self.trackDistinct && !state.distinct.insert(data).inserted { state.duplicates += 1 }
+                }
+            }
+        }
+    }
+
+    var messages: Int { state.withLock { $0.messages } }
+    var bytes: Int { state.withLock { $0.bytes } }
+    var duplicates: Int { state.withLock { $0.duplicates } }
+}
+
+enum Scenarios {
+    /// Bytes per second of 1 MiB reliable messages, with at most `window` bytes in flight, and the
+    /// peak resident memory growth while sending.
+    static func bulk(_ pair: SessionPair, bytes: Int, window: Int = 8 << 20) async throws -> (rate: Double, peakKiB: Int) {
+        let counter = ReceiveCounter(pair.aEvents)
+        let message = Data(repeating: 0x5A, count: 1 << 20)
+        let before = Memory.residentKiB
+        Memory.resetPeak()
+        let elapsed = try await Clock.seconds {
+            var sent = 0
+            while sent < bytes {
+                try await waitUntil { sent - counter.bytes <= window - message.count }
+                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .reliable)
+                sent += message.count
+            }
+            try await waitUntil { counter.bytes >= bytes }
+        }
+        return (Double(bytes) / elapsed, max(0, Memory.peakResidentKiB - before))
+    }
+
+    /// Reliable small messages per second, pipelined with at most `window` outstanding.
+    static func smallMessages(_ pair: SessionPair, count: Int, size: Int = 64, window: Int = 2_000) async throws -> Double {
+        let counter = ReceiveCounter(pair.aEvents)
+        let message = Data(repeating: 1, count: size)
+        let elapsed = try await Clock.seconds {
+            for sent in 0..<count {
+                if sent - counter.messages >= window { try await waitUntil { sent - counter.messages < window / 2 } }
+                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .reliable)
+            }
+            try await waitUntil { counter.messages >= count }
+        }
+        return Double(count) / elapsed
+    }
+
+    /// Round trips in microseconds: b sends, a echoes, b waits for the echo.
+    static func roundTrips(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode) async throws -> [Double] {
+        let bPeer = pair.b.myPeerID
+        let a = pair.a
+        let echo = Task {
+            for await event in pair.aEvents {
+                if case .dataReceived(let data, _) = event { try? a.send(data, toPeers: [bPeer], with: mode) }
+            }
+        }
+        defer { echo.cancel() }
+        let waiter = ProbeWaiter(pair.bEvents)
+        var times: [Double] = []
+        var lost = 0
+        for index in 0..<samples {
+            let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
+            let start = ContinuousClock.now
+            let answered = await waiter.wait(for: probe) {
+                try? pair.b.send(probe, toPeers: [pair.a.myPeerID], with: mode)
+            }
+            if answered { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) } else { lost += 1 }
+            if lost > samples / 10 { break }
+        }
+        waiter.stop()
+        return times
+    }
+
+    /// Datagrams delivered per second, the fraction lost, and duplicates seen.
+    static func datagrams(_ pair: SessionPair, count: Int, size: Int) async throws -> (rate: Double, loss: Double, duplicates: Int) {
+        let counter = ReceiveCounter(pair.aEvents, trackDistinct: true)
+        let start = ContinuousClock.now
+        for index in 0..<count {
+            var message = Data(repeating: 0, count: size)
+            withUnsafeBytes(of: UInt64(index)) { message.replaceSubrange(0..<8, with: $0) }
+            try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .unreliable)
+            if index % 256 == 255 { await Task.yield() }
+        }
+        // Wait until nothing more arrives for 200 ms.
+        var last = -1
+        while counter.messages != last {
+            last = counter.messages
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        let elapsed = Baselines.seconds(ContinuousClock.now - start) - 0.2
+        let delivered = counter.messages
+        return (Double(delivered) / max(elapsed, 1e-6), 1 - Double(delivered) / Double(count), counter.duplicates)
+    }
+
+    /// Sessions established per second: connection data, connect, mutual TLS, both trust
+    /// callbacks, until both sides report connected.
+    static func establishments(count: Int, identities: (SecurityIdentity, SecurityIdentity), anchor: Certificate) async throws -> Double {
+        var total = 0.0
+        for _ in 0..<count {
+            let a = makeSession("a", preference: .required, identity: identities.0)
+            let b = makeSession("b", preference: .required, identity: identities.1)
+            for session in [a, b] {
+                session.setCertificateEvaluator { _, certificates in
+                    TrustEvaluation(anchors: [anchor]).evaluate(certificates?.map(\.certificate) ?? []).isTrusted
+                }
+            }
+            let data = try await a.nearbyConnectionData(for: b.myPeerID)
+            total += try await Clock.seconds {
+                b.connectPeer(a.myPeerID, withNearbyConnectionData: data)
+                try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
+            }
+            await a.disconnect()
+            await b.disconnect()
+        }
+        return Double(count) / total
+    }
+
+    /// Seconds until 8 sessions form a full mesh when 7 join one of them at once.
+    static func meshFormation(identities: [SecurityIdentity]) async throws -> Double {
+        let hub = makeSession("hub", preference: .required, identity: identities[0])
+        let members = (1..<8).map { makeSession("m\($0)", preference: .required, identity: identities[$0]) }
+        var blobs: [Data] = []
+        for member in members { blobs.append(try await hub.nearbyConnectionData(for: member.myPeerID)) }
+        let everyone = [hub] + members
+        let elapsed = try await Clock.seconds {
+            for (member, blob) in zip(members, blobs) { member.connectPeer(hub.myPeerID, withNearbyConnectionData: blob) }
+            try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == 7 } }
+        }
+        for session in everyone { await session.disconnect() }
+        return elapsed
+    }
+
+    /// Resident memory per connected idle peer (both ends of each connection live in this process).
+    static func idlePeerMemory(identities: [SecurityIdentity]) async throws -> Double {
+        let before = Memory.residentKiB
+        let hub = makeSession("hub", preference: .required, identity: identities[0])
+        let members = (1..<8).map { makeSession("m\($0)", preference: .required, identity: identities[$0]) }
+        for member in members {
+            member.connectPeer(hub.myPeerID, withNearbyConnectionData: try await hub.nearbyConnectionData(for: member.myPeerID))
+        }
+        let everyone = [hub] + members
+        try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == 7 } }
+        try await Task.sleep(for: .milliseconds(300))
+        let after = Memory.residentKiB
+        for session in everyone { await session.disconnect() }
+        // 8 sessions, 28 connections, 56 connection ends: each end is one "connected peer" of a session.
+        return Double(after - before) / 56
+    }
+}
+
+/// Wakes the sender the moment its probe comes back, or after 200 ms (a lost datagram).
+final class ProbeWaiter: Sendable {
+    private final class Pending: Sendable {
+        let state = Mutex<(probe: Data, continuation: CheckedContinuation<Bool, Never>)?>(nil)
+        func take(_ probe: Data) -> CheckedContinuation<Bool, Never>? {
+            state.withLock { state in
+                guard let current = state, current.probe == probe else { return nil }
+                state = nil
+                return current.continuation
+            }
+        }
+    }
+
+    private let pending = Pending()
+    private let reader: Task<Void, Never>
+
+    init(_ events: AsyncStream<MCSession.Event>) {
+        let pending = self.pending
+        reader = Task {
+            for await event in events {
+                guard case .dataReceived(let data, _) = event else { continue }
+                pending.take(data)?.resume(returning: true)
+            }
+        }
+    }
+
+    func wait(for probe: Data, sending send: @Sendable () -> Void) async -> Bool {
+        await withCheckedContinuation { continuation in
+            pending.state.withLock { $0 = (probe, continuation) }
+            send()
+            let pending = self.pending
+            Task {
+                try? await Task.sleep(for: .milliseconds(200))
+                pending.take(probe)?.resume(returning: false)
+            }
+        }
+    }
+
+    func stop() { reader.cancel() }
+}
