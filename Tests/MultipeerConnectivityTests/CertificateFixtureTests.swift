@@ -52,6 +52,27 @@ struct CertificateFixtureTests {
         #expect(pem.certificate == (try Fixtures.identity("alice")).certificate)
     }
 
+    /// The committed certificates pass OpenSSL's own verifier and pyca/cryptography's checks.
+    @Test func fixturesPassIndependentTools() throws {
+        let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
+        for name in ["alice", "bob", "carol"] {
+            let verified = try BuiltProducts.run(openssl, [
+                "verify", "-purpose", "sslclient", "-CAfile", "ca/ca.pem", "-untrusted", "ca/intermediate.pem", "peers/\(name).pem",
+            ], in: Fixtures.directory)
+            #expect(verified.status == 0, "\(name): \(verified.output)")
+            let opened = try BuiltProducts.run(openssl, ["pkcs12", "-in", "peers/\(name).p12", "-passin", "file:password.txt", "-nokeys"], in: Fixtures.directory)
+            #expect(opened.status == 0, "\(name): \(opened.output)")
+            let checked = try BuiltProducts.run(URL(fileURLWithPath: "/usr/bin/env"), [
+                "python3", repositoryRootURL.appendingPathComponent("Tests/Scripts/check_certificate.py").path, "peers/\(name).pem", "ca/ca.pem",
+            ], in: Fixtures.directory)
+            #expect(checked.status == 0, "\(name): \(checked.output)")
+        }
+        let mallory = try BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "peers/mallory.pem"], in: Fixtures.directory)
+        #expect(mallory.status != 0)
+        let expired = try BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "-untrusted", "ca/intermediate.pem", "peers/expired.pem"], in: Fixtures.directory)
+        #expect(expired.output.contains("expired"))
+    }
+
     @Test func sessionsWithCLIIdentitiesConnectAndSeeTheExpectedFingerprints() async throws {
         let alice = try Fixtures.identity("alice")
         let bob = try Fixtures.identity("bob")

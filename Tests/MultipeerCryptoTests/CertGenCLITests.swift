@@ -79,7 +79,11 @@ struct CertGenCLITests {
     @Test func badInputFailsClearlyAndWritesNothing() throws {
         #expect(try certgen("ca", "create", "--name", "Root", "--out", "ca").status == 0)
         #expect(try certgen("ca", "create", "--name", "Other", "--out", "other").status == 0)
+        #expect(try certgen("ca", "create", "--name", "Locked", "--out", "locked", "--password-file", "pw").status == 0)
+        try "nope\n".write(to: directory.appendingPathComponent("wrong"), atomically: true, encoding: .utf8)
         let cases: [([String], String)] = [
+            (["identity", "issue", "--name", "x", "--ca", "locked/ca.pem", "--ca-key", "locked/ca.key", "--ca-key-password-file", "wrong", "--out", "x", "--password-file", "pw"], "passphrase"),
+            (["identity", "issue", "--name", "x", "--ca", "locked/ca.pem", "--ca-key", "locked/ca.key", "--out", "x", "--password-file", "pw"], "passphrase"),
             (["identity", "issue", "--name", "x", "--ca", "missing.pem", "--ca-key", "ca/ca.key", "--out", "x", "--password-file", "pw"], "cannot read"),
             (["identity", "issue", "--name", "x", "--ca", "ca/ca.pem", "--ca-key", "other/ca.key", "--out", "x", "--password-file", "pw"], "is not the key"),
             (["identity", "issue", "--name", "x", "--ca", "ca/ca.pem", "--ca-key", "ca/ca.key", "--out", "x"], "password is required"),
