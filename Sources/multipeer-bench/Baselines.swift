@@ -221,14 +221,30 @@ enum Baselines {
 
     /// Bytes per second of TLS 1.3 application data over blocking sockets, 16 KiB records.
     static func tlsBulk(bytes: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
-        let serverContext = UncheckedBox(context(for: serverIdentity))
-        let clientContext = context(for: clientIdentity)
+        withTLSEndpoints(server: serverIdentity, client: clientIdentity) { serverContext, clientContext, listener, port in
+            tlsBulk(bytes: bytes, serverContext: serverContext, clientContext: clientContext, listener: listener, port: port)
+        }
+    }
+
+    /// Two OpenSSL contexts and a listening socket for one baseline; freed afterwards.
+    private static func withTLSEndpoints<Result>(
+        server: SecurityIdentity, client: SecurityIdentity,
+        _ body: (UncheckedBox<OpaquePointer>, OpaquePointer, Int32, Int) -> Result
+    ) -> Result {
+        let serverContext = UncheckedBox(context(for: server))
+        let clientContext = context(for: client)
+        let (listener, port) = tcpListener()
         defer {
             SSL_CTX_free(serverContext.value)
             SSL_CTX_free(clientContext)
+            close(listener)
         }
-        let (listener, port) = tcpListener()
-        defer { close(listener) }
+        return body(serverContext, clientContext, listener, port)
+    }
+
+    private static func tlsBulk(
+        bytes: Int, serverContext: UncheckedBox<OpaquePointer>, clientContext: OpaquePointer, listener: Int32, port: Int
+    ) -> Double {
         let record = 16_384
         let join = thread {
             let fd = accept(listener, nil, nil)
@@ -262,14 +278,14 @@ enum Baselines {
 
     /// Mutually authenticated TLS 1.3 handshakes per second over loopback, one after another.
     static func tlsHandshakes(count: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
-        let serverContext = UncheckedBox(context(for: serverIdentity))
-        let clientContext = context(for: clientIdentity)
-        defer {
-            SSL_CTX_free(serverContext.value)
-            SSL_CTX_free(clientContext)
+        withTLSEndpoints(server: serverIdentity, client: clientIdentity) { serverContext, clientContext, listener, port in
+            tlsHandshakes(count: count, serverContext: serverContext, clientContext: clientContext, listener: listener, port: port)
         }
-        let (listener, port) = tcpListener()
-        defer { close(listener) }
+    }
+
+    private static func tlsHandshakes(
+        count: Int, serverContext: UncheckedBox<OpaquePointer>, clientContext: OpaquePointer, listener: Int32, port: Int
+    ) -> Double {
         let join = thread {
             for _ in 0..<count {
                 let fd = accept(listener, nil, nil)
