@@ -181,6 +181,10 @@ public final class SessionEngine: Sendable {
         let state = state.value
         if let listening = state.listening { return listening }
         let listening = DatagramBootstrap(group: eventLoop)
+            // Bursts of datagrams outrun the default receive buffer.
+            .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
+            // Room for the largest datagram the protocol allows, so none is truncated.
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: WireLimits.maxUDPPayload))
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))

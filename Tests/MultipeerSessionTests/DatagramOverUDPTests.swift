@@ -38,6 +38,23 @@ struct DatagramOverUDPTests {
         await bob.shutdown()
     }
 
+    /// Datagrams up to the configured limit arrive whole (NIO's default receive buffer is smaller).
+    @Test func largeDatagramsArriveWhole() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        try await alice.accept(bob)
+        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        let sizes = [2_047, 2_049, 4_096, 8_192]
+        for size in sizes {
+            try bob.engine.sendUnreliable(ByteBuffer(repeating: UInt8(size % 251), count: size), to: [alice.peer.identifier])
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try await eventually { alice.messages(from: bob).count == sizes.count })
+        #expect(alice.messages(from: bob).map(\.readableBytes).sorted() == sizes)
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     @Test func junkGetsNoReplyAndDoesNotDisturbTheSession() async throws {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
