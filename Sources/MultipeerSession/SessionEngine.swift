@@ -206,6 +206,7 @@ public final class SessionEngine: Sendable {
         ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 16)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let linkID = self.state.value.addLink(EngineState.Link(dialed: false, channel: channel))
@@ -230,6 +231,7 @@ public final class SessionEngine: Sendable {
         }
         ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.handshakeTimeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try self.installHandlers(on: channel, linkID: linkID, role: .dialer, plan: plan)
