@@ -20,32 +20,33 @@ extension Frame {
 }
 
 /// Joins MESSAGE fragments back into messages, refusing any message over the limit before
-/// buffering it.
+/// buffering it. Fragments are kept as they arrived (slices of received records) and copied once,
+/// into a buffer of the exact size, when the last one comes.
 public struct MessageAssembler: Sendable {
-    private var pending: ByteBuffer?
+    private var fragments: [ByteBuffer] = []
+    private var total = 0
 
     public init() {}
 
     /// Bytes held for an unfinished message.
-    public var bufferedByteCount: Int { pending?.readableBytes ?? 0 }
+    public var bufferedByteCount: Int { total }
 
     /// The whole message when `isEnd`, otherwise nil.
     public mutating func append(_ fragment: ByteBuffer, isEnd: Bool) throws(WireError) -> ByteBuffer? {
-        let total = bufferedByteCount + fragment.readableBytes
-        guard total <= WireLimits.maxMessageSize else {
+        guard total + fragment.readableBytes <= WireLimits.maxMessageSize else {
             throw WireError(.limitExceeded, "message of more than \(WireLimits.maxMessageSize) bytes")
         }
-        guard var message = pending else {
-            if isEnd { return fragment }  // the common one-fragment message: no copy
-            var first = ByteBufferAllocator().buffer(capacity: min(total * 2, WireLimits.maxMessageSize))
-            first.writeImmutableBuffer(fragment)
-            pending = first
+        guard isEnd else {
+            fragments.append(fragment)
+            total += fragment.readableBytes
             return nil
         }
-        pending = nil
+        guard !fragments.isEmpty else { return fragment }  // the common one-fragment message: no copy
+        var message = ByteBufferAllocator().buffer(capacity: total + fragment.readableBytes)
+        for part in fragments { message.writeImmutableBuffer(part) }
         message.writeImmutableBuffer(fragment)
-        if isEnd { return message }
-        pending = message
-        return nil
+        fragments.removeAll(keepingCapacity: true)
+        total = 0
+        return message
     }
 }
