@@ -3,6 +3,7 @@ import MultipeerSession
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
+import NIOPosix
 import Testing
 
 @Suite("Session engine over loopback", .serialized)
@@ -190,5 +191,32 @@ struct MeshIntroductionTests {
         #expect(try await eventually { mallory.lastState(of: bob) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))) })
         #expect(bob.states(of: mallory).isEmpty)
         for peer in [alice, bob, mallory] { await peer.shutdown() }
+    }
+}
+
+@Suite("Denial of service on the listener (security catalogue item 11)", .serialized)
+struct ListenerFloodTests {
+    /// Hundreds of idle and trickling connections must not keep a real peer out.
+    @Test func idleAndTricklingClientsDoNotLockOutARealPeer() async throws {
+        let alice = try EngineProbe(name: "alice")
+        let bob = try EngineProbe(name: "bob")
+        let data = try await alice.engine.connectionData(forPeer: bob.peer.identifier).get()
+        let port = Int(data.endpoints[0].port)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var attackers: [any Channel] = []
+        for index in 0..<300 {
+            let channel = try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get()
+            // A third of them trickle a valid-looking preamble one byte at a time, then stall.
+            if index % 3 == 0 { try await channel.writeAndFlush(ByteBuffer(bytes: [0x4D, 0x50])) }
+            attackers.append(channel)
+        }
+        let started = ContinuousClock.now
+        bob.engine.connect(to: data)
+        #expect(try await eventually(seconds: 2) { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(ContinuousClock.now - started < .seconds(2))
+        for channel in attackers { try? await channel.close().get() }
+        try await group.shutdownGracefully()
+        await alice.shutdown()
+        await bob.shutdown()
     }
 }
