@@ -361,7 +361,9 @@ public final class SessionEngine: Sendable {
 
     fileprivate func linkReceived(_ linkID: Int, _ frame: Frame) {
         let state = state.value
-        guard let link = state.links[linkID], let peer = link.peer else { return }
+        // Read what is needed without copying the link: a copy would make the assembler's and
+        // windows' storage shared, and every in-place update below would copy it again.
+        guard let peer = state.links[linkID]?.peer else { return }
         switch frame {
         case .message(let fragment, let isEnd):
             do {
@@ -369,9 +371,9 @@ public final class SessionEngine: Sendable {
                     onEvent(.messageReceived(message, from: peer))
                 }
             } catch {
-                link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
+                state.links[linkID]?.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
             }
-        case .meshIntroduction(let introduction) where link.isConnected:
+        case .meshIntroduction(let introduction) where state.links[linkID]?.isConnected == true:
             introduced(introduction, by: peer)
         default:
             break  // streams and resources arrive with their features
@@ -418,18 +420,17 @@ public final class SessionEngine: Sendable {
         let state = state.value
         guard let (header, body) = try? DatagramHeader.decode(datagram: envelope.data),
             let linkID = state.receiverIDs[header.receiverID],
-            let link = state.links[linkID], link.isConnected, let peer = link.peer,
-            var datagram = link.datagram
+            state.links[linkID]?.isConnected == true, let peer = state.links[linkID]?.peer,
+            let kind = state.links[linkID]?.datagram?.kind
         else { return }
         // Without keys, at least insist on the peer's own address.
-        if datagram.kind == .plain && envelope.remoteAddress.ipAddress != link.datagramAddress?.ipAddress { return }
-        let result = datagram.open(header: header, body: body)
-        state.links[linkID]?.datagram = datagram
-        switch result {
+        if kind == .plain && envelope.remoteAddress.ipAddress != state.links[linkID]?.datagramAddress?.ipAddress { return }
+        // Opened in place, so the replay windows are never copied.
+        switch state.links[linkID]?.datagram?.open(header: header, body: body) {
         case .message(let message): onEvent(.messageReceived(message, from: peer))
-        case .dropped: break
+        case .dropped, nil: break
         case .integrityLimitReached:
-            link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
+            state.links[linkID]?.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
         }
     }
 

@@ -13,8 +13,7 @@ struct CertGen: ParsableCommand {
               mpc-certgen inspect alice/alice.p12 --password-file pw.txt
               mpc-certgen verify alice/alice.pem --anchors ca/ca.pem
 
-            Private keys are written with mode 0600 and never printed. Existing files are never
-            overwritten unless --force is given. See docs/certificates.md.
+            Private keys are written with mode 0600 and never printed. Existing files are never overwritten unless --force is given. See docs/certificates.md.
             """,
         subcommands: [CA.self, Identity.self, Inspect.self, Verify.self]
     )

@@ -7,17 +7,10 @@ struct IdentityOutputOptions: ParsableArguments {
     @Option(help: "The peer's display name; becomes the certificate's common name (1-63 bytes of UTF-8).")
     var name: String
 
-    @Option(help: "Directory to write NAME.pem, NAME.key and NAME.p12 to (created if missing).")
-    var out: String
-
-    @Option(help: "Key type: \(KeyType.allCases.map(\.rawValue).joined(separator: ", ")).")
-    var keyType: KeyType = .ed25519
+    @OptionGroup var files: OutputOptions
 
     @Option(help: "A DNS name for subjectAltName (repeatable). Default: NAME.local, made DNS-safe.")
     var dns: [String] = []
-
-    @Flag(help: "Overwrite existing files.")
-    var force = false
 
     func validate() throws {
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1-63 bytes of UTF-8, like an MCPeerID display name") }
@@ -33,6 +26,7 @@ struct IdentityOutputOptions: ParsableArguments {
 
     /// Writes the chain, the (encrypted) key and the PKCS#12 file; all outputs are checked first.
     func write(_ identity: SecurityIdentity, password: String) throws {
+        let (out, force) = (files.out, files.force)
         try Files.makeDirectory(out)
         let chainPath = Files.join(out, "\(name).pem")
         let keyPath = Files.join(out, "\(name).key")
@@ -56,11 +50,7 @@ struct IdentityIssue: ParsableCommand {
         commandName: "issue",
         abstract: "Issue a peer identity signed by a CA or intermediate.",
         discussion: """
-            The certificate gets CN=NAME, subjectAltName, keyUsage digitalSignature, extendedKeyUsage
-            clientAuth and serverAuth, basicConstraints CA:false, subject and authority key identifiers
-            and a random 128-bit serial. NAME.pem holds the leaf followed by the issuing CA's chain
-            (without a self-signed root); NAME.p12 holds the same, and loads with
-            SecurityIdentity(pkcs12File:password:).
+            The certificate gets CN=NAME, subjectAltName, keyUsage digitalSignature, extendedKeyUsage clientAuth and serverAuth, basicConstraints CA:false, subject and authority key identifiers and a random 128-bit serial. NAME.pem holds the leaf followed by the issuing CA's chain (without a self-signed root); NAME.p12 holds the same, and loads with SecurityIdentity(pkcs12File:password:).
             """)
 
     @OptionGroup var output: IdentityOutputOptions
@@ -82,7 +72,7 @@ struct IdentityIssue: ParsableCommand {
         let (start, end) = try validity.window()
         let caPassphrase = try caKeyPasswordFile.map(PasswordOptions.firstLine(of:))
         let authority = try LoadedAuthority(certificatePath: ca, keyPath: caKey, passphrase: caPassphrase)
-        let key = try PrivateKey.generate(output.keyType.algorithm)
+        let key = try PrivateKey.generate(output.files.keyType.algorithm)
         let leaf = try CertificateBuilder(
             commonName: output.name, dnsNames: output.dnsNames, notValidBefore: start, notValidAfter: end, role: .peer
         ).issue(for: key, issuer: (authority.certificate, authority.key))
@@ -103,7 +93,7 @@ struct IdentitySelfSigned: ParsableCommand {
     func run() throws {
         let password = try passwords.resolve(required: true)!
         let (start, end) = try validity.window()
-        let key = try PrivateKey.generate(output.keyType.algorithm)
+        let key = try PrivateKey.generate(output.files.keyType.algorithm)
         let certificate = try CertificateBuilder(
             commonName: output.name, dnsNames: output.dnsNames, notValidBefore: start, notValidAfter: end, role: .peer
         ).issue(for: key)

@@ -16,6 +16,18 @@ enum KeyType: String, ExpressibleByArgument, CaseIterable {
     }
 }
 
+/// Where to write, what key to make, and whether existing files may be replaced.
+struct OutputOptions: ParsableArguments {
+    @Option(help: "Directory to write the files to (created if missing).")
+    var out: String
+
+    @Option(help: "Type of the new private key.")
+    var keyType: KeyType = .ed25519
+
+    @Flag(help: "Overwrite existing files.")
+    var force = false
+}
+
 struct ValidityOptions: ParsableArguments {
     @Option(help: "Days the certificate is valid for, from --not-before.")
     var days: Int = 365

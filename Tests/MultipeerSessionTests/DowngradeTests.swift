@@ -81,13 +81,37 @@ struct DowngradeTests {
         #expect(pair.listenerSide.closedWith == ConnectionError(.downgradeDetected))
     }
 
-    @Test func withoutIdentitiesOrRequiredAFullRewriteGivesPlaintextAsDocumented() throws {
-        // SECURITY.md: optional with no identities cannot resist an active attacker.
+    @Test func rewritingBothPreamblesWithoutIdentitiesIsStillCaughtByTheEcho() throws {
         var pair = try MachinePair.make(dialerPreference: .optional, listenerPreference: .optional)
         pair.tamper = Self.rewrite(dialerTo: (2, 0), listenerTo: (2, 0))
         pair.run()
-        // Both believe the other said none: plaintext, but the HELLO echo still disagrees with what
-        // each side sent, so even this rewrite is caught when the attacker does not also fix HELLO.
+        // Both compute plaintext, but each HELLO repeats the preambles as its sender saw them.
         #expect(pair.dialerSide.established == nil && pair.listenerSide.established == nil)
+        #expect(pair.listenerSide.closedWith == ConnectionError(.downgradeDetected) || pair.dialerSide.closedWith == ConnectionError(.downgradeDetected))
+    }
+
+    /// SECURITY.md: optional with no identities cannot resist an active attacker. One who also
+    /// rewrites the clear-text HELLO echoes gets a plaintext connection; this test shows it, so the
+    /// document's warning stays true.
+    @Test func anAttackerWhoAlsoRewritesTheClearHelloGetsPlaintextAsDocumented() throws {
+        var pair = try MachinePair.make(dialerPreference: .optional, listenerPreference: .optional)
+        // Stream offsets of the echoed preference bytes: preamble (8) + frame header (12) + 4, then
+        // byte 6 of the dialer's and of the listener's preamble.
+        let dialerPreference = 8 + 12 + 4 + 6
+        let listenerPreference = dialerPreference + 8
+        let preambles = Self.rewrite(dialerTo: (2, 0), listenerTo: (2, 0))
+        pair.tamper = { fromDialer, offset, bytes in
+            var changed = preambles(fromDialer, offset, bytes)
+            // Make each echo match what the receiver saw: the dialer's says (none, optional) to
+            // the listener, the listener's says (optional, none) to the dialer.
+            let wanted: [Int: UInt8] = fromDialer ? [dialerPreference: 2, listenerPreference: 0] : [dialerPreference: 0, listenerPreference: 2]
+            for (position, value) in wanted where position >= offset && position < offset + changed.count {
+                changed[position - offset] = value
+            }
+            return changed
+        }
+        pair.run()
+        #expect(pair.dialerSide.established?.isEncrypted == false)
+        #expect(pair.listenerSide.established?.isEncrypted == false)
     }
 }
