@@ -3,9 +3,12 @@ import CMultipeerShims
 import MultipeerWire
 import NIOCore
 
-/// One TLS 1.3 connection over OpenSSL memory BIOs. Sans-I/O: ciphertext goes in with
-/// `receive(_:)` and comes out of `takeOutbound()`, plaintext goes in with `write(_:)` and comes
-/// out of `readPlaintext()`. It knows nothing of channels or pipelines; the caller moves bytes.
+/// One TLS 1.3 connection. Sans-I/O: ciphertext goes in with `receive(_:)` and comes out of
+/// `takeOutbound()`, plaintext goes in with `write(_:)` and comes out of `read(into:)`. It knows
+/// nothing of channels or pipelines; the caller moves bytes.
+///
+/// OpenSSL reads records straight out of the received buffers and writes them straight into the
+/// outbound buffer (a callback BIO), so no memory BIO copies or regrows them on the way.
 ///
 /// Not thread-safe: one engine belongs to one connection's event loop.
 public final class TLSEngine {
@@ -20,11 +23,23 @@ public final class TLSEngine {
         case closed
     }
 
+    /// What one `read(into:)` produced.
+    public enum ReadStatus: Equatable, Sendable {
+        /// This many bytes (at least one) were written to the front of the destination.
+        case bytes(Int)
+        /// No complete record is waiting.
+        case wouldBlock
+        /// The peer sent close_notify.
+        case closed
+    }
+
     public let role: Role
     private let context: TLSContext
     private let ssl: OpaquePointer
-    private let inbound: OpaquePointer
-    private let outbound: OpaquePointer
+    /// Received ciphertext that OpenSSL has not read yet, oldest first.
+    fileprivate var inbound = CircularBuffer<ByteBuffer>(initialCapacity: 4)
+    /// Ciphertext OpenSSL wrote, waiting for `takeOutbound()`.
+    fileprivate var outbound = ByteBuffer()
 
     /// A KeyUpdate is sent before this many records have been sealed under one key (RFC 8446 §5.5).
     public let recordsPerKeyUpdate: UInt64
@@ -36,7 +51,9 @@ public final class TLSEngine {
     public private(set) var keyUpdatesReceived = 0
     public private(set) var isHandshakeComplete = false
 
-    static let maximumRecordPlaintext = 16_384
+    public static let maximumRecordPlaintext = 16_384
+    /// Bytes a TLS 1.3 record adds to its plaintext: header, content type, AEAD tag.
+    static let recordOverhead = 5 + 1 + 16
 
     public init(
         context: TLSContext, role: Role, recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
@@ -45,22 +62,19 @@ public final class TLSEngine {
         guard let ssl = SSL_new(role == .server ? context.server : context.client) else {
             throw SecurityError.openSSL(.internalError, "SSL_new failed")
         }
-        guard let inbound = BIO_new(BIO_s_mem()), let outbound = BIO_new(BIO_s_mem()) else {
-            SSL_free(ssl)
-            throw SecurityError.openSSL(.internalError, "BIO_new failed")
-        }
-        SSL_set_bio(ssl, inbound, outbound)  // the SSL now owns both BIOs
         self.role = role
         self.context = context
         self.ssl = ssl
-        self.inbound = inbound
-        self.outbound = outbound
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        // From here on deinit frees the SSL, whatever fails.
+        guard let bio = mp_callback_bio_new(Unmanaged.passUnretained(self).toOpaque(), engineBIOWrite, engineBIORead) else {
+            throw SecurityError.openSSL(.internalError, "BIO_new failed")
+        }
+        SSL_set_bio(ssl, bio, bio)  // the SSL now owns the BIO
         switch role {
         case .client:
             SSL_set_connect_state(ssl)
             guard SSL_set_alpn_protos(ssl, TLSContext.alpnWire, UInt32(TLSContext.alpnWire.count)) == 0 else {
-                SSL_free(ssl)
                 throw SecurityError.openSSL(.internalError, "ALPN")
             }
         case .server:
@@ -72,22 +86,39 @@ public final class TLSEngine {
 
     deinit { SSL_free(ssl) }
 
-    /// Ciphertext from the network.
+    /// Ciphertext from the network. Kept, not copied, until OpenSSL reads it.
     public func receive(_ bytes: ByteBuffer) {
-        bytes.withUnsafeReadableBytes { raw in
-            if let base = raw.baseAddress, raw.count > 0 { _ = BIO_write(inbound, base, Int32(raw.count)) }
-        }
+        if bytes.readableBytes > 0 { inbound.append(bytes) }
     }
+
+    /// Received ciphertext not yet consumed by OpenSSL.
+    public var bufferedInboundByteCount: Int { inbound.reduce(0) { $0 + $1.readableBytes } }
 
     /// Ciphertext for the network, if any is waiting.
     public func takeOutbound() -> ByteBuffer? {
-        let pending = Int(BIO_ctrl_pending(outbound))
-        guard pending > 0 else { return nil }
-        var buffer = ByteBufferAllocator().buffer(capacity: pending)
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: pending) { raw in
-            Int(max(0, BIO_read(outbound, raw.baseAddress, Int32(pending))))
+        guard outbound.readableBytes > 0 else { return nil }
+        defer { outbound = ByteBuffer() }
+        return outbound
+    }
+
+    fileprivate func fillFromInbound(_ destination: UnsafeMutableRawBufferPointer) -> Int {
+        var copied = 0
+        while copied < destination.count, !inbound.isEmpty {
+            let index = inbound.startIndex
+            let count = min(destination.count - copied, inbound[index].readableBytes)
+            inbound[index].withUnsafeReadableBytes { source in
+                UnsafeMutableRawBufferPointer(rebasing: destination[copied..<(copied + count)])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[..<count]))
+            }
+            inbound[index].moveReaderIndex(forwardBy: count)
+            if inbound[index].readableBytes == 0 { _ = inbound.removeFirst() }
+            copied += count
         }
-        return buffer
+        return copied
+    }
+
+    fileprivate func appendOutbound(_ bytes: UnsafeRawBufferPointer) {
+        outbound.writeBytes(bytes)
     }
 
     /// Runs the handshake as far as the received bytes allow.
@@ -112,7 +143,31 @@ public final class TLSEngine {
 
     /// Seals `plaintext`; the records appear in `takeOutbound()`.
     public func write(_ plaintext: ByteBuffer) throws(SecurityError) {
+        try write(head: plaintext, body: ByteBuffer())
+    }
+
+    /// Seals `head` followed by `body` as one byte stream. Records are cut from `body` in place;
+    /// only the head and the start of the body share a staging copy, so a caller can frame a large
+    /// payload without copying it.
+    public func write(head: ByteBuffer, body: ByteBuffer) throws(SecurityError) {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
+        let total = head.readableBytes + body.readableBytes
+        let records = (total + Self.maximumRecordPlaintext - 1) / Self.maximumRecordPlaintext
+        outbound.reserveCapacity(minimumWritableBytes: total + records * Self.recordOverhead)
+        var body = body
+        if head.readableBytes > 0 {
+            var staged = head
+            if staged.readableBytes < Self.maximumRecordPlaintext, body.readableBytes > 0 {
+                let taken = min(body.readableBytes, Self.maximumRecordPlaintext - staged.readableBytes)
+                var slice = body.readSlice(length: taken)!
+                staged.writeBuffer(&slice)
+            }
+            try writeRecords(staged)
+        }
+        try writeRecords(body)
+    }
+
+    private func writeRecords(_ plaintext: ByteBuffer) throws(SecurityError) {
         var remaining = plaintext
         while remaining.readableBytes > 0 {
             if recordsSinceKeyUpdate >= recordsPerKeyUpdate {
@@ -134,24 +189,36 @@ public final class TLSEngine {
         }
     }
 
-    /// Opens whatever complete records have arrived.
+    /// Opens received records into `destination`, as far as it reaches.
+    public func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> ReadStatus {
+        guard isHandshakeComplete, destination.count > 0 else { return .wouldBlock }
+        var read = 0
+        if SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1 { return .bytes(read) }
+        switch SSL_get_error(ssl, 0) {
+        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+            return .wouldBlock
+        case SSL_ERROR_ZERO_RETURN:
+            return .closed
+        default:
+            throw SecurityError.openSSL(.tlsFailure, "TLS read failed")
+        }
+    }
+
+    /// Opens whatever complete records have arrived, into a new buffer.
     public func readPlaintext() throws(SecurityError) -> ReadResult {
         guard isHandshakeComplete else { return .plaintext(ByteBuffer()) }
         var output = ByteBuffer()
         while true {
-            var read = 0
-            output.reserveCapacity(minimumWritableBytes: Self.maximumRecordPlaintext)
-            let result = output.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.maximumRecordPlaintext) { raw in
-                SSL_read_ex(ssl, raw.baseAddress, raw.count, &read) == 1 ? read : 0
+            var outcome = Result<ReadStatus, SecurityError>.success(.wouldBlock)
+            output.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.maximumRecordPlaintext) { raw in
+                outcome = Result { () throws(SecurityError) in try read(into: raw) }
+                if case .success(.bytes(let count)) = outcome { return count }
+                return 0
             }
-            if result > 0 { continue }
-            switch SSL_get_error(ssl, 0) {
-            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
-                return .plaintext(output)
-            case SSL_ERROR_ZERO_RETURN:
-                return output.readableBytes > 0 ? .plaintext(output) : .closed
-            default:
-                throw SecurityError.openSSL(.tlsFailure, "TLS read failed")
+            switch try outcome.get() {
+            case .bytes: continue
+            case .wouldBlock: return .plaintext(output)
+            case .closed: return output.readableBytes > 0 ? .plaintext(output) : .closed
             }
         }
     }
@@ -209,6 +276,16 @@ public final class TLSEngine {
     fileprivate func noteKeyUpdate(sent: Bool) {
         if sent { keyUpdatesSent += 1 } else { keyUpdatesReceived += 1 }
     }
+}
+
+private let engineBIOWrite: mp_bio_write_callback = { context, data, length in
+    guard let context, let data else { return }
+    Unmanaged<TLSEngine>.fromOpaque(context).takeUnretainedValue().appendOutbound(UnsafeRawBufferPointer(start: data, count: length))
+}
+
+private let engineBIORead: mp_bio_read_callback = { context, data, length in
+    guard let context, let data else { return 0 }
+    return Unmanaged<TLSEngine>.fromOpaque(context).takeUnretainedValue().fillFromInbound(UnsafeMutableRawBufferPointer(start: data, count: length))
 }
 
 /// Counts KeyUpdate handshake messages in both directions, so tests can see rekeying happen.

@@ -39,7 +39,7 @@ struct EnginePair {
     }
 }
 
-@Suite("TLS engine (OpenSSL over memory BIOs)")
+@Suite("TLS engine (OpenSSL over callback BIOs)")
 struct TLSEngineTests {
     let pki: TestPKI
     init() throws { pki = try TestPKI() }
@@ -75,6 +75,48 @@ struct TLSEngineTests {
         pair.client.close()
         pair.pump()
         #expect(try pair.server.readPlaintext() == .closed)
+    }
+
+    /// A frame's head and its bulk payload are sealed as one stream, in records of at most
+    /// 16 KiB, without the caller joining them first.
+    @Test(arguments: [0, 1, 16_371, 16_372, 16_373, 65_536, 100_000])
+    func headAndBodyAreSealedAsOneStream(bodyLength: Int) throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: try pki.peer("bob"))
+        try pair.handshake()
+        let head = ByteBuffer(bytes: Array(0..<12))
+        var body = ByteBuffer()
+        for index in 0..<bodyLength { body.writeInteger(UInt8(truncatingIfNeeded: index * 7)) }
+        try pair.client.write(head: head, body: body)
+        let ciphertext = try #require(pair.client.takeOutbound())
+        let expectedRecords = (12 + bodyLength + 16_383) / 16_384
+        #expect(ciphertext.readableBytes == 12 + bodyLength + expectedRecords * 22)
+        pair.server.receive(ciphertext)
+        #expect(try pair.read(pair.server) == Array(head.readableBytesView) + Array(body.readableBytesView))
+    }
+
+    /// Opening into a caller's buffer: partial reads keep the rest for later, an empty source
+    /// says wouldBlock, and received ciphertext is only held until OpenSSL consumes it.
+    @Test func readingIntoACallersBufferTakesAsMuchAsFits() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: try pki.peer("bob"))
+        try pair.handshake()
+        let message = Array("the quick brown fox".utf8)
+        try pair.client.write(ByteBuffer(bytes: message))
+        let ciphertext = try #require(pair.client.takeOutbound())
+        // Split mid-record: nothing opens until the rest arrives.
+        var first = ciphertext
+        let head = first.readSlice(length: 10)!
+        pair.server.receive(head)
+        var scratch = [UInt8](repeating: 0, count: 5)
+        #expect(try scratch.withUnsafeMutableBytes { try pair.server.read(into: $0) } == .wouldBlock)
+        pair.server.receive(first)
+        var received: [UInt8] = []
+        while case .bytes(let count) = try scratch.withUnsafeMutableBytes({ try pair.server.read(into: $0) }) {
+            #expect(count <= 5)
+            received += scratch[..<count]
+        }
+        #expect(received == message)
+        #expect(pair.server.bufferedInboundByteCount == 0)
+        #expect(pair.client.takeOutbound() == nil)
     }
 
     @Test func ciphertextNeverContainsThePlaintext() throws {

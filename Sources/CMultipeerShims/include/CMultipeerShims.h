@@ -29,6 +29,14 @@ long mp_BIO_get_mem_data(BIO *bio, char **data);
 /// RFC 2253 name printing flags, UTF-8 kept as is (XN_FLAG_RFC2253 is a compound macro).
 unsigned long mp_XN_FLAG_RFC2253_UTF8(void);
 
+/// Receives bytes OpenSSL writes; must take all of them.
+typedef void (*mp_bio_write_callback)(void *context, const char *data, size_t length);
+/// Fills up to `length` bytes for OpenSSL to read; returns how many, 0 when none are waiting.
+typedef size_t (*mp_bio_read_callback)(void *context, char *data, size_t length);
+
+/// A BIO that calls `write` and `read` with `context` instead of buffering; freed with the SSL it is set on.
+BIO *mp_callback_bio_new(void *context, mp_bio_write_callback write, mp_bio_read_callback read);
+
 /// libsodium initialisation that is safe to call from many threads; 0 on success.
 int mp_sodium_init_once(void);
 
