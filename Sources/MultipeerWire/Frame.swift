@@ -82,6 +82,16 @@ public enum Frame: Hashable, Sendable {
     /// Appends the frame's bytes. Throws, and writes nothing, if the frame breaks a rule that its
     /// payload types could not check on their own (channel kind, payload length, window increment).
     public func encode(into buffer: inout ByteBuffer) throws(WireError) {
+        if let bulk = try encodeHead(into: &buffer, reservingBulk: true) { buffer.writeImmutableBuffer(bulk) }
+    }
+
+    /// Encodes the frame but for a bulk payload (MESSAGE, STREAM_DATA, RESOURCE_CHUNK), which
+    /// it returns instead, so the caller can send it after the head without copying it.
+    public func encodeHead(into buffer: inout ByteBuffer) throws(WireError) -> ByteBuffer? {
+        try encodeHead(into: &buffer, reservingBulk: false)
+    }
+
+    private func encodeHead(into buffer: inout ByteBuffer, reservingBulk: Bool) throws(WireError) -> ByteBuffer? {
         let header = FrameHeader(type: type, flags: flags, channel: channel, payloadLength: payloadLength)
         try Self.validate(header)
         if case .streamOpen(_, let name) = self {
@@ -90,7 +100,12 @@ public enum Frame: Hashable, Sendable {
         if case .windowUpdate(_, let increment) = self {
             try Self.checkIncrement(increment)
         }
-        buffer.reserveCapacity(minimumWritableBytes: WireLimits.frameHeaderLength + header.payloadLength)
+        let bulk: ByteBuffer? = switch self {
+        case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload): payload
+        default: nil
+        }
+        let headLength = WireLimits.frameHeaderLength + header.payloadLength - (reservingBulk ? 0 : bulk?.readableBytes ?? 0)
+        buffer.reserveCapacity(minimumWritableBytes: headLength)
         header.encode(into: &buffer)
         switch self {
         case .hello(let hello): hello.encode(into: &buffer)
@@ -100,8 +115,7 @@ public enum Frame: Hashable, Sendable {
         case .meshIntroduction(let introduction): introduction.encode(into: &buffer)
         case .goodbye(let reason): buffer.writeInteger(reason.rawValue)
         case .ping(let opaque), .pong(let opaque): buffer.writeInteger(opaque)
-        case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload):
-            buffer.writeImmutableBuffer(payload)
+        case .message, .streamData, .resourceChunk: break  // the bulk payload goes last
         case .streamOpen(_, let name): buffer.writeString8(name)
         case .streamClose: break
         case .streamReset(_, let code): buffer.writeInteger(code.rawValue)
@@ -110,6 +124,7 @@ public enum Frame: Hashable, Sendable {
         case .resourceComplete(_, let digest): buffer.writeBytes(digest.bytes)
         case .resourceCancel(_, let reason): buffer.writeInteger(reason.rawValue)
         }
+        return bulk
     }
 
     /// The same header rules the decoder applies, so the encoder cannot emit a frame it would refuse.

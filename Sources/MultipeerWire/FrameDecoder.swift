@@ -1,9 +1,12 @@
 import NIOCore
 
-/// Incremental, sans-I/O frame decoder: feed it bytes as they arrive, in any split, and pull
-/// frames out. Each header is validated as soon as its 12 bytes are in, so an oversized or
-/// malformed frame is refused before its payload is buffered. After an error the decoder stays
-/// failed: the connection is closing, and no later byte can be trusted.
+/// Incremental, sans-I/O frame decoder. Bytes come either pushed (`append`, then `nextFrame()`)
+/// or pulled from a source such as a TLS engine (`nextFrame(pulling:)`), in any split. Each
+/// header is validated as soon as its 12 bytes are in, so an oversized or malformed frame is
+/// refused before room for its payload is made. A payload is then gathered into storage of
+/// exactly its length, which the returned frame owns: nothing is compacted or copied again,
+/// however long the frame stays alive. After an error the decoder stays failed: the connection
+/// is closing, and no later byte can be trusted.
 public struct FrameDecoder: Sendable {
     private enum State: Sendable {
         case awaitingHeader
@@ -12,51 +15,83 @@ public struct FrameDecoder: Sendable {
     }
 
     private var state: State = .awaitingHeader
-    private var buffer = ByteBuffer()
+    /// The header being gathered; its storage is reused for every frame.
+    private var header = ByteBuffer()
+    /// The payload being gathered, sized exactly when its first bytes arrive.
+    private var payload = ByteBuffer()
+    /// Appended bytes not yet taken, oldest first; never written to, so slices of them stay cheap.
+    private var pending = CircularBuffer<ByteBuffer>(initialCapacity: 2)
 
     public init() {}
 
     /// Bytes received but not yet returned as frames.
-    public var bufferedByteCount: Int { buffer.readableBytes }
+    public var bufferedByteCount: Int {
+        header.readableBytes + payload.readableBytes + pending.reduce(0) { $0 + $1.readableBytes }
+    }
 
-    /// Adds received bytes; no copy when nothing is buffered.
+    /// Adds received bytes, without copying them.
     public mutating func append(_ bytes: ByteBuffer) {
-        if buffer.readableBytes == 0 {
-            buffer = bytes
-        } else {
-            buffer.writeImmutableBuffer(bytes)
-        }
+        if bytes.readableBytes > 0 { pending.append(bytes) }
     }
 
     public mutating func append<Bytes: Sequence>(contentsOf bytes: Bytes) where Bytes.Element == UInt8 {
-        buffer.writeBytes(bytes)
+        append(ByteBuffer(bytes: bytes))
     }
 
-    /// The next complete frame, or nil until more bytes arrive.
+    /// The next complete frame from appended bytes, or nil until more arrive. A payload that
+    /// arrived whole in one appended buffer is sliced from it rather than copied.
     public mutating func nextFrame() throws(WireError) -> Frame? {
+        var source = PendingSource(buffers: pending)
+        pending = []
+        defer { pending = source.buffers }
+        return try decodeNext(from: &source)
+    }
+
+    /// The next complete frame, pulling bytes from `fill` as needed. `fill` writes up to
+    /// the buffer's count of bytes to its front and returns how many; 0 means none for now.
+    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int) throws(WireError) -> Frame? {
+        precondition(pending.isEmpty, "a decoder is fed either by append or by pulling, not both")
+        return try withoutActuallyEscaping(fill) { (pull) throws(WireError) -> Frame? in
+            var source = PullSource(pull: pull)
+            return try decodeNext(from: &source)
+        }
+    }
+
+    private mutating func decodeNext<Source: FrameByteSource>(from source: inout Source) throws(WireError) -> Frame? {
         while true {
             switch state {
             case .failed(let error):
                 throw error
             case .awaitingHeader:
-                guard buffer.readableBytes >= WireLimits.frameHeaderLength else {
-                    compact()
-                    return nil
+                let missing = WireLimits.frameHeaderLength - header.readableBytes
+                if missing > 0 {
+                    guard Self.gather(missing, into: &header, from: &source) else { return nil }
+                    continue
                 }
                 do {
-                    state = .awaitingPayload(try FrameHeader.decode(from: &buffer))
+                    let decoded = try FrameHeader.decode(from: &header)
+                    header.clear()
+                    state = .awaitingPayload(decoded)
                 } catch {
                     state = .failed(error)
                     throw error
                 }
-            case .awaitingPayload(let header):
-                guard var payload = buffer.readSlice(length: header.payloadLength) else {
-                    compact()
-                    return nil
+            case .awaitingPayload(let frameHeader):
+                let missing = frameHeader.payloadLength - payload.readableBytes
+                if missing > 0 {
+                    if payload.readableBytes == 0, let whole = source.slice(length: missing) {
+                        payload = whole
+                    } else {
+                        if payload.capacity == 0 { payload = ByteBufferAllocator().buffer(capacity: frameHeader.payloadLength) }
+                        guard Self.gather(missing, into: &payload, from: &source) else { return nil }
+                        continue
+                    }
                 }
+                var complete = payload
+                payload = ByteBuffer()
                 state = .awaitingHeader
                 do {
-                    return try Frame.decode(header: header, payload: &payload)
+                    return try Frame.decode(header: frameHeader, payload: &complete)
                 } catch {
                     state = .failed(error)
                     throw error
@@ -65,14 +100,54 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    /// Drops consumed bytes once they dominate the storage, so a long stream does not grow it.
-    private mutating func compact() {
-        if buffer.readableBytes == 0 {
-            buffer.clear()
-        } else if buffer.readerIndex >= 4_096 && buffer.readerIndex >= buffer.readableBytes {
-            buffer.discardReadBytes()
+    /// Moves up to `count` bytes from the source; false when it had none.
+    private static func gather<Source: FrameByteSource>(_ count: Int, into buffer: inout ByteBuffer, from source: inout Source) -> Bool {
+        let moved = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+            source.fill(UnsafeMutableRawBufferPointer(rebasing: raw[..<count]))
         }
+        return moved > 0
     }
+}
+
+private protocol FrameByteSource {
+    /// Writes up to the destination's count of bytes to its front; returns how many.
+    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int
+    /// Exactly `length` bytes without copying, when the source can give them so.
+    mutating func slice(length: Int) -> ByteBuffer?
+}
+
+private struct PendingSource: FrameByteSource {
+    var buffers: CircularBuffer<ByteBuffer>
+
+    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int {
+        var copied = 0
+        while copied < destination.count, !buffers.isEmpty {
+            let index = buffers.startIndex
+            let count = min(destination.count - copied, buffers[index].readableBytes)
+            buffers[index].withUnsafeReadableBytes { bytes in
+                UnsafeMutableRawBufferPointer(rebasing: destination[copied..<(copied + count)])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<count]))
+            }
+            buffers[index].moveReaderIndex(forwardBy: count)
+            if buffers[index].readableBytes == 0 { _ = buffers.removeFirst() }
+            copied += count
+        }
+        return copied
+    }
+
+    mutating func slice(length: Int) -> ByteBuffer? {
+        guard let index = buffers.indices.first, buffers[index].readableBytes >= length else { return nil }
+        let slice = buffers[index].readSlice(length: length)
+        if buffers[index].readableBytes == 0 { _ = buffers.removeFirst() }
+        return slice
+    }
+}
+
+private struct PullSource: FrameByteSource {
+    let pull: (UnsafeMutableRawBufferPointer) -> Int
+
+    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int { pull(destination) }
+    mutating func slice(length: Int) -> ByteBuffer? { nil }
 }
 
 extension Frame {

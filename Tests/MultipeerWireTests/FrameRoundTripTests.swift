@@ -33,6 +33,77 @@ struct FrameRoundTripTests {
         #expect(try decodeAll(stream, pieceSizes: randomPieces) == frames)
     }
 
+    /// The pull interface (used to open TLS records straight into frame storage) decodes the same
+    /// frames as the push interface, whatever sizes the source hands out.
+    @Test(arguments: [UInt64(20), 21, 22])
+    func pulledStreamsDecodeLikePushedOnes(seed: UInt64) throws {
+        var random = RandomFrames(seed: seed)
+        let frames = (0..<200).map { _ in random.frame() }
+        var stream: [UInt8] = []
+        for frame in frames { stream += try encoded(frame) }
+        for maximumPiece in [1, 7, 16_384, stream.count] {
+            var decoder = FrameDecoder()
+            var offset = 0
+            var decoded: [Frame] = []
+            while decoded.count < frames.count {
+                // Each round makes one piece available, then the source runs dry (returns 0),
+                // like TLS waiting for its next record.
+                var budget = random.int(1...maximumPiece)
+                let before = offset
+                while let frame = try decoder.nextFrame(pulling: { destination in
+                    let count = min(destination.count, budget, stream.count - offset)
+                    destination.copyBytes(from: stream[offset..<(offset + count)])
+                    offset += count
+                    budget -= count
+                    return count
+                }) {
+                    decoded.append(frame)
+                }
+                if offset == stream.count && offset == before { break }
+            }
+            #expect(decoded == frames, "pieces of at most \(maximumPiece) bytes")
+            #expect(decoder.bufferedByteCount == 0)
+        }
+    }
+
+    /// A gathered payload owns storage of exactly its size: holding a frame never pins a larger
+    /// buffer, and later input never has to copy around it.
+    @Test func gatheredPayloadsOwnExactlySizedStorage() throws {
+        let payload = ByteBuffer(repeating: 7, count: 50_000)
+        let bytes = try encoded(.message(payload, isEnd: true))
+        var decoder = FrameDecoder()
+        var offset = 0
+        let frame = try decoder.nextFrame { destination in
+            let count = min(destination.count, 1_000, bytes.count - offset)
+            destination.copyBytes(from: bytes[offset..<(offset + count)])
+            offset += count
+            return count
+        }
+        guard case .message(let received, isEnd: true) = frame else {
+            Issue.record("expected a message, got \(String(describing: frame))")
+            return
+        }
+        #expect(received == payload)
+        #expect(received.capacity == payload.readableBytes)
+    }
+
+    @Test func encodingTheHeadLeavesTheBulkPayloadOut() throws {
+        let payload = ByteBuffer(repeating: 9, count: 3_000)
+        for frame in [Frame.message(payload, isEnd: false), .streamData(channel: 2, payload), .resourceChunk(channel: 1, payload)] {
+            var whole = ByteBuffer()
+            try frame.encode(into: &whole)
+            var head = ByteBuffer()
+            let bulk = try frame.encodeHead(into: &head)
+            #expect(bulk == payload)
+            #expect(head.readableBytes == WireLimits.frameHeaderLength)
+            head.writeImmutableBuffer(payload)
+            #expect(head == whole)
+        }
+        var ping = ByteBuffer()
+        #expect(try Frame.ping(5).encodeHead(into: &ping) == nil)
+        #expect(ping == buffer(try encoded(.ping(5))))
+    }
+
     @Test func decoderHoldsNoMoreThanOneFrameOfUnconsumedInput() throws {
         var decoder = FrameDecoder()
         var random = RandomFrames(seed: 99)
