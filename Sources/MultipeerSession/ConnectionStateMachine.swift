@@ -196,18 +196,8 @@ public struct ConnectionStateMachine {
     /// Seals an application frame. Only once connected.
     public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
-        var bytes = ByteBuffer()
-        do {
-            try frame.encode(into: &bytes)
-        } catch {
-            throw .invalidFrame(error)
-        }
-        do {
-            guard let sealed = try session.transport.seal(bytes) else { return [] }
-            return [.send(sealed)]
-        } catch {
-            throw .tls(error)
-        }
+        guard let sealed = try session.transport.seal(frame) else { return [] }
+        return [.send(sealed)]
     }
 
     // MARK: Negotiation and TLS
@@ -297,33 +287,27 @@ public struct ConnectionStateMachine {
 
     private mutating func openAndProcess(_ bytes: ByteBuffer, transport: SecureTransport) -> [ConnectionAction] {
         var actions: [ConnectionAction] = []
-        let opened: SecureTransport.Opened
-        do {
-            opened = try transport.open(bytes)
-        } catch {
-            return fail(ConnectionError(.tls(error)))
-        }
-        // Reading may make TLS answer on its own (a requested KeyUpdate).
-        if let pending = transport.pendingOutput() { actions.append(.send(pending)) }
-        switch opened {
-        case .closed:
-            state = .closed
-            actions.append(.close(ConnectionError(.connectionClosed)))
-            return actions
-        case .bytes(let plaintext):
-            guard plaintext.readableBytes > 0 else { return actions }
-            _ = withDecoder { $0.append(plaintext) }
-        }
+        _ = withDecoder { transport.receive(bytes, decoder: &$0) }
         while true {
-            let next: Frame?
+            let next: SecureTransport.Received
             do {
-                next = try withDecoder { decoder throws(WireError) in try decoder.nextFrame() } ?? nil
+                next = try withDecoder { decoder throws(ConnectionError) in try transport.nextFrame(&decoder) } ?? .needMore
             } catch {
-                return actions + fail(ConnectionError(.protocolViolation(error)))
+                return actions + fail(error)
             }
-            guard let frame = next else { return actions }
-            actions += handle(frame)
-            if isClosed { return actions }
+            // Reading may make TLS answer on its own (a requested KeyUpdate).
+            if let pending = transport.pendingOutput() { actions.append(.send(pending)) }
+            switch next {
+            case .needMore:
+                return actions
+            case .closed:
+                state = .closed
+                actions.append(.close(ConnectionError(.connectionClosed)))
+                return actions
+            case .frame(let frame):
+                actions += handle(frame)
+                if isClosed { return actions }
+            }
         }
     }
 
@@ -416,9 +400,8 @@ public struct ConnectionStateMachine {
     }
 
     private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
-        var bytes = ByteBuffer()
         // Frames built here are valid by construction; a TLS failure surfaces on the next read.
-        guard (try? frame.encode(into: &bytes)) != nil, let sealed = try? transport.seal(bytes) else { return [] }
+        guard let sealed = try? transport.seal(frame) else { return [] }
         return [.send(sealed)]
     }
 

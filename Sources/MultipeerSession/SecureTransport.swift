@@ -1,4 +1,5 @@
 import MultipeerCrypto
+import MultipeerWire
 import NIOCore
 
 /// What carries frames after the preambles: TLS, or the bare TCP stream when negotiation said so.
@@ -11,32 +12,76 @@ enum SecureTransport {
         return false
     }
 
-    /// Frame bytes in, bytes for the socket out.
-    func seal(_ bytes: ByteBuffer) throws(SecurityError) -> ByteBuffer? {
+    /// A frame in, bytes for the socket out. A bulk payload is sealed in place, never copied
+    /// into an encoded frame first.
+    func seal(_ frame: Frame) throws(SendRefusal) -> ByteBuffer? {
+        var head = ByteBuffer()
+        let body: ByteBuffer?
+        do {
+            body = try frame.encodeHead(into: &head)
+        } catch {
+            throw .invalidFrame(error)
+        }
         switch self {
         case .plaintext:
+            guard let body else { return head }
+            var bytes = ByteBufferAllocator().buffer(capacity: head.readableBytes + body.readableBytes)
+            bytes.writeImmutableBuffer(head)
+            bytes.writeImmutableBuffer(body)
             return bytes
         case .tls(let engine):
-            try engine.write(bytes)
+            do {
+                try engine.write(head: head, body: body ?? ByteBuffer())
+            } catch {
+                throw .tls(error)
+            }
             return engine.takeOutbound()
         }
     }
 
-    enum Opened {
-        case bytes(ByteBuffer)
+    enum Received {
+        case frame(Frame)
+        /// Nothing more until more bytes arrive.
+        case needMore
+        /// The peer closed TLS (close_notify).
         case closed
     }
 
-    /// Socket bytes in, frame bytes out (possibly none yet).
-    func open(_ bytes: ByteBuffer) throws(SecurityError) -> Opened {
+    /// Takes bytes from the socket; frames come out of `nextFrame(_:)`.
+    func receive(_ bytes: ByteBuffer, decoder: inout FrameDecoder) {
+        switch self {
+        case .plaintext: decoder.append(bytes)
+        case .tls(let engine): engine.receive(bytes)
+        }
+    }
+
+    /// The next frame from what was received. TLS records are opened straight into the
+    /// decoder's storage for the frame.
+    func nextFrame(_ decoder: inout FrameDecoder) throws(ConnectionError) -> Received {
         switch self {
         case .plaintext:
-            return .bytes(bytes)
+            do {
+                return try decoder.nextFrame().map(Received.frame) ?? .needMore
+            } catch {
+                throw ConnectionError(.protocolViolation(error))
+            }
         case .tls(let engine):
-            engine.receive(bytes)
-            switch try engine.readPlaintext() {
-            case .plaintext(let plaintext): return .bytes(plaintext)
-            case .closed: return .closed
+            var outcome = Result<TLSEngine.ReadStatus, SecurityError>.success(.wouldBlock)
+            let frame: Frame?
+            do {
+                frame = try decoder.nextFrame { destination in
+                    outcome = Result { () throws(SecurityError) in try engine.read(into: destination) }
+                    if case .success(.bytes(let count)) = outcome { return count }
+                    return 0
+                }
+            } catch {
+                throw ConnectionError(.protocolViolation(error))
+            }
+            if let frame { return .frame(frame) }
+            switch outcome {
+            case .failure(let error): throw ConnectionError(.tls(error))
+            case .success(.closed): return .closed
+            case .success(.bytes), .success(.wouldBlock): return .needMore
             }
         }
     }
