@@ -67,6 +67,7 @@ let package = Package(
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ]
         ),
         .executableTarget(

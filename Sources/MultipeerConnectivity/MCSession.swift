@@ -4,6 +4,7 @@ import MultipeerCrypto
 import MultipeerSession
 import MultipeerWire
 import NIOCore
+import NIOFoundationCompat
 import Synchronization
 
 /// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
@@ -234,7 +235,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
         case .peerRefused(let wire, let reason):
             emit(.connectionRefused(mcPeer(wire), MCError(refusal: reason)))
         case .messageReceived(let buffer, let wire):
-            emit(.dataReceived(Data(buffer.readableBytesView), from: mcPeer(wire)))
+            // Large messages are handed over without a copy; small ones copied, so they do not pin
+            // a larger receive buffer.
+            emit(.dataReceived(buffer.getData(at: buffer.readerIndex, length: buffer.readableBytes) ?? Data(), from: mcPeer(wire)))
         case .trustRequested(let request, let answer):
             askTrust(request, answer: answer)
         }
@@ -262,6 +265,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     private func emit(_ event: Event) {
         for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield(event) }
+        // No delegate, no hop to its queue (async-API apps would pay for it on every message).
+        guard delegateBox.value != nil else { return }
         delegateQueue.async { [delegateBox, weak self] in
             guard let self, let delegate = delegateBox.value else { return }
             switch event {
