@@ -16,6 +16,17 @@ public final class SessionEngine: Sendable {
     let outgoingDatagramInterceptor = Mutex<(@Sendable (ByteBuffer) -> Bool)?>(nil)
     /// Connected peers, readable from any thread so that `send` can refuse at once.
     private let connected = Mutex<[Bytes16: WirePeerID]>([:])
+    private let outgoing = SendQueue<Outgoing>()
+
+    private enum Outgoing: Sendable {
+        case reliable([Frame], to: [Bytes16])
+        case unreliable(ByteBuffer, to: [Bytes16])
+    }
+
+    /// Datagrams go out in sendmmsg batches of about this size, which stays below the channel's
+    /// write-buffer high-water mark so that a batch never makes its own tail look unwritable.
+    private static let datagramFlushBytes = 32 * 1024
+    private static let datagramsPerRead = 16
 
     public init(
         configuration: SessionEngineConfiguration,
@@ -107,14 +118,7 @@ public final class SessionEngine: Sendable {
         } catch {
             throw .messageTooLarge(message.readableBytes)
         }
-        eventLoop.execute { [self] in
-            let state = state.value
-            for peer in peers {
-                guard let linkID = state.activeLink[peer], let channel = state.links[linkID]?.channel else { continue }
-                for frame in frames { channel.write(frame, promise: nil) }
-                channel.flush()
-            }
-        }
+        enqueue(.reliable(frames, to: peers))
     }
 
     /// Sends one datagram to each peer; returns at once. Unreliable: a datagram that cannot be
@@ -124,18 +128,45 @@ public final class SessionEngine: Sendable {
         guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
         let unknown = connected.withLock { connected in peers.filter { connected[$0] == nil } }
         guard unknown.isEmpty else { throw .notConnected(unknown) }
-        eventLoop.execute { [self] in
-            let state = state.value
-            guard let udp = state.datagramChannel, udp.isWritable else { return }
-            for peer in peers {
-                guard let linkID = state.activeLink[peer], let address = state.links[linkID]?.datagramAddress,
-                    let datagram = state.links[linkID]?.datagram?.seal(message)
-                else { continue }
-                if let intercept = outgoingDatagramInterceptor.withLock({ $0 }), !intercept(datagram) { continue }
-                udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
+        enqueue(.unreliable(message, to: peers))
+    }
+
+    private func enqueue(_ item: Outgoing) {
+        if outgoing.enqueue(item) { eventLoop.execute { [self] in drainOutgoing() } }
+    }
+
+    /// Writes everything queued, in order, then flushes each socket once. On the loop.
+    private func drainOutgoing() {
+        let state = state.value
+        var written: [ObjectIdentifier: any Channel] = [:]
+        var unflushedDatagramBytes = 0
+        for item in outgoing.takeAll() {
+            switch item {
+            case .reliable(let frames, let peers):
+                for peer in peers {
+                    guard let linkID = state.activeLink[peer], let channel = state.links[linkID]?.channel else { continue }
+                    for frame in frames { channel.write(frame, promise: nil) }
+                    written[ObjectIdentifier(channel)] = channel
+                }
+            case .unreliable(let message, let peers):
+                guard let udp = state.datagramChannel else { continue }
+                for peer in peers {
+                    // Unreliable: when the socket cannot take it now, the datagram is dropped.
+                    guard udp.isWritable, let linkID = state.activeLink[peer], let address = state.links[linkID]?.datagramAddress,
+                        let datagram = state.links[linkID]?.datagram?.seal(message)
+                    else { continue }
+                    if let intercept = outgoingDatagramInterceptor.withLock({ $0 }), !intercept(datagram) { continue }
+                    udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
+                    unflushedDatagramBytes += datagram.readableBytes
+                    if unflushedDatagramBytes >= Self.datagramFlushBytes {
+                        udp.flush()
+                        unflushedDatagramBytes = 0
+                    }
+                }
             }
-            udp.flush()
         }
+        for channel in written.values { channel.flush() }
+        if unflushedDatagramBytes > 0 { state.datagramChannel?.flush() }
     }
 
     /// The UDP port, once the session has started.
@@ -183,8 +214,10 @@ public final class SessionEngine: Sendable {
         let listening = DatagramBootstrap(group: eventLoop)
             // Bursts of datagrams outrun the default receive buffer.
             .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
-            // Room for the largest datagram the protocol allows, so none is truncated.
-            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: WireLimits.maxUDPPayload))
+            // Up to this many datagrams per recvmmsg call, each with room for the largest datagram
+            // the protocol allows, so none is truncated. Pages are only touched where datagrams land.
+            .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * WireLimits.maxUDPPayload))
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))

@@ -55,6 +55,23 @@ struct DatagramOverUDPTests {
         await bob.shutdown()
     }
 
+    /// A burst is written in batches and flushed as it goes: datagrams queued together must not
+    /// push the channel over its write-buffer mark and drop their own tail.
+    @Test func aBurstOfLargeDatagramsIsNotDroppedByItsOwnBatch() async throws {
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
+        try await alice.accept(bob)
+        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        let count = 40
+        for index in 0..<count {
+            try bob.engine.sendUnreliable(ByteBuffer(repeating: UInt8(index), count: 8_192), to: [alice.peer.identifier])
+        }
+        #expect(try await eventually { alice.messages(from: bob).count == count })
+        #expect(Set(alice.messages(from: bob).map { $0.getInteger(at: $0.readerIndex, as: UInt8.self) }) == Set((0..<count).map(UInt8.init)))
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     @Test func junkGetsNoReplyAndDoesNotDisturbTheSession() async throws {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
