@@ -169,7 +169,7 @@ struct Plan {
         bulkBytes = quick ? 64 << 20 : 1 << 30
         smallMessages = quick ? 20_000 : 200_000
         roundTrips = quick ? 300 : 3_000
-        datagrams = quick ? 5_000 : 50_000
+        datagrams = quick ? 20_000 : 100_000
         establishments = quick ? 10 : 50
     }
 }
