@@ -199,7 +199,9 @@ enum Baselines {
     // MARK: OpenSSL alone
 
     /// An SSL_CTX made from the library's identity through PEM, so the baseline uses OpenSSL only.
-    static func context(for identity: SecurityIdentity) -> OpaquePointer {
+    /// A TLS 1.3 context with the identity, requiring and verifying the peer's chain up to `anchor`,
+    /// as the library's trust step does.
+    static func context(for identity: SecurityIdentity, anchor: Certificate) -> OpaquePointer {
         let context = SSL_CTX_new(TLS_method())!
         _ = mp_SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION)
         _ = mp_SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION)
@@ -219,25 +221,31 @@ enum Baselines {
         EVP_PKEY_free(key)
         BIO_free(certificateBIO)
         BIO_free(keyBIO)
-        SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
-        SSL_CTX_set_cert_verify_callback(context, { _, _ in 1 }, nil)
+        let anchorPEM = Array(anchor.pemEncoded.utf8)
+        let anchorBIO = BIO_new(BIO_s_mem())!
+        _ = BIO_write(anchorBIO, anchorPEM, Int32(anchorPEM.count))
+        let anchorX509 = PEM_read_bio_X509(anchorBIO, nil, nil, nil)
+        _ = X509_STORE_add_cert(SSL_CTX_get_cert_store(context), anchorX509)
+        X509_free(anchorX509)
+        BIO_free(anchorBIO)
+        SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
         return context
     }
 
     /// Bytes per second of TLS 1.3 application data over blocking sockets, 16 KiB records.
-    static func tlsBulk(bytes: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
-        withTLSEndpoints(server: serverIdentity, client: clientIdentity) { serverContext, clientContext, listener, port in
+    static func tlsBulk(bytes: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity, anchor: Certificate) -> Double {
+        withTLSEndpoints(server: serverIdentity, client: clientIdentity, anchor: anchor) { serverContext, clientContext, listener, port in
             tlsBulk(bytes: bytes, serverContext: serverContext, clientContext: clientContext, listener: listener, port: port)
         }
     }
 
     /// Two OpenSSL contexts and a listening socket for one baseline; freed afterwards.
     private static func withTLSEndpoints<Result>(
-        server: SecurityIdentity, client: SecurityIdentity,
+        server: SecurityIdentity, client: SecurityIdentity, anchor: Certificate,
         _ body: (UncheckedBox<OpaquePointer>, OpaquePointer, Int32, Int) -> Result
     ) -> Result {
-        let serverContext = UncheckedBox(context(for: server))
-        let clientContext = context(for: client)
+        let serverContext = UncheckedBox(context(for: server, anchor: anchor))
+        let clientContext = context(for: client, anchor: anchor)
         let (listener, port) = tcpListener()
         defer {
             SSL_CTX_free(serverContext.value)
@@ -282,45 +290,54 @@ enum Baselines {
     }
 
     /// Mutually authenticated TLS 1.3 handshakes per second over loopback, one after another.
-    static func tlsHandshakes(count: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity) -> Double {
-        withTLSEndpoints(server: serverIdentity, client: clientIdentity) { serverContext, clientContext, listener, port in
+    static func tlsHandshakes(count: Int, server serverIdentity: SecurityIdentity, client clientIdentity: SecurityIdentity, anchor: Certificate) throws -> Double {
+        let (rate, failures) = withTLSEndpoints(server: serverIdentity, client: clientIdentity, anchor: anchor) { serverContext, clientContext, listener, port in
             tlsHandshakes(count: count, serverContext: serverContext, clientContext: clientContext, listener: listener, port: port)
         }
+        // A handshake that failed verification would be cheaper than a real one and flatter the baseline.
+        guard failures == 0 else { throw BaselineFailure("\(failures) of \(count) baseline TLS handshakes failed") }
+        return rate
     }
 
     private static func tlsHandshakes(
         count: Int, serverContext: UncheckedBox<OpaquePointer>, clientContext: OpaquePointer, listener: Int32, port: Int
-    ) -> Double {
+    ) -> (rate: Double, failures: Int) {
+        let serverFailures = Counter()
         let join = thread {
             for _ in 0..<count {
                 let fd = accept(listener, nil, nil)
                 let ssl = SSL_new(serverContext.value)
                 SSL_set_fd(ssl, fd)
-                _ = SSL_accept(ssl)
                 var byte: UInt8 = 0
-                _ = SSL_read(ssl, &byte, 1)  // the client's first byte: the handshake is complete
+                // The client's first byte: the handshake, with the client's chain verified, is complete.
+                if SSL_accept(ssl) != 1 || SSL_read(ssl, &byte, 1) != 1 { serverFailures.add(1) }
                 SSL_free(ssl)
                 close(fd)
             }
         }
+        var clientFailures = 0
         let start = ContinuousClock.now
         for _ in 0..<count {
             let fd = tcpConnect(port: port)
             let ssl = SSL_new(clientContext)
             SSL_set_fd(ssl, fd)
-            _ = SSL_connect(ssl)
             var byte: UInt8 = 1
-            _ = SSL_write(ssl, &byte, 1)
+            if SSL_connect(ssl) != 1 || SSL_write(ssl, &byte, 1) != 1 { clientFailures += 1 }
             SSL_free(ssl)
             close(fd)
         }
         join()
-        return Double(count) / seconds(ContinuousClock.now - start)
+        return (Double(count) / seconds(ContinuousClock.now - start), clientFailures + serverFailures.value)
     }
 
     static func seconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
+}
+
+struct BaselineFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
 
 /// A thread-safe counter for baseline threads.

@@ -38,7 +38,7 @@ struct Bench: AsyncParsableCommand {
         print("multipeer-bench \(quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; \(CryptoRuntime.openSSLVersion)")
 
         if wants("bulk") {
-            let tls = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b) / 1e6 }) }
+            let tls = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b, anchor: pki.root) / 1e6 }) }
             let tcp = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tcpBulk(bytes: plan.bulkBytes) / 1e6 }) }
             var rates: [Double] = []
             var peaks: [Double] = []
@@ -116,7 +116,7 @@ struct Bench: AsyncParsableCommand {
         }
 
         if wants("establishment") {
-            let handshakes = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b) }) }
+            let handshakes = try baseline { Stats(try (0..<plan.repetitions).map { _ in try Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b, anchor: pki.root) }) }
             var rates: [Double] = []
             for _ in 0..<plan.repetitions {
                 rates.append(try await Scenarios.establishments(count: plan.establishments, identities: (pki.a, pki.b), anchor: pki.root))

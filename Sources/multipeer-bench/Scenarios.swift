@@ -151,7 +151,8 @@ enum Scenarios {
     }
 
     /// Sessions established per second: connection data, connect, mutual TLS, both trust
-    /// callbacks, until both sides report connected.
+    /// callbacks (each verifying the peer's chain), until both sides report connected. The wait
+    /// follows the event streams, so no polling interval is counted.
     static func establishments(count: Int, identities: (SecurityIdentity, SecurityIdentity), anchor: Certificate) async throws -> Double {
         var total = 0.0
         for _ in 0..<count {
@@ -162,15 +163,29 @@ enum Scenarios {
                     TrustEvaluation(anchors: [anchor]).evaluate(certificates?.map(\.certificate) ?? []).isTrusted
                 }
             }
+            let aEvents = a.events()
+            let bEvents = b.events()
             let data = try await a.nearbyConnectionData(for: b.myPeerID)
             total += try await Clock.seconds {
                 b.connectPeer(a.myPeerID, withNearbyConnectionData: data)
-                try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
+                try await waitForConnection(aEvents)
+                try await waitForConnection(bEvents)
             }
             await a.disconnect()
             await b.disconnect()
         }
         return Double(count) / total
+    }
+
+    private static func waitForConnection(_ events: AsyncStream<MCSession.Event>) async throws {
+        for await event in events {
+            switch event {
+            case .peerStateChanged(_, .connected): return
+            case .connectionFailed, .connectionRefused: throw BenchTimeout()
+            default: continue
+            }
+        }
+        throw BenchTimeout()
     }
 
     /// Seconds until 8 sessions form a full mesh when 7 join one of them at once.
