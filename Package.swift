@@ -68,6 +68,7 @@ let package = Package(
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .executableTarget(
@@ -133,6 +134,7 @@ let package = Package(
             dependencies: [
                 "MultipeerConnectivity", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
     ],

@@ -5,6 +5,7 @@ import MultipeerSession
 import MultipeerWire
 import NIOCore
 import NIOFoundationCompat
+import NIOPosix
 import Synchronization
 
 /// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
@@ -19,6 +20,26 @@ public final class MCSession: NSObject, @unchecked Sendable {
     public let securityIdentity: [Any]?
     public let encryptionPreference: MCEncryptionPreference
     public let configuration: MCSessionConfiguration
+
+    /// The session's network thread as a task executor. A task that prefers it takes events and
+    /// sends without any thread hop, the lowest latency the library offers:
+    ///
+    ///     Task(executorPreference: session.taskExecutor) {
+    ///         for await event in session.events() { /* handle, send */ }
+    ///     }
+    ///
+    /// Code on it must never block: it would stall every connection of the session.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    public var taskExecutor: any TaskExecutor { networkTaskExecutor as! EventLoopTaskExecutor }
+
+    /// The same thread as a serial executor, for an actor that should live on it
+    /// (`nonisolated var unownedExecutor: UnownedSerialExecutor { session.executor.asUnownedSerialExecutor() }`).
+    /// Combine it with `taskExecutor` as the task's preference, or each event still takes a detour
+    /// through the global executor.
+    public let executor: any SerialExecutor
+
+    /// Kept for the session's lifetime: executors are referenced unowned by what runs on them.
+    private let networkTaskExecutor: AnyObject
 
     private let delegateBox = DelegateBox()
     private let delegateQueue: DispatchQueue
@@ -71,6 +92,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
         self.encryptionPreference = encryptionPreference
         self.configuration = configuration
         delegateQueue = DispatchQueue(label: "MCSession.delegate.\(peer.displayName)")
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        executor = (eventLoop as? any SerialExecutor) ?? eventLoop.executor
+        networkTaskExecutor = EventLoopTaskExecutor(eventLoop)
         var engine: SessionEngine?
         var setupError: MCError?
         let events = EventSink()
@@ -92,6 +116,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
                         interval: TimeAmount(configuration.keepaliveInterval),
                         deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline)),
                     maximumDatagramMessage: configuration.maximumDatagramSize),
+                eventLoop: eventLoop,
                 onEvent: { event in events.session?.handle(event) })
         } catch {
             setupError = error

@@ -132,7 +132,13 @@ public final class SessionEngine: Sendable {
     }
 
     private func enqueue(_ item: Outgoing) {
-        if outgoing.enqueue(item) { eventLoop.execute { [self] in drainOutgoing() } }
+        let mustSchedule = outgoing.enqueue(item)
+        if eventLoop.inEventLoop {
+            // Already on the loop (code isolated to the loop's executor): write now, after anything queued.
+            drainOutgoing()
+        } else if mustSchedule {
+            eventLoop.execute { [self] in drainOutgoing() }
+        }
     }
 
     /// Writes everything queued, in order, then flushes each socket once. On the loop.

@@ -1,0 +1,144 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerTestSupport
+import NIOPosix
+import Synchronization
+import Testing
+
+/// Taking events and sending on the session's own network thread (`taskExecutor`, `executor`).
+@Suite("MCSession on its network thread", .serialized)
+struct NetworkThreadTests {
+    static let pki = try! TestPKI()
+
+    static func connectedPair() async throws -> (alice: MCSession, bob: MCSession) {
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try pki.peer("alice"), configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try pki.peer("bob"), configuration: .loopbackOnly)
+        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
+        #expect(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
+        return (alice, bob)
+    }
+
+    /// Both ends run on their network threads: every event is handled on an event loop thread,
+    /// and a ping-pong of 200 messages completes in order.
+    @Test(arguments: [MCSessionSendDataMode.reliable, .unreliable])
+    func tasksPreferringTheTaskExecutorRunOnTheNetworkThread(mode: MCSessionSendDataMode) async throws {
+        let (alice, bob) = try await Self.connectedPair()
+        let offThread = OffThreadCount()
+        let aliceEvents = alice.events()
+        let bobEvents = bob.events()
+        let bobPeer = bob.myPeerID
+        let alicePeer = alice.myPeerID
+        let echo = Task(executorPreference: alice.taskExecutor) {
+            for await event in aliceEvents {
+                offThread.check()
+                if case .dataReceived(let data, _) = event { try? alice.send(data, toPeers: [bobPeer], with: mode) }
+            }
+        }
+        defer { echo.cancel() }
+        let echoed = try await withTimeout(seconds: 20) {
+            await Task(executorPreference: bob.taskExecutor) {
+                var echoed: [Data] = []
+                var iterator = bobEvents.makeAsyncIterator()
+                for index in 0..<200 {
+                    let probe = Data("probe \(index)".utf8)
+                    try? bob.send(probe, toPeers: [alicePeer], with: mode)
+                    while let event = await iterator.next(isolation: #isolation) {
+                        offThread.check()
+                        if case .dataReceived(let data, _) = event {
+                            echoed.append(data)
+                            break
+                        }
+                    }
+                }
+                return echoed
+            }.value
+        }
+        // Loopback with one datagram in flight at a time does not lose them.
+        #expect(echoed == (0..<200).map { Data("probe \($0)".utf8) })
+        #expect(offThread.count == 0)
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    /// Sends queued from other threads and sends made on the network thread keep one order.
+    @Test func sendsFromTheNetworkThreadDoNotOvertakeQueuedOnes() async throws {
+        let (alice, bob) = try await Self.connectedPair()
+        let received = Received()
+        let events = alice.events()
+        let collector = Task {
+            for await event in events {
+                if case .dataReceived(let data, _) = event { received.append(data) }
+            }
+        }
+        defer { collector.cancel() }
+        let alicePeer = alice.myPeerID
+        for index in 0..<300 { try bob.send(Data("\(index)".utf8), toPeers: [alicePeer], with: .reliable) }
+        await withTaskExecutorPreference(bob.taskExecutor) {
+            for index in 300..<600 { try? bob.send(Data("\(index)".utf8), toPeers: [alicePeer], with: .reliable) }
+        }
+        #expect(try await eventually { received.all.count == 600 })
+        #expect(received.all == (0..<600).map { Data("\($0)".utf8) })
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
+    /// An actor isolated to `executor` runs on the network thread and can send from there.
+    @Test func anActorOnTheSessionExecutorSendsFromTheNetworkThread() async throws {
+        let (alice, bob) = try await Self.connectedPair()
+        let events = alice.events()
+        let link = Link(session: bob)
+        #expect(try await link.sendOnNetworkThread(Data("from the actor".utf8), to: alice.myPeerID))
+        let first = try await withTimeout(seconds: 10) { () async -> Data? in
+            for await event in events { if case .dataReceived(let data, _) = event { return data } }
+            return nil
+        }
+        #expect(first == Data("from the actor".utf8))
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+}
+
+actor Link {
+    let session: MCSession
+    nonisolated var unownedExecutor: UnownedSerialExecutor { session.executor.asUnownedSerialExecutor() }
+
+    init(session: MCSession) { self.session = session }
+
+    /// Sends and reports whether this ran on an event loop thread.
+    func sendOnNetworkThread(_ data: Data, to peer: MCPeerID) throws -> Bool {
+        try session.send(data, toPeers: [peer], with: .reliable)
+        return MultiThreadedEventLoopGroup.currentEventLoop != nil
+    }
+}
+
+/// Counts events handled off an event loop thread.
+final class OffThreadCount: Sendable {
+    private let value = Mutex(0)
+    func check() {
+        if MultiThreadedEventLoopGroup.currentEventLoop == nil { value.withLock { $0 += 1 } }
+    }
+    var count: Int { value.withLock { $0 } }
+}
+
+final class Received: Sendable {
+    private let value = Mutex<[Data]>([])
+    func append(_ data: Data) { value.withLock { $0.append(data) } }
+    var all: [Data] { value.withLock { $0 } }
+}
+
+struct TestTimeout: Error {}
+
+/// Runs `body`, failing with TestTimeout if it takes longer than `seconds`.
+func withTimeout<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else { throw TestTimeout() }
+        return value
+    }
+}
