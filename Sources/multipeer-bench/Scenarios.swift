@@ -261,3 +261,94 @@ final class ProbeWaiter: Sendable {
 
     func stop() { reader.cancel() }
 }
+
+// MARK: Round trips on the sessions' network threads
+
+/// Sends probes and waits for their echoes; returns the round-trip times in microseconds of the
+/// probes that were not lost.
+func measureProbes(_ session: MCSession, _ events: AsyncStream<MCSession.Event>, to peer: MCPeerID, samples: Int,
+                   mode: MCSessionSendDataMode, outstanding: OutstandingProbe) async -> [Double] {
+    var times: [Double] = []
+    var iterator = events.makeAsyncIterator()
+    for index in 0..<samples {
+        let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
+        let start = ContinuousClock.now
+        outstanding.sent(probe, at: start)
+        try? session.send(probe, toPeers: [peer], with: mode)
+        var answered = false
+        while let event = await iterator.next(isolation: #isolation) {
+            if case .dataReceived(let data, _) = event, data == probe {
+                answered = true
+                break
+            }
+        }
+        guard answered else { break }  // cancelled by the watchdog
+        if !outstanding.answered() { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
+    }
+    return times
+}
+
+/// The probe in flight, shared with a watchdog that re-sends a lost datagram (the sample then
+/// counts as lost) and stops the measurement when too many are lost.
+final class OutstandingProbe: Sendable {
+    private let state = Mutex<(probe: Data?, sentAt: ContinuousClock.Instant, resent: Bool, lost: Int)>((nil, .now, false, 0))
+
+    func sent(_ probe: Data, at instant: ContinuousClock.Instant) {
+        state.withLock { $0 = (probe, instant, false, $0.lost) }
+    }
+
+    /// Marks the probe answered; true if it had been lost and re-sent.
+    func answered() -> Bool {
+        state.withLock { state in
+            defer { state.probe = nil }
+            return state.resent
+        }
+    }
+
+    /// The probe to send again, if the current one has waited longer than `timeout`.
+    func overdue(timeout: Duration) -> (probe: Data, lost: Int)? {
+        state.withLock { state in
+            guard let probe = state.probe, ContinuousClock.now - state.sentAt > timeout else { return nil }
+            if !state.resent { state.lost += 1 }
+            state.resent = true
+            state.sentAt = .now
+            return (probe, state.lost)
+        }
+    }
+}
+
+extension Scenarios {
+    /// Round trips with both ends in tasks that prefer their sessions' task executors: the
+    /// latency an application gets when it takes events and sends on the network thread itself.
+    static func roundTripsOnNetworkThreads(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode) async -> [Double] {
+        let a = pair.a
+        let b = pair.b
+        let bPeer = b.myPeerID
+        let aPeer = a.myPeerID
+        let aEvents = pair.aEvents
+        let bEvents = pair.bEvents
+        let echoing = Task(executorPreference: a.taskExecutor) {
+            for await event in aEvents {
+                if case .dataReceived(let data, _) = event { try? a.send(data, toPeers: [bPeer], with: mode) }
+            }
+        }
+        defer { echoing.cancel() }
+        let outstanding = OutstandingProbe()
+        let measuring = Task(executorPreference: b.taskExecutor) {
+            await measureProbes(b, bEvents, to: aPeer, samples: samples, mode: mode, outstanding: outstanding)
+        }
+        let watchdog = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(50))
+                guard let (probe, lost) = outstanding.overdue(timeout: .milliseconds(200)) else { continue }
+                if lost > samples / 10 {
+                    measuring.cancel()
+                    return
+                }
+                try? b.send(probe, toPeers: [aPeer], with: mode)
+            }
+        }
+        defer { watchdog.cancel() }
+        return await measuring.value
+    }
+}
