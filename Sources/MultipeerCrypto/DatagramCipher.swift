@@ -11,21 +11,25 @@ public enum DatagramCipher {
     public static func seal(_ message: ByteBuffer, header: DatagramHeader, key: SecureBytes) -> ByteBuffer {
         precondition(header.kind == .sealed && key.count == keyLength)
         var out = ByteBufferAllocator().buffer(capacity: WireLimits.datagramHeaderLength + message.readableBytes + WireLimits.datagramTagLength)
-        header.encode(into: &out)
-        let associated = Array(out.readableBytesView)
-        let nonce = header.nonce
-        out.writeWithUnsafeMutableBytes(minimumWritableBytes: message.readableBytes + WireLimits.datagramTagLength) { output in
-            var written: UInt64 = 0
-            message.withUnsafeReadableBytes { plaintext in
-                key.withUnsafeBytes { keyBytes in
-                    _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
-                        output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written,
-                        plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
-                        associated, UInt64(associated.count), nil, nonce,
-                        keyBytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        // Header and nonce live on the stack: nothing is allocated per datagram but its buffer.
+        header.withEncodedBytes { associated in
+            out.writeBytes(associated)
+            header.withNonce { nonce in
+                _ = out.writeWithUnsafeMutableBytes(minimumWritableBytes: message.readableBytes + WireLimits.datagramTagLength) { output in
+                    var written: UInt64 = 0
+                    message.withUnsafeReadableBytes { plaintext in
+                        key.withUnsafeBytes { keyBytes in
+                            _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
+                                output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written,
+                                plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
+                                associated.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(associated.count), nil,
+                                nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                keyBytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                        }
+                    }
+                    return Int(written)
                 }
             }
-            return Int(written)
         }
         return out
     }
@@ -33,24 +37,25 @@ public enum DatagramCipher {
     /// The message, or nil if the tag does not verify. Deliberately uninformative.
     public static func open(_ body: ByteBuffer, header: DatagramHeader, key: SecureBytes) -> ByteBuffer? {
         guard header.kind == .sealed, key.count == keyLength, body.readableBytes >= WireLimits.datagramTagLength else { return nil }
-        var associatedBuffer = ByteBuffer()
-        header.encode(into: &associatedBuffer)
-        let associated = Array(associatedBuffer.readableBytesView)
-        let nonce = header.nonce
         var out = ByteBufferAllocator().buffer(capacity: body.readableBytes)
         var ok = false
-        out.writeWithUnsafeMutableBytes(minimumWritableBytes: max(body.readableBytes - WireLimits.datagramTagLength, 1)) { output in
-            var written: UInt64 = 0
-            ok = body.withUnsafeReadableBytes { ciphertext in
-                key.withUnsafeBytes { keyBytes in
-                    crypto_aead_xchacha20poly1305_ietf_decrypt(
-                        output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written, nil,
-                        ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(ciphertext.count),
-                        associated, UInt64(associated.count), nonce,
-                        keyBytes.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 0
+        header.withEncodedBytes { associated in
+            header.withNonce { nonce in
+                _ = out.writeWithUnsafeMutableBytes(minimumWritableBytes: max(body.readableBytes - WireLimits.datagramTagLength, 1)) { output in
+                    var written: UInt64 = 0
+                    ok = body.withUnsafeReadableBytes { ciphertext in
+                        key.withUnsafeBytes { keyBytes in
+                            crypto_aead_xchacha20poly1305_ietf_decrypt(
+                                output.baseAddress!.assumingMemoryBound(to: UInt8.self), &written, nil,
+                                ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(ciphertext.count),
+                                associated.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(associated.count),
+                                nonce.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                keyBytes.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 0
+                        }
+                    }
+                    return ok ? Int(written) : 0
                 }
             }
-            return ok ? Int(written) : 0
         }
         return ok ? out : nil
     }

@@ -35,12 +35,27 @@ public struct DatagramHeader: Hashable, Sendable {
     }
 
     /// The 24-byte XChaCha20-Poly1305 nonce: 12 zero bytes, epoch, counter.
-    public var nonce: [UInt8] {
-        var buffer = ByteBuffer()
-        buffer.writeRepeatingByte(0, count: 12)
-        buffer.writeInteger(epoch)
-        buffer.writeInteger(counter)
-        return Array(buffer.readableBytesView)
+    public var nonce: [UInt8] { withNonce { Array($0) } }
+
+    /// The nonce in stack memory, for the per-datagram path (no allocation).
+    public func withNonce<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        var bytes: (UInt32, UInt32, UInt32, UInt32, UInt64) = (0, 0, 0, epoch.bigEndian, counter.bigEndian)
+        return try withUnsafeBytes(of: &bytes) { raw in
+            precondition(raw.count == 24)
+            return try body(raw)
+        }
+    }
+
+    /// The encoded header in stack memory (the AEAD's associated data), with no allocation.
+    public func withEncodedBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        var bytes: (UInt32, UInt32, UInt32, UInt32, UInt32) = (
+            (UInt32(kind.rawValue) << 24).bigEndian, receiverID.bigEndian, epoch.bigEndian,
+            UInt32(counter >> 32).bigEndian, UInt32(truncatingIfNeeded: counter).bigEndian
+        )
+        return try withUnsafeBytes(of: &bytes) { raw in
+            precondition(raw.count == WireLimits.datagramHeaderLength)
+            return try body(raw)
+        }
     }
 
     /// Splits a received UDP payload into header and body, applying receiving rule 1's length and

@@ -121,6 +121,17 @@ struct EncodingTests {
         #expect(header.nonce == [UInt8](repeating: 0, count: 12) + [0x0A, 0x0B, 0x0C, 0x0D, 1, 2, 3, 4, 5, 6, 7, 8])
     }
 
+    /// The stack copy used as AEAD associated data is byte for byte the encoded header.
+    @Test(arguments: [DatagramHeader.Kind.sealed, .plain])
+    func datagramHeaderBytesOnTheStackMatchTheEncoding(kind: DatagramHeader.Kind) {
+        for (receiverID, epoch, counter) in [(UInt32(9), UInt32(0x0A0B_0C0D), UInt64(0x0102_0304_0506_0708)), (.max, .max, .max), (1, 0, 0)] {
+            let header = DatagramHeader(kind: kind, receiverID: receiverID, epoch: epoch, counter: counter)
+            var encoded = ByteBuffer()
+            header.encode(into: &encoded)
+            #expect(header.withEncodedBytes { Array($0) } == Array(encoded.readableBytesView))
+        }
+    }
+
     @Test func bytes16OrdersAsABigEndianNumber() {
         #expect(Bytes16(high: 0, low: .max) < Bytes16(high: 1, low: 0))
         #expect(Bytes16(bytes: [0xFF] + [UInt8](repeating: 0, count: 15))! > Bytes16(bytes: [0x7F] + [UInt8](repeating: 0xFF, count: 15))!)
