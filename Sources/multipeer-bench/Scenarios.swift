@@ -48,9 +48,10 @@ final class ReceiveCounter: Sendable {
         (0, 0, [], 0, nil))
     private let trackDistinct: Bool
 
-    init(_ events: AsyncStream<MCSession.Event>, trackDistinct: Bool = false) {
+    /// Counts on a task of its own, on `executor` when one is given (a session's network thread).
+    init(_ events: AsyncStream<MCSession.Event>, trackDistinct: Bool = false, executor: (any TaskExecutor)? = nil) {
         self.trackDistinct = trackDistinct
-        Task { [self] in
+        Task(executorPreference: executor) { [self] in
             for await event in events {
                 guard case .dataReceived(let data, _) = event else { continue }
                 state.withLock { state in
@@ -130,8 +131,9 @@ enum Scenarios {
     }
 
     /// Datagrams delivered per second, the fraction lost, and duplicates seen.
-    static func datagrams(_ pair: SessionPair, count: Int, size: Int) async throws -> (rate: Double, loss: Double, duplicates: Int) {
-        let counter = ReceiveCounter(pair.aEvents, trackDistinct: true)
+    /// With `onNetworkThread`, the receiving side takes its events on its session's network thread.
+    static func datagrams(_ pair: SessionPair, count: Int, size: Int, onNetworkThread: Bool = false) async throws -> (rate: Double, loss: Double, duplicates: Int) {
+        let counter = ReceiveCounter(pair.aEvents, trackDistinct: true, executor: onNetworkThread ? pair.a.taskExecutor : nil)
         let start = ContinuousClock.now
         for index in 0..<count {
             var message = Data(repeating: 0, count: size)
