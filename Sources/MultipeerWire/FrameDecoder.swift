@@ -3,9 +3,9 @@ import NIOCore
 /// Incremental, sans-I/O frame decoder. Bytes come either pushed (`append`, then `nextFrame()`)
 /// or pulled from a source such as a TLS engine (`nextFrame(pulling:)`), in any split. Each
 /// header is validated as soon as its 12 bytes are in, so an oversized or malformed frame is
-/// refused before room for its payload is made. A payload is then gathered into storage of
-/// exactly its length, which the returned frame owns: nothing is compacted or copied again,
-/// however long the frame stays alive. After an error the decoder stays failed: the connection
+/// refused before room for its payload is made. A payload is then gathered into storage of its
+/// own (16 KiB at first, then exactly its length), which the returned frame owns: nothing is
+/// compacted or copied again, however long the frame stays alive. After an error the decoder stays failed: the connection
 /// is closing, and no later byte can be trusted.
 public struct FrameDecoder: Sendable {
     private enum State: Sendable {
@@ -28,6 +28,9 @@ public struct FrameDecoder: Sendable {
     public var bufferedByteCount: Int {
         header.readableBytes + payload.readableBytes + pending.reduce(0) { $0 + $1.readableBytes }
     }
+
+    /// Storage held for the payload in progress (at most 16 KiB until that much has arrived).
+    public var reservedPayloadCapacity: Int { payload.capacity }
 
     /// Adds received bytes, without copying them.
     public mutating func append(_ bytes: ByteBuffer) {
@@ -82,8 +85,8 @@ public struct FrameDecoder: Sendable {
                     if payload.readableBytes == 0, let whole = source.slice(length: missing) {
                         payload = whole
                     } else {
-                        if payload.capacity == 0 { payload = ByteBufferAllocator().buffer(capacity: frameHeader.payloadLength) }
-                        guard Self.gather(missing, into: &payload, from: &source) else { return nil }
+                        reservePayloadStorage(for: frameHeader.payloadLength)
+                        guard Self.gather(min(missing, payload.writableBytes), into: &payload, from: &source) else { return nil }
                         continue
                     }
                 }
@@ -99,6 +102,19 @@ public struct FrameDecoder: Sendable {
             }
         }
     }
+
+    /// Storage for a payload grows in two steps: at most `initialPayloadReservation` bytes until
+    /// that much has arrived, then exactly the payload's length. A peer that sends a header and a
+    /// byte therefore pins 16 KiB, not the 64 KiB it announced.
+    private mutating func reservePayloadStorage(for length: Int) {
+        if payload.capacity == 0 {
+            payload = ByteBufferAllocator().buffer(capacity: min(length, Self.initialPayloadReservation))
+        } else if payload.writableBytes == 0 {
+            payload.reserveCapacity(length)
+        }
+    }
+
+    static let initialPayloadReservation = 16_384
 
     /// Moves up to `count` bytes from the source; false when it had none.
     private static func gather<Source: FrameByteSource>(_ count: Int, into buffer: inout ByteBuffer, from source: inout Source) -> Bool {

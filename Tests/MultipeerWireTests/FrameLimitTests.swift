@@ -57,6 +57,35 @@ struct FrameLimitTests {
         }
     }
 
+    /// Announcing a large frame and sending a byte pins 16 KiB, not the announced length; the
+    /// storage grows to the exact length only once 16 KiB have arrived.
+    @Test func aLargeAnnouncedPayloadReservesLittleUntilItArrives() throws {
+        var decoder = FrameDecoder()
+        var source = buffer(rawHeader(type: FrameType.message.rawValue, flags: FrameFlags.endOfMessage, length: 65_536) + [7])
+        func feed(_ bytes: inout ByteBuffer, _ decoder: inout FrameDecoder) throws -> Frame? {
+            try decoder.nextFrame { destination in
+                let count = min(destination.count, bytes.readableBytes)
+                bytes.readWithUnsafeReadableBytes { raw in
+                    destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[..<count]))
+                    return count
+                }
+                return count
+            }
+        }
+        #expect(try feed(&source, &decoder) == nil)
+        #expect(decoder.reservedPayloadCapacity == 16_384)
+        var more = ByteBuffer(repeating: 7, count: 16_382)
+        #expect(try feed(&more, &decoder) == nil)
+        #expect(decoder.reservedPayloadCapacity == 16_384)
+        var oneMore = ByteBuffer(repeating: 7, count: 1)
+        #expect(try feed(&oneMore, &decoder) == nil)
+        #expect(decoder.reservedPayloadCapacity == 65_536)
+        var rest = ByteBuffer(repeating: 7, count: 65_536 - 16_384)
+        let frame = try feed(&rest, &decoder)
+        #expect(frame == .message(ByteBuffer(repeating: 7, count: 65_536), isEnd: true))
+        #expect(decoder.reservedPayloadCapacity == 0)
+    }
+
     @Test func unknownTypesAreRefused() {
         let known = Set(FrameType.allCases.map(\.rawValue))
         for raw in UInt8.min...UInt8.max where !known.contains(raw) {
