@@ -149,8 +149,9 @@ struct Bench: AsyncParsableCommand {
 
         if wants("memory") {
             let perPeer = try await Scenarios.idlePeerMemory(identities: pki.eight)
-            results.append(Result(scenario: "7 RSS per idle connected peer", unit: "KiB", library: Stats([perPeer]), baselineName: nil,
-                                  baseline: nil, ratio: nil, target: "< 256 KiB", met: perPeer < 256, note: "8 sessions, 28 connections in one process"))
+            results.append(Result(scenario: "7 memory per idle connected peer (heap)", unit: "KiB", library: Stats([perPeer.heapKiB]),
+                                  baselineName: nil, baseline: nil, ratio: nil, target: "< 256 KiB", met: perPeer.heapKiB < 256,
+                                  note: String(format: "8 sessions, 28 connections in one process; RSS growth %.1f KiB per peer", perPeer.residentKiB)))
             if let sodium = baseline({ Baselines.sodiumSealOpen(count: plan.datagrams, size: 1200) }) {
                 results.append(Result(scenario: "- libsodium seal+open, 1200 B (reference)", unit: "op/s", library: Stats([sodium]),
                                       baselineName: nil, baseline: nil, ratio: nil, target: "report", met: nil, note: nil))

@@ -1,3 +1,4 @@
+import CMultipeerShims
 import Foundation
 
 /// Median and spread of repeated measurements of one figure.
@@ -59,6 +60,10 @@ enum Memory {
     }
 
     static var residentKiB: Int { field("VmRSS") }
+
+    /// Bytes malloc has handed out and not taken back (glibc's mallinfo2). Unlike RSS, it does not
+    /// hide new allocations that reuse memory freed by earlier scenarios.
+    static var heapInUseBytes: Int { Int(mp_heap_bytes_in_use()) }
     static var peakResidentKiB: Int { field("VmHWM") }
 
     /// Resets VmHWM to the current RSS (Linux: write 5 to clear_refs).

@@ -205,9 +205,11 @@ enum Scenarios {
         return elapsed
     }
 
-    /// Resident memory per connected idle peer (both ends of each connection live in this process).
-    static func idlePeerMemory(identities: [SecurityIdentity]) async throws -> Double {
-        let before = Memory.residentKiB
+    /// Memory per connected idle peer, as live heap growth and as resident-set growth (both ends
+    /// of each connection live in this process). Kernel socket buffers are in neither.
+    static func idlePeerMemory(identities: [SecurityIdentity]) async throws -> (heapKiB: Double, residentKiB: Double) {
+        let residentBefore = Memory.residentKiB
+        let heapBefore = Memory.heapInUseBytes
         let hub = makeSession("hub", preference: .required, identity: identities[0])
         let members = (1..<8).map { makeSession("m\($0)", preference: .required, identity: identities[$0]) }
         for member in members {
@@ -216,10 +218,11 @@ enum Scenarios {
         let everyone = [hub] + members
         try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == 7 } }
         try await Task.sleep(for: .milliseconds(300))
-        let after = Memory.residentKiB
+        let heapAfter = Memory.heapInUseBytes
+        let residentAfter = Memory.residentKiB
         for session in everyone { await session.disconnect() }
         // 8 sessions, 28 connections, 56 connection ends: each end is one "connected peer" of a session.
-        return Double(after - before) / 56
+        return (Double(heapAfter - heapBefore) / 1024 / 56, Double(residentAfter - residentBefore) / 56)
     }
 }
 

@@ -37,6 +37,9 @@ typedef size_t (*mp_bio_read_callback)(void *context, char *data, size_t length)
 /// A BIO that calls `write` and `read` with `context` instead of buffering; freed with the SSL it is set on.
 BIO *mp_callback_bio_new(void *context, mp_bio_write_callback write, mp_bio_read_callback read);
 
+/// Bytes malloc has handed out and not taken back (glibc's mallinfo2); 0 where unknown.
+size_t mp_heap_bytes_in_use(void);
+
 /// libsodium initialisation that is safe to call from many threads; 0 on success.
 int mp_sodium_init_once(void);
 
