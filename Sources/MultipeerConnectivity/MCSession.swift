@@ -46,7 +46,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
     private let setupError: MCError?
     private let engine: SessionEngine?
     private let knownPeers = Mutex<[Bytes16: MCPeerID]>([:])
-    private let subscribers = Mutex<[UUID: AsyncStream<Event>.Continuation]>([:])
+    /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
+    private let subscribers = Mutex<[EventChannel]>([])
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
 
     public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
@@ -125,6 +126,11 @@ public final class MCSession: NSObject, @unchecked Sendable {
         self.setupError = setupError
         super.init()
         events.session = self
+    }
+
+    deinit {
+        // Loops over `events()` end with the session, as they did with AsyncStream continuations.
+        for channel in subscribers.withLock({ $0 }) { channel.finish() }
     }
 
     /// The peers currently connected, in a stable order.
@@ -289,7 +295,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
     }
 
     private func emit(_ event: Event) {
-        for continuation in subscribers.withLock({ Array($0.values) }) { continuation.yield(event) }
+        for channel in subscribers.withLock({ $0 }) { channel.yield(event) }
         // No delegate, no hop to its queue (async-API apps would pay for it on every message).
         guard delegateBox.value != nil else { return }
         delegateQueue.async { [delegateBox, weak self] in
@@ -337,13 +343,16 @@ extension MCSession {
     }
 
     /// A new stream of this session's events from now on; each call gets its own.
-    public func events() -> AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .unbounded)
-        let id = UUID()
-        subscribers.withLock { $0[id] = continuation }
-        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
-        return stream
+    public func events() -> Events {
+        let channel = EventChannel { [weak self] finished in
+            self?.subscribers.withLock { $0.removeAll { $0 === finished } }
+        }
+        subscribers.withLock { $0.append(channel) }
+        return Events(subscription: EventSubscription(channel: channel))
     }
+
+    /// Streams currently subscribed (for tests).
+    var subscriberCount: Int { subscribers.withLock { $0.count } }
 
     /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
     public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {

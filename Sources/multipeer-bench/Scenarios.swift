@@ -7,8 +7,8 @@ import Synchronization
 struct SessionPair {
     let a: MCSession
     let b: MCSession
-    let aEvents: AsyncStream<MCSession.Event>
-    let bEvents: AsyncStream<MCSession.Event>
+    let aEvents: MCSession.Events
+    let bEvents: MCSession.Events
 
     static func connect(preference: MCEncryptionPreference, identities: (SecurityIdentity, SecurityIdentity)?) async throws -> SessionPair {
         let a = makeSession("a", preference: preference, identity: identities?.0)
@@ -49,7 +49,7 @@ final class ReceiveCounter: Sendable {
     private let trackDistinct: Bool
 
     /// Counts on a task of its own, on `executor` when one is given (a session's network thread).
-    init(_ events: AsyncStream<MCSession.Event>, trackDistinct: Bool = false, executor: (any TaskExecutor)? = nil) {
+    init(_ events: MCSession.Events, trackDistinct: Bool = false, executor: (any TaskExecutor)? = nil) {
         self.trackDistinct = trackDistinct
         Task(executorPreference: executor) { [self] in
             for await event in events {
@@ -179,7 +179,7 @@ enum Scenarios {
         return Double(count) / total
     }
 
-    private static func waitForConnection(_ events: AsyncStream<MCSession.Event>) async throws {
+    private static func waitForConnection(_ events: MCSession.Events) async throws {
         for await event in events {
             switch event {
             case .peerStateChanged(_, .connected): return
@@ -242,7 +242,7 @@ final class ProbeWaiter: Sendable {
     private let pending = Pending()
     private let reader: Task<Void, Never>
 
-    init(_ events: AsyncStream<MCSession.Event>) {
+    init(_ events: MCSession.Events) {
         let pending = self.pending
         reader = Task {
             for await event in events {
@@ -271,7 +271,7 @@ final class ProbeWaiter: Sendable {
 
 /// Sends probes and waits for their echoes; returns the round-trip times in microseconds of the
 /// probes that were not lost.
-func measureProbes(_ session: MCSession, _ events: AsyncStream<MCSession.Event>, to peer: MCPeerID, samples: Int,
+func measureProbes(_ session: MCSession, _ events: MCSession.Events, to peer: MCPeerID, samples: Int,
                    mode: MCSessionSendDataMode, outstanding: OutstandingProbe) async -> [Double] {
     var times: [Double] = []
     var iterator = events.makeAsyncIterator()

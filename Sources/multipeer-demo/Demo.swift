@@ -110,7 +110,7 @@ struct Demo {
         try await Task.sleep(for: .seconds(60))
     }
 
-    static func waitConnected(_ events: AsyncStream<MCSession.Event>, to peer: MCPeerID, as name: String) async throws {
+    static func waitConnected(_ events: MCSession.Events, to peer: MCPeerID, as name: String) async throws {
         for await event in events {
             guard case .peerStateChanged(let changed, let state) = event, changed == peer else { continue }
             print("\(name): \(peer.displayName) is \(state)")
@@ -119,7 +119,7 @@ struct Demo {
         }
     }
 
-    static func nextData(_ events: AsyncStream<MCSession.Event>) async throws -> Data {
+    static func nextData(_ events: MCSession.Events) async throws -> Data {
         for await event in events {
             if case .dataReceived(let data, _) = event { return data }
         }

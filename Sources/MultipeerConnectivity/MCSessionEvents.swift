@@ -1,0 +1,109 @@
+import NIOCore
+import Synchronization
+
+extension MCSession {
+    /// A session's events from the moment `events()` made it, in order, for `for await` loops.
+    ///
+    /// Events wait in memory until taken. Iteration ends when the iterating task is cancelled, when
+    /// the stream is dropped, or when the session is deallocated. One task iterates a stream at a
+    /// time; a second concurrent iterator gets nil. Written for the session's hot path: one lock
+    /// per event, no per-event allocation while the consumer keeps up, and a consumer on the
+    /// session's `taskExecutor` resumes on the network thread itself.
+    public struct Events: AsyncSequence, Sendable {
+        public typealias Element = Event
+        public typealias Failure = Never
+
+        let subscription: EventSubscription
+
+        public func makeAsyncIterator() -> Iterator { Iterator(subscription: subscription) }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            public typealias Element = Event
+            public typealias Failure = Never
+
+            let subscription: EventSubscription
+
+            public mutating func next() async -> Event? {
+                await subscription.channel.next(isolation: nil)
+            }
+
+            public mutating func next(isolation actor: isolated (any Actor)?) async -> Event? {
+                await subscription.channel.next(isolation: actor)
+            }
+        }
+    }
+}
+
+/// Ends the channel when the last copy of its stream or iterator goes away, as AsyncStream does.
+final class EventSubscription: Sendable {
+    let channel: EventChannel
+
+    init(channel: EventChannel) { self.channel = channel }
+
+    deinit { channel.finish() }
+}
+
+/// One subscriber's queue: the session yields into it on its network thread, one task takes.
+final class EventChannel: Sendable {
+    private struct State {
+        var buffer = CircularBuffer<MCSession.Event>(initialCapacity: 16)
+        var waiter: UnsafeContinuation<MCSession.Event?, Never>?
+        var finished = false
+    }
+
+    private let state = Mutex(State())
+    /// Removes the channel from its session once finished.
+    private let onFinish: @Sendable (EventChannel) -> Void
+
+    init(onFinish: @escaping @Sendable (EventChannel) -> Void) {
+        self.onFinish = onFinish
+    }
+
+    func yield(_ event: MCSession.Event) {
+        let waiter = state.withLock { state -> UnsafeContinuation<MCSession.Event?, Never>? in
+            guard !state.finished else { return nil }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.buffer.append(event)
+            return nil
+        }
+        waiter?.resume(returning: event)
+    }
+
+    /// Ends the stream: a waiting consumer gets nil, buffered events are dropped.
+    func finish() {
+        let (waiter, wasFinished) = state.withLock { state in
+            defer {
+                state.finished = true
+                state.waiter = nil
+                state.buffer.removeAll()
+            }
+            return (state.waiter, state.finished)
+        }
+        waiter?.resume(returning: nil)
+        if !wasFinished { onFinish(self) }
+    }
+
+    func next(isolation actor: isolated (any Actor)?) async -> MCSession.Event? {
+        // The common case under load: an event is already waiting.
+        if let ready = state.withLock({ $0.buffer.popFirst() }) { return ready }
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<MCSession.Event?, Never>) in
+                let immediate = state.withLock { state -> MCSession.Event?? in
+                    if let ready = state.buffer.popFirst() { return .some(ready) }
+                    // Finished, cancelled, or another task is already waiting: end this iteration.
+                    if state.finished || state.waiter != nil || Task.isCancelled { return .some(nil) }
+                    state.waiter = continuation
+                    return .none
+                }
+                if let immediate { continuation.resume(returning: immediate) }
+            }
+        } onCancel: {
+            finish()
+        }
+    }
+
+    var isFinished: Bool { state.withLock { $0.finished } }
+}
