@@ -75,7 +75,7 @@ public final class SessionEngine: Sendable {
 
     /// Opens a dialed link and reports the peer as connecting. On the loop.
     private func startDialing(_ plan: DialPlan, attempt: Int = 0) {
-        var link = EngineState.Link(dialed: true, peer: plan.peer, plan: plan)
+        let link = EngineState.Link(dialed: true, peer: plan.peer, plan: plan)
         link.attempt = attempt
         let linkID = state.value.addLink(link)
         report(plan.peer, .connecting)
@@ -158,8 +158,8 @@ public final class SessionEngine: Sendable {
                 guard let udp = state.datagramChannel else { continue }
                 for peer in peers {
                     // Unreliable: when the socket cannot take it now, the datagram is dropped.
-                    guard udp.isWritable, let linkID = state.activeLink[peer], let address = state.links[linkID]?.datagramAddress,
-                        let datagram = state.links[linkID]?.datagram?.seal(message)
+                    guard udp.isWritable, let linkID = state.activeLink[peer], let link = state.links[linkID],
+                        let address = link.datagramAddress, let datagram = link.datagram?.seal(message)
                     else { continue }
                     if let intercept = outgoingDatagramInterceptor.withLock({ $0 }), !intercept(datagram) { continue }
                     udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
@@ -373,12 +373,12 @@ public final class SessionEngine: Sendable {
     fileprivate func linkEstablished(_ linkID: Int, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
         let state = state.value
         guard let link = state.links[linkID] else { return }
-        state.links[linkID]?.isConnected = true
-        state.links[linkID]?.peer = connection.peer
+        link.isConnected = true
+        link.peer = connection.peer
         let hello = connection.peerHello
         if hello.datagramPort != 0, let host = remote?.ipAddress, let address = try? SocketAddress(ipAddress: host, port: Int(hello.datagramPort)) {
-            state.links[linkID]?.datagramAddress = address
-            state.links[linkID]?.datagram = DatagramPeerState(
+            link.datagramAddress = address
+            link.datagram = DatagramPeerState(
                 isEncrypted: connection.isEncrypted, weAreDialer: link.dialed, peerReceiverID: hello.datagramReceiverID,
                 limits: configuration.datagramLimits,
                 keySource: { direction, epoch in
@@ -389,7 +389,7 @@ public final class SessionEngine: Sendable {
         }
         state.activeLink[connection.peer.identifier] = linkID
         if hello.listenPort != 0, let host = remote?.ipAddress, let address = try? SocketAddress(ipAddress: host, port: Int(hello.listenPort)) {
-            state.links[linkID]?.listenEndpoint = try? WireEndpoint(socketAddress: address)
+            link.listenEndpoint = try? WireEndpoint(socketAddress: address)
         }
         connected.withLock { $0[connection.peer.identifier] = connection.peer }
         report(connection.peer, .connected)
@@ -399,20 +399,17 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkReceived(_ linkID: Int, _ frame: Frame) {
-        let state = state.value
-        // Read what is needed without copying the link: a copy would make the assembler's and
-        // windows' storage shared, and every in-place update below would copy it again.
-        guard let peer = state.links[linkID]?.peer else { return }
+        guard let link = state.value.links[linkID], let peer = link.peer else { return }
         switch frame {
         case .message(let fragment, let isEnd):
             do {
-                if let message = try state.links[linkID]?.assembler.append(fragment, isEnd: isEnd) {
+                if let message = try link.assembler.append(fragment, isEnd: isEnd) {
                     onEvent(.messageReceived(message, from: peer))
                 }
             } catch {
-                state.links[linkID]?.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
+                link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
             }
-        case .meshIntroduction(let introduction) where state.links[linkID]?.isConnected == true:
+        case .meshIntroduction(let introduction) where link.isConnected:
             introduced(introduction, by: peer)
         default:
             break  // streams and resources arrive with their features
@@ -458,18 +455,16 @@ public final class SessionEngine: Sendable {
     fileprivate func datagramReceived(_ envelope: AddressedEnvelope<ByteBuffer>) {
         let state = state.value
         guard let (header, body) = try? DatagramHeader.decode(datagram: envelope.data),
-            let linkID = state.receiverIDs[header.receiverID],
-            state.links[linkID]?.isConnected == true, let peer = state.links[linkID]?.peer,
-            let kind = state.links[linkID]?.datagram?.kind
+            let linkID = state.receiverIDs[header.receiverID], let link = state.links[linkID],
+            link.isConnected, let peer = link.peer, let kind = link.datagram?.kind
         else { return }
         // Without keys, at least insist on the peer's own address.
-        if kind == .plain && envelope.remoteAddress.ipAddress != state.links[linkID]?.datagramAddress?.ipAddress { return }
-        // Opened in place, so the replay windows are never copied.
-        switch state.links[linkID]?.datagram?.open(header: header, body: body) {
+        if kind == .plain && envelope.remoteAddress.ipAddress != link.datagramAddress?.ipAddress { return }
+        switch link.datagram?.open(header: header, body: body) {
         case .message(let message): onEvent(.messageReceived(message, from: peer))
         case .dropped, nil: break
         case .integrityLimitReached:
-            state.links[linkID]?.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
+            link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
         }
     }
 
@@ -609,7 +604,9 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
 
 /// The engine's mutable state; only touched on the engine's event loop.
 final class EngineState {
-    struct Link {
+    /// A class, so that reading or updating a link in the dictionary never copies its assembler
+    /// or replay windows.
+    final class Link {
         var dialed: Bool
         var channel: (any Channel)?
         var peer: WirePeerID?
