@@ -15,6 +15,10 @@ public enum WireFuzzChecks {
         let pieces = decodeFrames(bytes, pieceSize: pieceSize)
         precondition(whole.frames == pieces.frames, "frames differ between whole and split input")
         precondition(whole.error?.code == pieces.error?.code, "errors differ between whole and split input")
+        // Pulled the way TLS feeds it, in pieces that run dry between reads.
+        let pulled = pullFrames(bytes, pieceSize: Int(input.last ?? 0) % 29 + 1)
+        precondition(whole.frames == pulled.frames, "frames differ between pushed and pulled input")
+        precondition(whole.error?.code == pulled.error?.code, "errors differ between pushed and pulled input")
 
         var reencoded = ByteBuffer()
         for frame in whole.frames {
@@ -57,6 +61,32 @@ public enum WireFuzzChecks {
             header.encode(into: &out)
             out.writeImmutableBuffer(body)
             precondition(out == bytes, "datagram re-encodes differently")
+        }
+    }
+
+    private static func pullFrames(_ bytes: ByteBuffer, pieceSize: Int) -> (frames: [Frame], error: WireError?) {
+        var decoder = FrameDecoder()
+        var frames: [Frame] = []
+        var remaining = bytes
+        while true {
+            var budget = pieceSize
+            let before = remaining.readableBytes
+            do {
+                while let frame = try decoder.nextFrame(pulling: { destination in
+                    let count = min(destination.count, budget, remaining.readableBytes)
+                    remaining.readWithUnsafeReadableBytes { source in
+                        destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: source[..<count]))
+                        return count
+                    }
+                    budget -= count
+                    return count
+                }) {
+                    frames.append(frame)
+                }
+            } catch {
+                return (frames, error)
+            }
+            if remaining.readableBytes == 0 || remaining.readableBytes == before { return (frames, nil) }
         }
     }
 
