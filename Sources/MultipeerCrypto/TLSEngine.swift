@@ -102,19 +102,7 @@ public final class TLSEngine {
     }
 
     fileprivate func fillFromInbound(_ destination: UnsafeMutableRawBufferPointer) -> Int {
-        var copied = 0
-        while copied < destination.count, !inbound.isEmpty {
-            let index = inbound.startIndex
-            let count = min(destination.count - copied, inbound[index].readableBytes)
-            inbound[index].withUnsafeReadableBytes { source in
-                UnsafeMutableRawBufferPointer(rebasing: destination[copied..<(copied + count)])
-                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[..<count]))
-            }
-            inbound[index].moveReaderIndex(forwardBy: count)
-            if inbound[index].readableBytes == 0 { _ = inbound.removeFirst() }
-            copied += count
-        }
-        return copied
+        inbound.readBytes(into: destination)
     }
 
     fileprivate func appendOutbound(_ bytes: UnsafeRawBufferPointer) {

@@ -244,7 +244,9 @@ public final class SessionEngine: Sendable {
     private func bindListener() -> EventLoopFuture<Int> {
         ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 16)
+            // Room for bursts (a mesh forming, stray or hostile connects) without dropped SYNs,
+            // whose retransmission would delay a real peer by a second or more.
+            .serverChannelOption(.backlog, value: 128)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {

@@ -136,19 +136,7 @@ private struct PendingSource: FrameByteSource {
     var buffers: CircularBuffer<ByteBuffer>
 
     mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int {
-        var copied = 0
-        while copied < destination.count, !buffers.isEmpty {
-            let index = buffers.startIndex
-            let count = min(destination.count - copied, buffers[index].readableBytes)
-            buffers[index].withUnsafeReadableBytes { bytes in
-                UnsafeMutableRawBufferPointer(rebasing: destination[copied..<(copied + count)])
-                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[..<count]))
-            }
-            buffers[index].moveReaderIndex(forwardBy: count)
-            if buffers[index].readableBytes == 0 { _ = buffers.removeFirst() }
-            copied += count
-        }
-        return copied
+        buffers.readBytes(into: destination)
     }
 
     mutating func slice(length: Int) -> ByteBuffer? {

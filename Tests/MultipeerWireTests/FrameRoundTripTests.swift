@@ -21,9 +21,7 @@ struct FrameRoundTripTests {
     @Test(arguments: [UInt64(10), 11, 12])
     func streamsOfFramesDecodeTheSameInAnySplit(seed: UInt64) throws {
         var random = RandomFrames(seed: seed)
-        let frames = (0..<200).map { _ in random.frame() }
-        var stream: [UInt8] = []
-        for frame in frames { stream += try encoded(frame) }
+        let (frames, stream) = try random.stream(of: 200)
 
         let allAtOnce = try decodeAll(stream, pieceSizes: [stream.count])
         #expect(allAtOnce == frames)
@@ -38,9 +36,7 @@ struct FrameRoundTripTests {
     @Test(arguments: [UInt64(20), 21, 22])
     func pulledStreamsDecodeLikePushedOnes(seed: UInt64) throws {
         var random = RandomFrames(seed: seed)
-        let frames = (0..<200).map { _ in random.frame() }
-        var stream: [UInt8] = []
-        for frame in frames { stream += try encoded(frame) }
+        let (frames, stream) = try random.stream(of: 200)
         for maximumPiece in [1, 7, 16_384, stream.count] {
             var decoder = FrameDecoder()
             var offset = 0

@@ -8,6 +8,14 @@ struct RandomFrames {
     init(seed: UInt64) { generator = SeededGenerator(seed: seed) }
 
     mutating func int(_ range: ClosedRange<Int>) -> Int { Int.random(in: range, using: &generator) }
+
+    /// `count` random frames and their encodings laid end to end.
+    mutating func stream(of count: Int) throws -> (frames: [Frame], bytes: [UInt8]) {
+        let frames = (0..<count).map { _ in frame() }
+        var bytes: [UInt8] = []
+        for frame in frames { bytes += try encoded(frame) }
+        return (frames, bytes)
+    }
     mutating func bool() -> Bool { Bool.random(using: &generator) }
     mutating func u16() -> UInt16 { UInt16.random(in: .min ... .max, using: &generator) }
     mutating func u32(_ range: ClosedRange<UInt32> = .min ... .max) -> UInt32 { UInt32.random(in: range, using: &generator) }
