@@ -40,6 +40,13 @@ public final class TLSEngine {
     fileprivate var inbound = CircularBuffer<ByteBuffer>(initialCapacity: 4)
     /// Ciphertext OpenSSL wrote, waiting for `takeOutbound()`.
     fileprivate var outbound = ByteBuffer()
+    /// Large buffers recently handed out. Once the channel has written and released one, it is
+    /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
+    /// anew for every frame of a bulk transfer. Dropped as soon as traffic turns small.
+    /// (An array: its elements are modified in place, so the uniqueness check sees one reference.)
+    private var handedOut: [ByteBuffer] = []
+    private static let recycledBufferLimit = 16
+    private static let recycledBufferMinimum = 16_384
 
     /// A KeyUpdate is sent before this many records have been sealed under one key (RFC 8446 §5.5).
     public let recordsPerKeyUpdate: UInt64
@@ -98,7 +105,34 @@ public final class TLSEngine {
     public func takeOutbound() -> ByteBuffer? {
         guard outbound.readableBytes > 0 else { return nil }
         defer { outbound = ByteBuffer() }
+        if outbound.capacity >= Self.recycledBufferMinimum {
+            if handedOut.count == Self.recycledBufferLimit { handedOut.removeFirst() }
+            handedOut.append(outbound)
+        }
         return outbound
+    }
+
+    /// Large handed-out buffers kept for reuse (for tests).
+    var recycledOutboundBufferCount: Int { handedOut.count }
+
+    /// Makes `outbound` ready for `count` more bytes, reusing a released buffer when one fits.
+    private func prepareOutbound(for count: Int) {
+        guard outbound.capacity == 0 else {
+            outbound.reserveCapacity(minimumWritableBytes: count)
+            return
+        }
+        guard count >= Self.recycledBufferMinimum else {
+            handedOut.removeAll()  // small traffic: hold no large buffers
+            return
+        }
+        for index in handedOut.indices where handedOut[index].capacity >= count {
+            let released = handedOut[index].modifyIfUniquelyOwned { buffer in buffer.clear() } != nil
+            if released {
+                outbound = handedOut.remove(at: index)
+                return
+            }
+        }
+        outbound.reserveCapacity(count)
     }
 
     fileprivate func fillFromInbound(_ destination: UnsafeMutableRawBufferPointer) -> Int {
@@ -141,7 +175,7 @@ public final class TLSEngine {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
         let total = head.readableBytes + body.readableBytes
         let records = (total + Self.maximumRecordPlaintext - 1) / Self.maximumRecordPlaintext
-        outbound.reserveCapacity(minimumWritableBytes: total + records * Self.recordOverhead)
+        prepareOutbound(for: total + records * Self.recordOverhead)
         var body = body
         if head.readableBytes > 0 {
             var staged = head

@@ -1,4 +1,4 @@
-import MultipeerCrypto
+@testable import MultipeerCrypto
 import MultipeerTestSupport
 import NIOCore
 import Testing
@@ -117,6 +117,37 @@ struct TLSEngineTests {
         #expect(received == message)
         #expect(pair.server.bufferedInboundByteCount == 0)
         #expect(pair.client.takeOutbound() == nil)
+    }
+
+    /// A large outbound buffer the channel has released is filled again instead of a fresh
+    /// allocation; one still held elsewhere is not touched; small traffic drops them all.
+    @Test func releasedOutboundBuffersAreReusedAndSmallTrafficDropsThem() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: try pki.peer("bob"))
+        try pair.handshake()
+        func address(_ buffer: ByteBuffer) -> UnsafeRawPointer? { buffer.withUnsafeReadableBytes { $0.baseAddress } }
+        let big = ByteBuffer(repeating: 1, count: 60_000)
+
+        try pair.client.write(big)
+        var first = pair.client.takeOutbound()
+        #expect(first != nil)
+        let firstAddress = address(first!)
+        // Still held (as if the channel had not written it yet): a fresh buffer is used.
+        try pair.client.write(big)
+        let second = try #require(pair.client.takeOutbound())
+        #expect(address(second) != firstAddress)
+        pair.server.receive(first!)
+        pair.server.receive(second)
+        #expect(try pair.read(pair.server) == [UInt8](repeating: 1, count: 120_000))
+        first = nil  // the channel and the peer are done with it
+        try pair.client.write(big)
+        let third = try #require(pair.client.takeOutbound())
+        #expect(address(third) == firstAddress)
+        pair.server.receive(third)
+        #expect(try pair.read(pair.server) == [UInt8](repeating: 1, count: 60_000))
+        #expect(pair.client.recycledOutboundBufferCount == 2)
+
+        try pair.client.write(ByteBuffer(string: "ping"))
+        #expect(pair.client.recycledOutboundBufferCount == 0)
     }
 
     @Test func ciphertextNeverContainsThePlaintext() throws {
