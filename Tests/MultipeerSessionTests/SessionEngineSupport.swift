@@ -15,7 +15,8 @@ final class EngineProbe: Sendable {
 
     init(
         name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
-        keepalive: KeepalivePolicy = KeepalivePolicy()
+        keepalive: KeepalivePolicy = KeepalivePolicy(),
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
         self.peer = peer
@@ -24,6 +25,7 @@ final class EngineProbe: Sendable {
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
                 listenHost: "127.0.0.1", keepalive: keepalive),
+            eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) })
         box.withLock { $0 = self }
     }
