@@ -1,12 +1,16 @@
 import CMultipeerShims
 import Foundation
 
-/// Median and spread of repeated measurements of one figure.
+/// Median and spread of repeated measurements of one figure. In JSON, the samples themselves
+/// are kept when there are a few (repetitions); thousands (round trips) are summarised by
+/// their count and 1st/99th percentiles, so a kept run stays small enough to compare.
 struct Stats: Codable {
     let median: Double
     let min: Double
     let max: Double
     let samples: [Double]
+
+    private static let samplesKeptInJSON = 50
 
     init(_ samples: [Double]) {
         let sorted = samples.sorted()
@@ -14,6 +18,30 @@ struct Stats: Codable {
         median = sorted.isEmpty ? 0 : sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
         min = sorted.first ?? 0
         max = sorted.last ?? 0
+    }
+
+    private enum CodingKeys: String, CodingKey { case median, min, max, samples, count, p01, p99 }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        median = try container.decode(Double.self, forKey: .median)
+        min = try container.decode(Double.self, forKey: .min)
+        max = try container.decode(Double.self, forKey: .max)
+        samples = try container.decodeIfPresent([Double].self, forKey: .samples) ?? []
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(median, forKey: .median)
+        try container.encode(min, forKey: .min)
+        try container.encode(max, forKey: .max)
+        try container.encode(samples.count, forKey: .count)
+        if samples.count <= Self.samplesKeptInJSON {
+            try container.encode(samples, forKey: .samples)
+        } else {
+            try container.encode(percentile(samples, 0.01), forKey: .p01)
+            try container.encode(percentile(samples, 0.99), forKey: .p99)
+        }
     }
 
     /// Spread as a fraction of the median.
