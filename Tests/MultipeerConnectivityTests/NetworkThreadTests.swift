@@ -61,7 +61,8 @@ struct NetworkThreadTests {
         await bob.disconnect()
     }
 
-    /// Sends queued from other threads and sends made on the network thread keep one order.
+    /// A send made on the network thread goes out after sends other threads queued before it,
+    /// even though their drain has not run yet (the network thread is busy running this code).
     @Test func sendsFromTheNetworkThreadDoNotOvertakeQueuedOnes() async throws {
         let (alice, bob) = try await Self.connectedPair()
         let received = Received()
@@ -73,10 +74,26 @@ struct NetworkThreadTests {
         }
         defer { collector.cancel() }
         let alicePeer = alice.myPeerID
-        for index in 0..<300 { try bob.send(Data("\(index)".utf8), toPeers: [alicePeer], with: .reliable) }
-        await withTaskExecutorPreference(bob.taskExecutor) {
-            for index in 300..<600 { try? bob.send(Data("\(index)".utf8), toPeers: [alicePeer], with: .reliable) }
+        let onLoop = await withTaskExecutorPreference(bob.taskExecutor) {
+            let onLoop = MultiThreadedEventLoopGroup.currentEventLoop != nil
+            for index in 0..<600 {
+                let message = Data("\(index)".utf8)
+                if index % 2 == 0 {
+                    // Another thread queues while this one holds the loop, so its drain must wait.
+                    // (async and wait: `sync` would run the block on this very thread.)
+                    let queued = DispatchSemaphore(value: 0)
+                    DispatchQueue.global().async {
+                        try? bob.send(message, toPeers: [alicePeer], with: .reliable)
+                        queued.signal()
+                    }
+                    queued.wait()
+                } else {
+                    try? bob.send(message, toPeers: [alicePeer], with: .reliable)
+                }
+            }
+            return onLoop
         }
+        #expect(onLoop)
         #expect(try await eventually { received.all.count == 600 })
         #expect(received.all == (0..<600).map { Data("\($0)".utf8) })
         await alice.disconnect()
