@@ -22,8 +22,7 @@ struct DatagramOverUDPTests {
     func unreliableMessagesArriveOnceAndAuthentic(encrypted: Bool) async throws {
         let alice = try EngineProbe(name: "alice", preference: encrypted ? .required : .none)
         let bob = try EngineProbe(name: "bob", preference: encrypted ? .required : .none)
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         for index in 0..<300 {
             try bob.engine.sendUnreliable(ByteBuffer(string: "datagram \(index)"), to: [alice.peer.identifier])
             // Paced, so the loopback socket buffers are not the thing under test.
@@ -42,8 +41,7 @@ struct DatagramOverUDPTests {
     @Test func largeDatagramsArriveWhole() async throws {
         let alice = try EngineProbe(name: "alice")
         let bob = try EngineProbe(name: "bob")
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         let sizes = [2_047, 2_049, 4_096, 8_192]
         for size in sizes {
             try bob.engine.sendUnreliable(ByteBuffer(repeating: UInt8(size % 251), count: size), to: [alice.peer.identifier])
@@ -60,8 +58,7 @@ struct DatagramOverUDPTests {
     @Test func aBurstOfLargeDatagramsIsNotDroppedByItsOwnBatch() async throws {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         let count = 40
         for index in 0..<count {
             try bob.engine.sendUnreliable(ByteBuffer(repeating: UInt8(index), count: 8_192), to: [alice.peer.identifier])
@@ -75,8 +72,7 @@ struct DatagramOverUDPTests {
     @Test func junkGetsNoReplyAndDoesNotDisturbTheSession() async throws {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         let port = try #require(try await alice.engine.datagramPort.get())
 
         let counter = ReplyCounter()
@@ -127,8 +123,7 @@ struct DatagramReplayOverUDPTests {
     @Test func reorderedDatagramsAreAcceptedAndReplaysDropped() async throws {
         let alice = try EngineProbe(name: "alice")
         let bob = try EngineProbe(name: "bob")
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         let captured = Mutex<[ByteBuffer]>([])
         bob.engine.outgoingDatagramInterceptor.withLock { $0 = { datagram in captured.withLock { $0.append(datagram) }; return false } }
         for index in 0..<50 { try bob.engine.sendUnreliable(ByteBuffer(string: "n\(index)"), to: [alice.peer.identifier]) }

@@ -63,6 +63,12 @@ final class EngineProbe: Sendable {
         other.engine.connect(to: data)
     }
 
+    /// Connects `other` to this probe and waits until each sees the other connected.
+    func connect(_ other: EngineProbe) async throws -> Bool {
+        try await accept(other)
+        return try await eventually { self.isConnected(to: other) && other.isConnected(to: self) }
+    }
+
     func shutdown() async { try? await engine.disconnect().get() }
 }
 

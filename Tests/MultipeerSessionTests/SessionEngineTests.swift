@@ -13,8 +13,7 @@ struct SessionEngineTests {
     @Test func twoPeersConnectByConnectionDataAndExchangeMessagesInOrder() async throws {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         #expect(alice.states(of: bob) == [.connecting, .connected])
         #expect(bob.states(of: alice) == [.connecting, .connected])
         #expect(alice.engine.connectedPeers == [bob.peer])
@@ -35,8 +34,7 @@ struct SessionEngineTests {
     @Test func concurrentSendersKeepTheirOrder() async throws {
         let alice = try EngineProbe(name: "alice")
         let bob = try EngineProbe(name: "bob")
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         let senders = 4
         let perSender = 2_000
         let target = alice.peer.identifier
@@ -124,8 +122,7 @@ struct SessionEngineTests {
         #expect(alice.engine.connectedPeers.isEmpty)
         #expect(try await eventually { bob.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.normal))) })
         // Reusable: a fresh blob, a fresh listener.
-        try await alice.accept(bob)
-        #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        #expect(try await alice.connect(bob))
         await alice.shutdown()
         await bob.shutdown()
         await carol.shutdown()
