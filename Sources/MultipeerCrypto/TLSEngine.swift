@@ -171,14 +171,16 @@ public final class TLSEngine {
     /// Seals `head` followed by `body` as one byte stream. Records are cut from `body` in place;
     /// only the head and the start of the body share a staging copy, so a caller can frame a large
     /// payload without copying it.
-    public func write(head: ByteBuffer, body: ByteBuffer) throws(SecurityError) {
+    /// Give `head` room for the start of the body and pass it with `consume`: the body's first
+    /// bytes are then staged in it without another allocation.
+    public func write(head: consuming ByteBuffer, body: ByteBuffer) throws(SecurityError) {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
-        let total = head.readableBytes + body.readableBytes
+        var staged = consume head
+        let total = staged.readableBytes + body.readableBytes
         let records = (total + Self.maximumRecordPlaintext - 1) / Self.maximumRecordPlaintext
         prepareOutbound(for: total + records * Self.recordOverhead)
         var body = body
-        if head.readableBytes > 0 {
-            var staged = head
+        if staged.readableBytes > 0 {
             if staged.readableBytes < Self.maximumRecordPlaintext, body.readableBytes > 0 {
                 let taken = min(body.readableBytes, Self.maximumRecordPlaintext - staged.readableBytes)
                 var slice = body.readSlice(length: taken)!

@@ -15,7 +15,10 @@ enum SecureTransport {
     /// A frame in, bytes for the socket out. A bulk payload is sealed in place, never copied
     /// into an encoded frame first.
     func seal(_ frame: Frame) throws(SendRefusal) -> ByteBuffer? {
-        var head = ByteBuffer()
+        // One allocation per frame: the head has room for what follows it in its buffer (the
+        // whole payload in the clear, the first record's worth under TLS).
+        let following = isEncrypted ? min(frame.payloadLength, TLSEngine.maximumRecordPlaintext) : frame.payloadLength
+        var head = ByteBufferAllocator().buffer(capacity: WireLimits.frameHeaderLength + following)
         let body: ByteBuffer?
         do {
             body = try frame.encodeHead(into: &head)
@@ -24,14 +27,11 @@ enum SecureTransport {
         }
         switch self {
         case .plaintext:
-            guard let body else { return head }
-            var bytes = ByteBufferAllocator().buffer(capacity: head.readableBytes + body.readableBytes)
-            bytes.writeImmutableBuffer(head)
-            bytes.writeImmutableBuffer(body)
-            return bytes
+            if let body { head.writeImmutableBuffer(body) }
+            return head
         case .tls(let engine):
             do {
-                try engine.write(head: head, body: body ?? ByteBuffer())
+                try engine.write(head: consume head, body: body ?? ByteBuffer())
             } catch {
                 throw .tls(error)
             }

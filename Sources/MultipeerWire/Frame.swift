@@ -62,7 +62,8 @@ public enum Frame: Hashable, Sendable {
         return 0
     }
 
-    var payloadLength: Int {
+    /// Bytes of payload the frame's encoding carries.
+    public var payloadLength: Int {
         switch self {
         case .hello(let hello): hello.encodedLength
         case .trust, .invitationResponse: 1
