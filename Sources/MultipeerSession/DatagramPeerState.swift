@@ -107,6 +107,8 @@ public struct DatagramPeerState {
     /// Authenticates, checks for replay, and moves state only when all passed.
     public mutating func open(header: DatagramHeader, body: ByteBuffer) -> Received {
         guard header.kind == kind else { return .dropped }
+        // No sender uses a counter at or past the epoch limit (§8): drop it before any arithmetic.
+        guard header.counter < WireLimits.datagramEpochCounterLimit else { return .dropped }
         let epoch = header.epoch
         if epoch == currentEpoch {
             guard current.window.accepts(header.counter) else { return .dropped }

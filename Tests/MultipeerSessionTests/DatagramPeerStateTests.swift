@@ -121,6 +121,31 @@ struct DatagramPeerStateTests {
         #expect(outcomes.last == .integrityLimitReached)
     }
 
+    /// A plain datagram needs no key, so anyone who copies the receiver ID could send this one:
+    /// before the fix, `UInt64.max` trapped in the replay window and killed the process.
+    @Test(arguments: [UInt64.max, UInt64.max - 1, WireLimits.datagramEpochCounterLimit, WireLimits.datagramEpochCounterLimit + 1])
+    func countersAtOrPastTheEpochLimitAreDropped(counter: UInt64) throws {
+        for encrypted in [false, true] {
+            var (dialer, listener) = Self.pair(encrypted: encrypted)
+            var bytes = ByteBuffer()
+            DatagramHeader(kind: encrypted ? .sealed : .plain, receiverID: 11, epoch: 0, counter: counter).encode(into: &bytes)
+            bytes.writeRepeatingByte(0x41, count: 40)
+            #expect(Self.deliver(bytes, to: &listener) == .dropped)
+            // Genuine traffic still flows afterwards.
+            let genuine = try sealed(&dialer, ByteBuffer(string: "after"))
+            #expect(Self.deliver(genuine, to: &listener) == .message(ByteBuffer(string: "after")))
+        }
+    }
+
+    @Test func theLastCounterBelowTheLimitIsAccepted() throws {
+        var (_, listener) = Self.pair(encrypted: false)
+        var bytes = ByteBuffer()
+        DatagramHeader(kind: .plain, receiverID: 11, epoch: 0, counter: WireLimits.datagramEpochCounterLimit - 1).encode(into: &bytes)
+        bytes.writeString("last")
+        #expect(Self.deliver(bytes, to: &listener) == .message(ByteBuffer(string: "last")))
+        #expect(Self.deliver(bytes, to: &listener) == .dropped)
+    }
+
     @Test func plainDatagramsStillRejectReplaysAndStrays() throws {
         var (dialer, listener) = Self.pair(encrypted: false)
         let datagram = try sealed(&dialer, ByteBuffer(string: "plain"))

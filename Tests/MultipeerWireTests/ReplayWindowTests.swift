@@ -63,3 +63,50 @@ struct ReplayWindowTests {
         #expect(!window.accepts(UInt64.max - 1))
     }
 }
+
+@Suite("Replay window at the top of the counter range (a remote crash before)")
+struct ReplayWindowEdgeTests {
+    @Test(arguments: [UInt64.max, UInt64.max - 1, UInt64.max - 2, UInt64.max - 64, UInt64.max - 8_191, UInt64.max - 8_192])
+    func commitsNearTheMaximumWithoutTrapping(counter: UInt64) {
+        var window = ReplayWindow()
+        #expect(window.accepts(counter))
+        window.commit(counter)
+        #expect(!window.accepts(counter))
+        // A second commit of the same counter, and of every neighbour, is harmless.
+        window.commit(counter)
+        if counter < .max {
+            #expect(window.accepts(counter + 1))
+            window.commit(counter + 1)
+            #expect(!window.accepts(counter + 1))
+        }
+        #expect(window.accepts(counter - 1))
+        window.commit(counter - 1)
+        #expect(!window.accepts(counter - 1))
+    }
+
+    @Test func fromZeroStraightToTheMaximum() {
+        var window = ReplayWindow(size: 64)
+        window.commit(0)
+        window.commit(.max)
+        #expect(!window.accepts(.max))
+        #expect(!window.accepts(0))
+        #expect(window.accepts(.max - 63))
+        #expect(!window.accepts(.max - 64))
+        window.commit(.max - 63)
+        #expect(!window.accepts(.max - 63))
+    }
+
+    @Test func slidingToTheMaximumInSmallStepsClearsOldSlots() {
+        var window = ReplayWindow(size: 64)
+        window.commit(.max - 200)
+        for distance in stride(from: UInt64(150), through: 0, by: -10) {
+            let counter = UInt64.max - distance
+            #expect(window.accepts(counter))
+            window.commit(counter)
+        }
+        window.commit(.max)
+        // Slot reuse: .max - 64 maps to the same bit as .max but is outside the window.
+        #expect(!window.accepts(.max - 64))
+        #expect(window.accepts(.max - 1))
+    }
+}
