@@ -20,33 +20,64 @@ extension Frame {
 }
 
 /// Joins MESSAGE fragments back into messages, refusing any message over the limit before
-/// buffering it. Fragments are kept as they arrived (slices of received records) and copied once,
-/// into a buffer of the exact size, when the last one comes.
+/// buffering it. Large fragments are kept as they arrived (slices of received records) and copied
+/// once, into a buffer of the exact size, when the last one comes. Small fragments are copied at
+/// once into a buffer of their own run, so that a peer sending tiny or empty fragments costs
+/// memory in proportion to its bytes, not to its frame count.
 public struct MessageAssembler: Sendable {
+    /// Fragments at least this large are kept as slices: at most 16 MiB / 4 KiB of them per message.
+    public static let sliceThreshold = 4_096
+
     private var fragments: [ByteBuffer] = []
+    /// Whether the last element of `fragments` is a run of small fragments that we own and may grow.
+    private var lastIsRun = false
     private var total = 0
 
     public init() {}
 
-    /// Bytes held for an unfinished message.
+    /// Payload bytes held for an unfinished message.
     public var bufferedByteCount: Int { total }
+
+    /// Bytes of storage held for an unfinished message, counting buffer capacity.
+    public var retainedByteCount: Int { fragments.reduce(0) { $0 + $1.capacity } }
+
+    /// Buffers held for an unfinished message (bounded by `maxMessageSize / sliceThreshold` plus runs).
+    public var heldBufferCount: Int { fragments.count }
 
     /// The whole message when `isEnd`, otherwise nil.
     public mutating func append(_ fragment: ByteBuffer, isEnd: Bool) throws(WireError) -> ByteBuffer? {
-        guard total + fragment.readableBytes <= WireLimits.maxMessageSize else {
+        guard fragment.readableBytes <= WireLimits.maxMessageSize - total else {
             throw WireError(.limitExceeded, "message of more than \(WireLimits.maxMessageSize) bytes")
         }
         guard isEnd else {
-            fragments.append(fragment)
-            total += fragment.readableBytes
+            hold(fragment)
             return nil
         }
         guard !fragments.isEmpty else { return fragment }  // the common one-fragment message: no copy
         var message = ByteBufferAllocator().buffer(capacity: total + fragment.readableBytes)
         for part in fragments { message.writeImmutableBuffer(part) }
         message.writeImmutableBuffer(fragment)
-        fragments.removeAll(keepingCapacity: true)
+        fragments = []
+        lastIsRun = false
         total = 0
         return message
+    }
+
+    private mutating func hold(_ fragment: ByteBuffer) {
+        total += fragment.readableBytes
+        if fragment.readableBytes >= Self.sliceThreshold {
+            fragments.append(fragment)
+            lastIsRun = false
+        } else if fragment.readableBytes > 0 {
+            if lastIsRun {
+                fragments[fragments.count - 1].writeImmutableBuffer(fragment)
+            } else {
+                var run = ByteBufferAllocator().buffer(capacity: max(fragment.readableBytes, 256))
+                run.writeImmutableBuffer(fragment)
+                fragments.append(run)
+                lastIsRun = true
+            }
+        }
+        // An empty fragment adds nothing to hold.
     }
 }

@@ -50,4 +50,44 @@ struct MessageFragmentTests {
         #expect(try assembler.append(ByteBuffer(string: "lo"), isEnd: true) == ByteBuffer(string: "hello"))
         #expect(try assembler.append(ByteBuffer(), isEnd: true) == ByteBuffer())
     }
+
+    /// Attack: a flood of empty fragments without END held a buffer entry each, without limit.
+    @Test func emptyFragmentsHoldNothing() throws {
+        var assembler = MessageAssembler()
+        for _ in 0..<300_000 { _ = try assembler.append(ByteBuffer(), isEnd: false) }
+        #expect(assembler.heldBufferCount == 0)
+        #expect(assembler.retainedByteCount == 0)
+        #expect(try assembler.append(ByteBuffer(string: "x"), isEnd: true) == ByteBuffer(string: "x"))
+    }
+
+    /// Attack: a 16 MiB message in 1-byte fragments cost about 2.2 GB of bookkeeping.
+    @Test func tinyFragmentsCostTheirBytesNotTheirCount() throws {
+        var assembler = MessageAssembler()
+        let count = 300_000
+        for index in 0..<count {
+            _ = try assembler.append(ByteBuffer(bytes: [UInt8(truncatingIfNeeded: index)]), isEnd: false)
+        }
+        #expect(assembler.heldBufferCount == 1)
+        #expect(assembler.bufferedByteCount == count)
+        #expect(assembler.retainedByteCount <= 2 * count + 4_096)
+        let message = try #require(try assembler.append(ByteBuffer(), isEnd: true))
+        #expect(message.readableBytes == count)
+        #expect(message.getInteger(at: 200_001, as: UInt8.self) == UInt8(truncatingIfNeeded: 200_001))
+        #expect(assembler.heldBufferCount == 0)
+    }
+
+    /// Alternating small and slice-sized fragments: held buffers stay bounded by the message limit.
+    @Test func alternatingFragmentSizesStayBounded() throws {
+        var assembler = MessageAssembler()
+        let large = ByteBuffer(repeating: 7, count: MessageAssembler.sliceThreshold)
+        var sent = 0
+        while sent + large.readableBytes + 1 <= WireLimits.maxMessageSize {
+            _ = try assembler.append(ByteBuffer(bytes: [1]), isEnd: false)
+            _ = try assembler.append(large, isEnd: false)
+            sent += large.readableBytes + 1
+        }
+        #expect(assembler.heldBufferCount <= 2 * WireLimits.maxMessageSize / MessageAssembler.sliceThreshold)
+        #expect(assembler.retainedByteCount <= sent + assembler.heldBufferCount * 512)
+        #expect(throws: WireError.self) { try assembler.append(large, isEnd: true) }
+    }
 }
