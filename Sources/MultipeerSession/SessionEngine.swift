@@ -69,6 +69,11 @@ public final class SessionEngine: Sendable {
             let peer = data.peerID.identifier
             let state = state.value
             guard state.linkIDs(for: peer).isEmpty else { return }  // already connecting or connected
+            guard state.hasRoomForMember(besides: peer) else {
+                report(data.peerID, .connecting)
+                report(data.peerID, .notConnected(ConnectionError(.notAdmitted(.sessionFull))))
+                return
+            }
             startDialing(DialPlan(data))
         }
     }
@@ -332,10 +337,9 @@ public final class SessionEngine: Sendable {
             state.tokens[hello.token] = nil  // single use
         case .meshIntroduction:
             // A member we are connected to must have introduced this peer to us (docs/PROTOCOL.md §7.4).
-            guard let expiry = state.introductions[peer]?[hello.token], expiry > eventLoop.now,
-                state.activeLink[hello.token] != nil
+            guard state.activeLink[hello.token] != nil,
+                state.introductions.consume(peer, by: hello.token, now: eventLoop.now)
             else { return .refuse(.unknownToken) }
-            state.introductions[peer] = nil
         case .invitation, .answer:
             return .refuse(.unknownToken)
         }
@@ -349,8 +353,7 @@ public final class SessionEngine: Sendable {
                 return .refuse(.duplicateConnection)
             }
         }
-        let otherPeers = Set(state.links.values.compactMap { $0.peer?.identifier }).subtracting([peer])
-        guard otherPeers.count < WireLimits.maxSessionMembers - 1 else { return .refuse(.sessionFull) }
+        guard state.hasRoomForMember(besides: peer) else { return .refuse(.sessionFull) }
         state.links[linkID]?.peer = hello.peerID
         return .admit
     }
@@ -375,6 +378,12 @@ public final class SessionEngine: Sendable {
     fileprivate func linkEstablished(_ linkID: Int, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
         let state = state.value
         guard let link = state.links[linkID] else { return }
+        // Admission and dialing already keep the member limit; this holds it whatever the path.
+        let connectedOthers = state.activeLink.keys.filter { $0 != connection.peer.identifier }.count
+        guard connectedOthers < WireLimits.maxSessionMembers - 1 else {
+            link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.sessionFull), promise: nil)
+            return
+        }
         link.isConnected = true
         link.peer = connection.peer
         let hello = connection.peerHello
@@ -445,9 +454,10 @@ public final class SessionEngine: Sendable {
             guard peer != local, peer != introducer.identifier else { continue }
             // Recorded even when a connection to the peer is already under way: if the peer's
             // introduced dial wins the simultaneous-connect rule, it must be admitted.
-            state.introductions[peer, default: [:]][introducer.identifier] =
-                eventLoop.now + .seconds(Int64(WireLimits.meshIntroductionLifetimeSeconds))
-            if local > peer && state.linkIDs(for: peer).isEmpty {
+            let deadline = eventLoop.now + .seconds(Int64(WireLimits.meshIntroductionLifetimeSeconds))
+            // An introducer over its quota is ignored: a hostile member cannot make us dial more.
+            guard state.introductions.record(peer, by: introducer.identifier, until: deadline, now: eventLoop.now) else { continue }
+            if local > peer && state.linkIDs(for: peer).isEmpty && state.hasRoomForMember(besides: peer) {
                 startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
             }
         }
@@ -477,6 +487,7 @@ public final class SessionEngine: Sendable {
         guard let peer = link.peer else { return }
         if state.activeLink[peer.identifier] == linkID {
             state.activeLink[peer.identifier] = nil
+            state.introductions.forget(introducer: peer.identifier)
             connected.withLock { $0[peer.identifier] = nil }
         }
         // A superseded duplicate, or a link whose end was already reported, goes quietly.
@@ -487,7 +498,10 @@ public final class SessionEngine: Sendable {
             // Our introduction may have overtaken the one the introducer sent the peer: try again.
             let nextAttempt = link.attempt + 1
             eventLoop.scheduleTask(in: .milliseconds(250)) { [self] in
-                if self.state.value.linkIDs(for: peer.identifier).isEmpty { self.startDialing(plan, attempt: nextAttempt) }
+                let state = self.state.value
+                if state.linkIDs(for: peer.identifier).isEmpty && state.hasRoomForMember(besides: peer.identifier) {
+                    self.startDialing(plan, attempt: nextAttempt)
+                }
             }
             return
         }
@@ -644,8 +658,7 @@ final class EngineState {
     var links: [Int: Link] = [:]
     var activeLink: [Bytes16: Int] = [:]
     var tokens: [Bytes16: Token] = [:]
-    /// Peers connected members told us about: introduced peer -> introducer -> until when.
-    var introductions: [Bytes16: [Bytes16: NIODeadline]] = [:]
+    var introductions = IntroductionLedger()
     var reported: [Bytes16: Reported] = [:]
     var listener: (any Channel)?
     var listenPort: Int?
@@ -679,10 +692,17 @@ final class EngineState {
 
     func expireTokens(now: NIODeadline) {
         tokens = tokens.filter { $0.value.expires > now }
-        introductions = introductions.compactMapValues { byIntroducer in
-            let live = byIntroducer.filter { $0.value > now }
-            return live.isEmpty ? nil : live
+        introductions.expire(now: now)
+    }
+
+    /// Whether one more peer fits in the session: every peer with a link counts, connected or
+    /// not, so the member limit holds on every path (connection data, introductions, retries).
+    func hasRoomForMember(besides peer: Bytes16) -> Bool {
+        var others = Set<Bytes16>()
+        for link in links.values {
+            if let other = link.peer?.identifier, other != peer { others.insert(other) }
         }
+        return others.count < WireLimits.maxSessionMembers - 1
     }
 }
 

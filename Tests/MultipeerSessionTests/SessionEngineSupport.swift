@@ -53,6 +53,24 @@ final class EngineProbe: Sendable {
         log.withLock { $0.refusals.filter { $0.0 == other.peer.identifier }.map(\.1) }
     }
 
+    func allMessages() -> [(Bytes16, ByteBuffer)] { log.withLock { $0.messages } }
+
+    /// Every peer the engine reported any state for.
+    func reportedPeers() -> Set<Bytes16> { log.withLock { Set($0.states.map(\.0)) } }
+
+    /// The most peers that were connected at the same time, from the reported states.
+    func maximumConnectedAtOnce() -> Int {
+        log.withLock { log in
+            var connected = Set<Bytes16>()
+            var most = 0
+            for (peer, state) in log.states {
+                if state == .connected { connected.insert(peer) } else { connected.remove(peer) }
+                most = max(most, connected.count)
+            }
+            return most
+        }
+    }
+
     func isConnected(to other: EngineProbe) -> Bool { states(of: other).last == .connected }
 
     func lastState(of other: EngineProbe) -> PeerConnectionState? { states(of: other).last }
