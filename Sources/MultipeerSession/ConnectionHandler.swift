@@ -59,6 +59,12 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private var keepaliveTask: RepeatedTask?
     private var lastReceived = NIODeadline.uptimeNanoseconds(0)
     private var lastPing = NIODeadline.distantPast
+    /// Answers (PONGs) queued while the channel could not take them; past the limit we stop
+    /// reading from a peer that asks faster than it reads, so its requests cannot grow our memory.
+    private var replyBacklog = 0
+    private var readsHeld = false
+    private var readPending = false
+    static let replyBacklogLimit = 64 * 1024
 
     public init(
         configuration: ConnectionConfiguration,
@@ -88,7 +94,32 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         lastReceived = context.eventLoop.now
+        let repliedBefore = machine.replyByteCount
         perform(machine.receive(unwrapInboundIn(data)), context: context)
+        if !context.channel.isWritable {
+            replyBacklog += machine.replyByteCount - repliedBefore
+            if replyBacklog > Self.replyBacklogLimit { readsHeld = true }
+        }
+    }
+
+    public func read(context: ChannelHandlerContext) {
+        if readsHeld {
+            readPending = true
+        } else {
+            context.read()
+        }
+    }
+
+    public func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            replyBacklog = 0
+            readsHeld = false
+            if readPending {
+                readPending = false
+                context.read()
+            }
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     public func channelInactive(context: ChannelHandlerContext) {

@@ -79,6 +79,8 @@ public struct ConnectionStateMachine {
     public let configuration: ConnectionConfiguration
     private let localPreamble: Preamble
     private var state: State = .idle
+    /// Bytes of PONG sent so far: answers the peer asked for, which its reading must keep up with.
+    public private(set) var replyByteCount = 0
 
     public init(configuration: ConnectionConfiguration) throws(WireError) {
         self.configuration = configuration
@@ -326,7 +328,7 @@ public struct ConnectionStateMachine {
                 state = .closed
                 return [.close(ConnectionError(.trustRejectedByPeer(decision)))]
             case .ping(let opaque):
-                return sendFrame(.pong(opaque), over: trust.session.transport)
+                return reply(.pong(opaque), over: trust.session.transport)
             case .pong:
                 return []
             case .goodbye(let reason):
@@ -340,7 +342,7 @@ public struct ConnectionStateMachine {
             case .hello, .trust, .invitation, .invitationResponse:
                 return violation("\(frame.type) after the handshake")
             case .ping(let opaque):
-                return sendFrame(.pong(opaque), over: session.transport)
+                return reply(.pong(opaque), over: session.transport)
             case .goodbye(let reason):
                 state = .closed
                 return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
@@ -397,6 +399,12 @@ public struct ConnectionStateMachine {
         case .trusting(let trust): trust.session.transport
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
         }
+    }
+
+    private mutating func reply(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
+        let actions = sendFrame(frame, over: transport)
+        for case .send(let bytes) in actions { replyByteCount += bytes.readableBytes }
+        return actions
     }
 
     private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {

@@ -36,11 +36,17 @@ final class EventLog: Sendable {
     }
 }
 
-final class EventRecorder: ChannelInboundHandler, Sendable {
+final class EventRecorder: ChannelInboundHandler, RemovableChannelHandler, Sendable {
     typealias InboundIn = ConnectionEvent
     let log: EventLog
     init(log: EventLog) { self.log = log }
     func channelRead(context: ChannelHandlerContext, data: NIOAny) { log.record(unwrapInboundIn(data)) }
+}
+
+/// Reads and drops whatever arrives, for a raw attacker that no longer speaks the protocol.
+final class DiscardingHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
 }
 
 /// Everything that crossed a proxy, per direction.
@@ -109,8 +115,9 @@ struct LoopbackHarness {
         try await ClientBootstrap(group: group)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(configuration: configuration, trustEvaluator: trust))
-                    try channel.pipeline.syncOperations.addHandler(EventRecorder(log: log))
+                    try channel.pipeline.syncOperations.addHandler(
+                        ConnectionHandler(configuration: configuration, trustEvaluator: trust), name: "connection")
+                    try channel.pipeline.syncOperations.addHandler(EventRecorder(log: log), name: "events")
                 }
             }
             .connect(host: "127.0.0.1", port: port).get()
