@@ -26,6 +26,14 @@ int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert) {
     return (int)SSL_CTX_add1_chain_cert(ctx, cert);
 }
 
+int mp_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list) {
+    return (int)SSL_CTX_set1_groups_list(ctx, list);
+}
+
+int mp_SSL_get_negotiated_group(SSL *ssl) {
+    return (int)SSL_get_negotiated_group(ssl);
+}
+
 void mp_OPENSSL_free(void *pointer) {
     OPENSSL_free(pointer);
 }

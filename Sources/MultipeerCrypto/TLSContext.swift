@@ -2,9 +2,10 @@ import CMultipeerOpenSSL
 import CMultipeerShims
 import MultipeerWire
 
-/// OpenSSL contexts for one session: TLS 1.3 only, ALPN `mpcp/1`, no tickets, and certificate
-/// chains accepted at the TLS layer because the trust decision is the application's, after the
-/// handshake (docs/PROTOCOL.md §5, §7.3). TLS itself still proves possession of the leaf's key.
+/// OpenSSL contexts for one session: TLS 1.3 only, X25519 or P-256 key exchange, security level 2,
+/// ALPN `mpcp/1`, no tickets, and certificate chains accepted at the TLS layer because the trust
+/// decision is the application's, after the handshake (docs/PROTOCOL.md §5, §7.3). TLS itself
+/// still proves possession of the leaf's key, which must meet the security level.
 public final class TLSContext: @unchecked Sendable {
     // @unchecked: both SSL_CTX are fully configured in init and only read afterwards.
     /// Presents the identity, or an ephemeral certificate when there is none.
@@ -14,6 +15,16 @@ public final class TLSContext: @unchecked Sendable {
     public let identity: SecurityIdentity?
 
     static let alpnWire: [UInt8] = [UInt8(WireLimits.alpnProtocol.utf8.count)] + Array(WireLimits.alpnProtocol.utf8)
+
+    /// Only elliptic-curve key exchange: a ClientHello offering a finite-field group alone would
+    /// cost the listener a large modular exponentiation (~117 ms for ffdhe8192).
+    static let groups = "X25519:P-256"
+
+    /// OpenSSL level 2 (112-bit security), set here because distributions build in different
+    /// defaults. Trust evaluation uses the same level.
+    static let securityLevel: Int32 = 2
+    /// The smallest peer leaf key level 2 allows: RSA 2048, while Ed25519 and P-256 give 128.
+    static let minimumKeySecurityBits: Int32 = 112
 
     public init(identity: SecurityIdentity?) throws(SecurityError) {
         try CryptoRuntime.ensureInitializedForTLS()
@@ -38,9 +49,11 @@ public final class TLSContext: @unchecked Sendable {
 
     private static func makeContext(presenting identity: SecurityIdentity?) throws(SecurityError) -> OpaquePointer {
         guard let context = SSL_CTX_new(TLS_method()) else { throw SecurityError.openSSL(.internalError, "SSL_CTX_new failed") }
+        SSL_CTX_set_security_level(context, securityLevel)  // before the certificate, which it checks
         var ok = mp_SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION) == 1
             && mp_SSL_CTX_set_max_proto_version(context, TLS1_3_VERSION) == 1
             && SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") == 1
+            && mp_SSL_CTX_set1_groups_list(context, groups) == 1
             && SSL_CTX_set_num_tickets(context, 0) == 1
         if ok, let identity {
             ok = SSL_CTX_use_certificate(context, identity.certificate.x509) == 1
@@ -52,11 +65,24 @@ public final class TLSContext: @unchecked Sendable {
             SSL_CTX_free(context)
             throw SecurityError.openSSL(.internalError, "TLS context configuration failed")
         }
-        // Request the peer's certificate without failing when there is none; accept any chain here.
+        // Request the peer's certificate without failing when there is none; accept any chain here,
+        // but not a weak leaf key.
         SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
-        SSL_CTX_set_cert_verify_callback(context, { _, _ in 1 }, nil)
+        SSL_CTX_set_cert_verify_callback(context, acceptChainWithStrongLeafKey, nil)
         return context
     }
+}
+
+/// Replaces OpenSSL's chain verification, and with it the security level's key-size check, which
+/// is therefore made here for the leaf: TLS proves possession of that key, so it must be strong.
+/// The rest of the chain is the application's to judge (TrustEvaluation applies the same level).
+private func acceptChainWithStrongLeafKey(_ store: OpaquePointer?, _ argument: UnsafeMutableRawPointer?) -> Int32 {
+    guard let store, let leaf = X509_STORE_CTX_get0_cert(store), let key = X509_get0_pubkey(leaf) else { return 0 }
+    guard EVP_PKEY_get_security_bits(key) >= TLSContext.minimumKeySecurityBits else {
+        X509_STORE_CTX_set_error(store, X509_V_ERR_EE_KEY_TOO_SMALL)
+        return 0
+    }
+    return 1
 }
 
 /// The server selects `mpcp/1` or fails the handshake.

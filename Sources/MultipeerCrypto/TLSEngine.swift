@@ -146,7 +146,7 @@ public final class TLSEngine {
     /// Runs the handshake as far as the received bytes allow.
     public func advanceHandshake() throws(SecurityError) -> HandshakeProgress {
         guard !isHandshakeComplete else { return .complete }
-        OpenSSLErrors.clear()
+        OpenSSLErrors.clear()  // SSL_get_error reads the whole thread queue, stale entries too
         let result = SSL_do_handshake(ssl)
         if result == 1 {
             guard negotiatedALPN == WireLimits.alpnProtocol else {
@@ -194,6 +194,7 @@ public final class TLSEngine {
     private func writeRecords(_ plaintext: ByteBuffer) throws(SecurityError) {
         var remaining = plaintext
         while remaining.readableBytes > 0 {
+            OpenSSLErrors.clear()  // a failure then reports its own errors, not another caller's
             if recordsSinceKeyUpdate >= recordsPerKeyUpdate {
                 guard SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) == 1 else {
                     throw SecurityError.openSSL(.tlsFailure, "KeyUpdate failed")
@@ -217,6 +218,7 @@ public final class TLSEngine {
     public func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> ReadStatus {
         guard isHandshakeComplete, destination.count > 0 else { return .wouldBlock }
         var read = 0
+        OpenSSLErrors.clear()  // else another caller's error turns wouldBlock or close into a failure
         if SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1 { return .bytes(read) }
         switch SSL_get_error(ssl, 0) {
         case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:

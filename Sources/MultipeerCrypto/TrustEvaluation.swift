@@ -16,6 +16,11 @@ public struct TrustEvaluation: Sendable {
         public enum Reason: Hashable, Sendable {
             case noCertificate, expired, notYetValid, unknownIssuer, selfSigned, invalidPurpose
             case badSignature, chainTooLong, notACertificateAuthority, other
+            /// A key under 112-bit security (RSA under 2048 bits), or a signature digest that weak,
+            /// anywhere in the chain.
+            case weakKey
+            /// The leaf is a CA certificate; a peer identity must be an end entity.
+            case leafIsCertificateAuthority
         }
         public let reason: Reason
         /// OpenSSL's verify error code and text, for logs.
@@ -41,6 +46,14 @@ public struct TrustEvaluation: Sendable {
         guard let leaf = chain.first else {
             return .untrusted(Failure(reason: .noCertificate, code: 0, message: "the peer presented no certificate"))
         }
+        // A leaf that may sign certificates could vouch for names of its own under the same anchor.
+        if leaf.isCertificateAuthority {
+            OpenSSLErrors.clear()
+            return .untrusted(
+                Failure(
+                    reason: .leafIsCertificateAuthority, code: X509_V_ERR_APPLICATION_VERIFICATION,
+                    message: "the leaf certificate is a CA certificate, not a peer identity"))
+        }
         guard let store = X509_STORE_new(), let context = X509_STORE_CTX_new(), let untrusted = mp_sk_X509_new_null() else {
             return .untrusted(Failure(reason: .other, code: -1, message: "out of memory"))
         }
@@ -59,6 +72,8 @@ public struct TrustEvaluation: Sendable {
         // our peer certificates carry together with serverAuth.
         _ = X509_STORE_CTX_set_purpose(context, X509_PURPOSE_SSL_CLIENT)
         X509_STORE_CTX_set_depth(context, Int32(maximumDepth))
+        // The TLS layer's security level, applied to every key and signature in the chain.
+        X509_VERIFY_PARAM_set_auth_level(X509_STORE_CTX_get0_param(context), TLSContext.securityLevel)
         if let validationTime {
             X509_STORE_CTX_set_time(context, 0, time_t(validationTime.timeIntervalSince1970))
         }
@@ -82,6 +97,7 @@ public struct TrustEvaluation: Sendable {
         case X509_V_ERR_CERT_SIGNATURE_FAILURE: .badSignature
         case X509_V_ERR_CERT_CHAIN_TOO_LONG, X509_V_ERR_PATH_LENGTH_EXCEEDED: .chainTooLong
         case X509_V_ERR_INVALID_CA: .notACertificateAuthority
+        case X509_V_ERR_EE_KEY_TOO_SMALL, X509_V_ERR_CA_KEY_TOO_SMALL, X509_V_ERR_CA_MD_TOO_WEAK: .weakKey
         default: .other
         }
     }

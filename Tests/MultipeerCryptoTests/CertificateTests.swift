@@ -193,6 +193,54 @@ struct TrustEvaluationTests {
         let bob = try CertificateBuilder(commonName: "bob").issue(for: bobKey, issuer: (alice.certificate, alice.privateKey))
         #expect(!TrustEvaluation(anchors: [pki.root]).evaluate([bob, alice.certificate, pki.intermediate]).isTrusted)
     }
+
+    /// A root that the openssl command line can also sign with, for what the builder refuses to make.
+    private func commandLineRoot() throws -> (root: Certificate, key: PrivateKey, cli: CommandLinePKI) {
+        let key = try PrivateKey.generate()
+        let root = try CertificateBuilder(commonName: "Root", role: .certificateAuthority(pathLength: nil)).issue(for: key)
+        let cli = try CommandLinePKI()
+        try cli.add("root", certificate: root, key: key)
+        return (root, key, cli)
+    }
+
+    /// Keys under 112-bit security (OpenSSL level 2: RSA under 2048 bits) are refused, in the
+    /// leaf and in the CAs above it.
+    @Test func weakKeysAreRefused() throws {
+        let (root, rootKey, cli) = try commandLineRoot()
+        let evaluation = TrustEvaluation(anchors: [root])
+        let normal = try CertificateBuilder(commonName: "alice").issue(for: try PrivateKey.generate(), issuer: (root, rootKey))
+        #expect(evaluation.evaluate([normal]) == .trusted)
+        #expect(evaluation.evaluate([try cli.issue("strong", newKey: "rsa:2048", extensions: "peer", issuer: "root").certificate]) == .trusted)
+
+        let weak = try cli.issue("weak", newKey: "rsa:1024", extensions: "peer", issuer: "root").certificate
+        #expect(weak.publicKeyAlgorithm == .rsa(bits: 1024))
+        #expect(failure(evaluation.evaluate([weak])) == .weakKey)
+
+        let weakCA = try cli.issue("weakca", newKey: "rsa:1024", extensions: "ca", issuer: "root").certificate
+        let belowWeakCA = try cli.issue("below", newKey: "ed25519", extensions: "peer", issuer: "weakca").certificate
+        #expect(failure(evaluation.evaluate([belowWeakCA, weakCA])) == .weakKey)
+    }
+
+    /// A peer identity is an end entity: a leaf marked as a CA could issue certificates of its own.
+    @Test func aLeafThatIsACertificateAuthorityIsRefused() throws {
+        let (root, rootKey, cli) = try commandLineRoot()
+        let evaluation = TrustEvaluation(anchors: [root])
+        #expect(evaluation.evaluate([try CertificateBuilder(commonName: "alice").issue(for: try PrivateKey.generate(), issuer: (root, rootKey))]) == .trusted)
+
+        // The builder makes a CA certificate when asked for one.
+        let builtCA = try CertificateBuilder(commonName: "mallory", role: .certificateAuthority(pathLength: 0))
+            .issue(for: try PrivateKey.generate(), issuer: (root, rootKey))
+        #expect(builtCA.isCertificateAuthority)
+        #expect(failure(evaluation.evaluate([builtCA])) == .leafIsCertificateAuthority)
+
+        // CA:TRUE with the client and server purposes of a peer certificate.
+        let peerLikeCA = try cli.issue("capeer", newKey: "ed25519", extensions: "capeer", issuer: "root").certificate
+        #expect(failure(evaluation.evaluate([peerLikeCA])) == .leafIsCertificateAuthority)
+
+        // Pinning a CA certificate as its own anchor does not make it a peer identity.
+        let selfSignedCA = try CertificateBuilder(commonName: "pinned", role: .certificateAuthority(pathLength: nil)).issue(for: try PrivateKey.generate())
+        #expect(failure(TrustEvaluation(anchors: [selfSignedCA]).evaluate([selfSignedCA])) == .leafIsCertificateAuthority)
+    }
 }
 
 @Suite("Comparison code")

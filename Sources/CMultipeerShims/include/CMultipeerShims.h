@@ -15,6 +15,10 @@ int mp_SSL_CTX_get_min_proto_version(SSL_CTX *ctx);
 int mp_SSL_CTX_get_max_proto_version(SSL_CTX *ctx);
 int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert);
 int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert);
+/// Key exchange groups, colon-separated names such as "X25519:P-256"; 1 on success.
+int mp_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list);
+/// The NID of the group the handshake used, 0 before one is chosen.
+int mp_SSL_get_negotiated_group(SSL *ssl);
 void mp_OPENSSL_free(void *pointer);
 
 STACK_OF(X509) *mp_sk_X509_new_null(void);
