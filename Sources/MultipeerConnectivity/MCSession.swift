@@ -129,6 +129,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
     }
 
     deinit {
+        // A session dropped without disconnect() still says goodbye and frees its sockets.
+        _ = engine?.disconnect()
         // Loops over `events()` end with the session, as they did with AsyncStream continuations.
         for channel in subscribers.withLock({ $0 }) { channel.finish() }
     }

@@ -229,7 +229,8 @@ public final class SessionEngine: Sendable {
             // the protocol allows, so none is truncated. Pages are only touched where datagrams land.
             .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * WireLimits.maxUDPPayload))
-            .channelInitializer { [self] channel in
+            .channelInitializer { channel in
+                // The handler holds the engine weakly; the engine owns the socket.
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
                 }
@@ -253,8 +254,9 @@ public final class SessionEngine: Sendable {
             // whose retransmission would delay a real peer by a second or more.
             .serverChannelOption(.backlog, value: 128)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelInitializer { [self] channel in
+            .childChannelInitializer { [weak self] channel in
                 channel.eventLoop.makeCompletedFuture {
+                    guard let self else { throw ChannelError.ioOnClosedChannel }
                     let linkID = self.state.value.addLink(EngineState.Link(dialed: false, channel: channel))
                     try self.installHandlers(on: channel, linkID: linkID, role: .listener, plan: nil)
                 }
@@ -306,10 +308,13 @@ public final class SessionEngine: Sendable {
             tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
-            admission: { [self] hello in self.admit(hello, linkID: linkID) })
+            admission: { [weak self] hello in self?.admit(hello, linkID: linkID) ?? .refuse(.normal) })
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
-            trustEvaluator: { [self] request, answer in self.trustRequested(request, linkID: linkID, plan: plan, answer: answer) },
+            trustEvaluator: { [weak self] request, answer in
+                guard let self else { return answer(false) }
+                self.trustRequested(request, linkID: linkID, plan: plan, answer: answer)
+            },
             trustTimeout: configuration.trustTimeout, handshakeTimeout: configuration.handshakeTimeout,
             keepalive: configuration.keepalive)
         try channel.pipeline.syncOperations.addHandler(handler)
@@ -561,7 +566,8 @@ public final class SessionEngine: Sendable {
 /// Connects a channel's connection events to the engine.
 private final class LinkHandler: ChannelInboundHandler {
     typealias InboundIn = ConnectionEvent
-    let engine: SessionEngine
+    /// Weak: the engine owns its connections, not the other way round.
+    weak var engine: SessionEngine?
     let linkID: Int
 
     init(engine: SessionEngine, linkID: Int) {
@@ -570,6 +576,7 @@ private final class LinkHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let engine else { return }
         switch unwrapInboundIn(data) {
         case .established(let connection):
             let tls = try? context.pipeline.syncOperations.handler(type: ConnectionHandler.self).tlsEngine
@@ -609,12 +616,12 @@ struct DialPlan: Sendable {
 /// Hands every UDP datagram to the engine.
 private final class DatagramInboundHandler: ChannelInboundHandler {
     typealias InboundIn = AddressedEnvelope<ByteBuffer>
-    let engine: SessionEngine
+    weak var engine: SessionEngine?
 
     init(engine: SessionEngine) { self.engine = engine }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        engine.datagramReceived(unwrapInboundIn(data))
+        engine?.datagramReceived(unwrapInboundIn(data))
     }
 }
 
