@@ -116,7 +116,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
                     keepalive: KeepalivePolicy(
                         interval: TimeAmount(configuration.keepaliveInterval),
                         deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline)),
-                    maximumDatagramMessage: configuration.maximumDatagramSize),
+                    maximumDatagramMessage: configuration.maximumDatagramSize,
+                    maximumPendingConnections: configuration.maximumPendingConnections),
                 eventLoop: eventLoop,
                 onEvent: { event in events.session?.handle(event) })
         } catch {

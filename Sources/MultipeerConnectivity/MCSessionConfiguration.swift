@@ -16,6 +16,9 @@ public struct MCSessionConfiguration: Sendable {
     public var deadPeerDeadline: Duration = .seconds(WireLimits.defaultDeadPeerDeadlineSeconds)
     /// Largest `.unreliable` message; larger ones are `invalidParameter`. At most 65,471 bytes.
     public var maximumDatagramSize: Int = 8_192
+    /// Inbound connections that may be mid-handshake at once; past it the least advanced and
+    /// longest silent is closed, so idle or trickling strangers cannot lock real peers out.
+    public var maximumPendingConnections: Int = 64
 
     public init() {}
 

@@ -80,6 +80,12 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         self.handshakeTimeout = handshakeTimeout
     }
 
+    /// How far establishment got (see `ConnectionStateMachine.establishmentProgress`).
+    public var establishmentProgress: Int { machine.establishmentProgress }
+
+    /// When the peer last sent anything.
+    public var lastActivity: NIODeadline { lastReceived }
+
     /// The TLS engine, once TLS was negotiated (exporter keys, key-update counters).
     public var tlsEngine: TLSEngine? { machine.tlsEngine }
 
@@ -166,6 +172,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private func start(context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
+        lastReceived = context.eventLoop.now
         armDeadline(after: handshakeTimeout, context: context)
         perform(machine.start(), context: context)
     }

@@ -92,6 +92,18 @@ public struct ConnectionStateMachine {
         return false
     }
 
+    /// How far establishment got, for shedding the least advanced connections first under load:
+    /// 0 before the peer's preamble, 1 in TLS, 2 awaiting HELLO, 3 in the trust step, 4 connected.
+    public var establishmentProgress: Int {
+        switch state {
+        case .idle, .awaitingPreamble, .modifying: 0
+        case .tlsHandshake: 1
+        case .awaitingHello: 2
+        case .trusting: 3
+        case .connected, .closed: 4
+        }
+    }
+
     public var isClosed: Bool {
         if case .closed = state { return true }
         return false

@@ -250,6 +250,17 @@ public final class SessionEngine: Sendable {
     private func bindListener() -> EventLoopFuture<Int> {
         ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { [weak self] channel in
+                // Out of file descriptors: free one by shedding a pending connection, and retry
+                // accept shortly instead of spinning on the failing call.
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in
+                            self?.shedPendingConnection()
+                            return .milliseconds(20)
+                        })
+                }
+            }
             // Room for bursts (a mesh forming, stray or hostile connects) without dropped SYNs,
             // whose retransmission would delay a real peer by a second or more.
             .serverChannelOption(.backlog, value: 128)
@@ -257,6 +268,9 @@ public final class SessionEngine: Sendable {
             .childChannelInitializer { [weak self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let self else { throw ChannelError.ioOnClosedChannel }
+                    if self.state.value.pendingInboundCount >= self.configuration.maximumPendingConnections {
+                        self.shedPendingConnection()
+                    }
                     let linkID = self.state.value.addLink(EngineState.Link(dialed: false, channel: channel))
                     try self.installHandlers(on: channel, linkID: linkID, role: .listener, plan: nil)
                 }
@@ -319,6 +333,19 @@ public final class SessionEngine: Sendable {
             keepalive: configuration.keepalive)
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.pipeline.syncOperations.addHandler(LinkHandler(engine: self, linkID: linkID))
+        state.links[linkID]?.handler = handler
+    }
+
+    /// Closes the inbound connection that is least advanced in its handshake and, among those,
+    /// silent the longest: idle and trickling strangers go before peers that are nearly in.
+    fileprivate func shedPendingConnection() {
+        let state = state.value
+        let pending = state.links.values.filter { !$0.dialed && !$0.isConnected && $0.channel != nil }
+        let oldest = pending.min { first, second in
+            (first.handler?.establishmentProgress ?? 0, first.handler?.lastActivity ?? .distantPast)
+                < (second.handler?.establishmentProgress ?? 0, second.handler?.lastActivity ?? .distantPast)
+        }
+        oldest?.channel?.close(promise: nil)
     }
 
     // MARK: Link events (on the loop)
@@ -641,6 +668,8 @@ final class EngineState {
         /// Set when its end must not be reported (a superseded duplicate, a disconnect).
         var closingSilently = false
         var assembler = MessageAssembler()
+        /// The connection's handler, for its handshake progress when connections must be shed.
+        weak var handler: ConnectionHandler?
         var datagram: DatagramPeerState?
         var datagramAddress: SocketAddress?
 
@@ -692,6 +721,9 @@ final class EngineState {
         links[nextLinkID] = link
         return nextLinkID
     }
+
+    /// Inbound connections accepted but not yet connected.
+    var pendingInboundCount: Int { links.values.filter { !$0.dialed && !$0.isConnected }.count }
 
     func linkIDs(for peer: Bytes16) -> [Int] {
         links.filter { $0.value.peer?.identifier == peer }.map(\.key)

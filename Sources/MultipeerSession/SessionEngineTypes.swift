@@ -18,6 +18,9 @@ public struct SessionEngineConfiguration: Sendable {
     /// Largest unreliable message accepted for sending (at most 65,471 bytes).
     public var maximumDatagramMessage: Int
     public var datagramLimits: DatagramPeerState.Limits
+    /// Inbound connections allowed at once before they are connected; past it, the least
+    /// advanced and longest silent is closed to make room (so strangers cannot lock peers out).
+    public var maximumPendingConnections: Int
 
     public init(
         localPeer: WirePeerID,
@@ -30,7 +33,8 @@ public struct SessionEngineConfiguration: Sendable {
         keepalive: KeepalivePolicy = KeepalivePolicy(),
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         maximumDatagramMessage: Int = 8_192,
-        datagramLimits: DatagramPeerState.Limits = .init()
+        datagramLimits: DatagramPeerState.Limits = .init(),
+        maximumPendingConnections: Int = 64
     ) {
         self.localPeer = localPeer
         self.encryptionPreference = encryptionPreference
@@ -43,6 +47,7 @@ public struct SessionEngineConfiguration: Sendable {
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
         self.maximumDatagramMessage = min(maximumDatagramMessage, WireLimits.maxSealedDatagramMessage)
         self.datagramLimits = datagramLimits
+        self.maximumPendingConnections = max(1, maximumPendingConnections)
     }
 }
 

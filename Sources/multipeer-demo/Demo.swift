@@ -2,8 +2,10 @@
 // freshly made identities and required encryption, check each other's certificates, and exchange
 // messages through Apple's API.
 //   multipeer-demo                 run the demo
-//   multipeer-demo peer PEERID     (for tests) serve one session whose connection data is made
-//                                  for PEERID (hex wire representation), print it, wait 60 s
+//   multipeer-demo peer PEERID [MAX-OPEN-FILES]
+//                                  (for tests) serve one session whose connection data is made
+//                                  for PEERID (hex wire representation), print it, wait 60 s;
+//                                  optionally with the open-file limit lowered first
 import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
@@ -13,12 +15,17 @@ struct Demo {
     static func main() async {
         do {
             let arguments = Array(CommandLine.arguments.dropFirst())
-            if arguments.first == "peer", arguments.count == 2 {
+            if arguments.first == "peer", arguments.count == 2 || arguments.count == 3 {
+                if arguments.count == 3 {
+                    guard let limit = rlim_t(arguments[2]) else { fail("MAX-OPEN-FILES must be a number") }
+                    var files = rlimit(rlim_cur: limit, rlim_max: limit)
+                    guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 else { fail("setrlimit failed") }
+                }
                 try await servePeer(forHex: arguments[1])
             } else if arguments.isEmpty {
                 try await runDemo()
             } else {
-                fail("usage: multipeer-demo [peer PEERID-HEX]")
+                fail("usage: multipeer-demo [peer PEERID-HEX [MAX-OPEN-FILES]]")
             }
         } catch {
             fail("\(error)")

@@ -1,0 +1,168 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Testing
+
+/// Attack findings 6 and 7: at the common limit of 1,024 open files, idle and trickling
+/// connections locked a real peer out and the network thread spun on the failing accept; each
+/// half-finished handshake held about 70 KB with no cap. The victim runs in a child process with
+/// that limit; the attackers run here.
+@Suite("Pending connections under a 1,024 open-file limit", .serialized)
+struct PendingConnectionLimitTests {
+    @Test func aRealPeerGetsInPastIdleTricklingAndHalfFinishedConnections() async throws {
+        var files = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        files.rlim_cur = max(files.rlim_cur, min(files.rlim_max, 16_384))
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        try #require(files.rlim_cur >= 4_096, "this test needs 4,096 open files for its attackers")
+
+        let me = MCSession(peer: MCPeerID(displayName: "real"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let child = try ChildPeer(for: me.myPeerID, maxOpenFiles: 1_024)
+        defer { child.stop() }
+        let port = Int(try ConnectionData.decode(ByteBuffer(bytes: child.data)).endpoints[0].port)
+
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var preamble = ByteBuffer()
+        try Preamble(encryptionPreference: .required, hasIdentity: false).encode(into: &preamble)
+        let attack = Attack(port: port, group: group, preamble: preamble, clientHello: try Self.partialClientHello())
+        // 1,000 idle, 1,000 trickling and 200 half-finished, each reconnecting when closed.
+        for index in 0..<2_200 { attack.open(kind: index < 1_000 ? .idle : index < 2_000 ? .trickling : .halfFinished) }
+        // Every attacker has had its first connect answered: the victim is under the full load.
+        #expect(try await eventually(seconds: 30) { attack.attempts >= 2_200 }, "only \(attack.attempts) connects answered")
+
+        let started = ContinuousClock.now
+        try me.connect(to: child.peer, nearbyConnectionData: child.data)
+        #expect(try await eventually(seconds: 2) { me.connectedPeers == [child.peer] })
+        #expect(ContinuousClock.now - started < .seconds(2))
+
+        attack.stop()
+        await me.disconnect()
+        try await group.shutdownGracefully()
+    }
+
+    /// The first half of a real ClientHello, after which the attacker stalls.
+    static func partialClientHello() throws -> ByteBuffer {
+        let client = try TLSEngine(context: TLSContext(identity: nil), role: .client)
+        _ = try client.advanceHandshake()
+        let hello = try #require(client.takeOutbound())
+        return hello.getSlice(at: hello.readerIndex, length: hello.readableBytes / 2)!
+    }
+}
+
+/// Attackers that come back as soon as the victim closes them.
+final class Attack: @unchecked Sendable {
+    // @unchecked: the counters are behind the lock; the rest is immutable.
+    enum Kind { case idle, trickling, halfFinished }
+    let port: Int
+    let group: any EventLoopGroup
+    let preamble: ByteBuffer
+    let clientHello: ByteBuffer
+    private let lock = NSLock()
+    private var open = 0
+    private var answered = 0
+    private var stopped = false
+    private var channels: [ObjectIdentifier: any Channel] = [:]
+
+    init(port: Int, group: any EventLoopGroup, preamble: ByteBuffer, clientHello: ByteBuffer) {
+        self.port = port
+        self.group = group
+        self.preamble = preamble
+        self.clientHello = clientHello
+    }
+
+    var connections: Int { lock.withLock { open } }
+    /// Connects that succeeded or failed so far, reconnects included.
+    var attempts: Int { lock.withLock { answered } }
+
+    func open(kind: Kind) {
+        guard !lock.withLock({ stopped }) else { return }
+        ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).whenComplete { result in
+            self.lock.withLock { self.answered += 1 }
+            guard case .success(let channel) = result else {
+                // Refused while the victim is saturated: try again shortly.
+                self.group.next().scheduleTask(in: .milliseconds(50)) { self.open(kind: kind) }
+                return
+            }
+            self.lock.withLock {
+                self.open += 1
+                self.channels[ObjectIdentifier(channel)] = channel
+            }
+            switch kind {
+            case .idle: break
+            case .trickling:
+                channel.eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(200), delay: .milliseconds(200)) { task in
+                    guard channel.isActive else { return task.cancel() }
+                    channel.writeAndFlush(ByteBuffer(bytes: [0x4D]), promise: nil)
+                }
+            case .halfFinished:
+                channel.write(self.preamble, promise: nil)
+                channel.writeAndFlush(self.clientHello, promise: nil)
+            }
+            channel.closeFuture.whenComplete { _ in
+                self.lock.withLock {
+                    self.open -= 1
+                    self.channels[ObjectIdentifier(channel)] = nil
+                }
+                self.open(kind: kind)
+            }
+        }
+    }
+
+    func stop() {
+        let all = lock.withLock {
+            stopped = true
+            return Array(channels.values)
+        }
+        for channel in all { channel.close(promise: nil) }
+    }
+}
+
+/// `multipeer-demo peer` in a child process: a session serving connection data made for us.
+final class ChildPeer {
+    let process = Process()
+    let data: Data
+    let peer: MCPeerID
+
+    init(for dialer: MCPeerID, maxOpenFiles: Int) throws {
+        process.executableURL = try BuiltProducts.executable("multipeer-demo")
+        process.arguments = ["peer", dialer.wireRepresentation.map { String(format: "%02x", $0) }.joined(), String(maxOpenFiles)]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        var lines: [String: String] = [:]
+        var buffered = Data()
+        while lines["DATA"] == nil || lines["PEER"] == nil {
+            let chunk = output.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            buffered += chunk
+            for line in String(decoding: buffered, as: UTF8.self).split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
+            }
+        }
+        guard let data = lines["DATA"].flatMap(Self.bytes), let peer = lines["PEER"].flatMap(Self.bytes) else {
+            process.terminate()
+            throw MCError(.unavailable, reason: "the child peer printed no connection data")
+        }
+        self.data = Data(data)
+        self.peer = try MCPeerID(wireRepresentation: Data(peer))
+    }
+
+    func stop() { if process.isRunning { process.terminate() } }
+
+    static func bytes(_ hex: String) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex) ?? hex.endIndex
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        return bytes
+    }
+}
