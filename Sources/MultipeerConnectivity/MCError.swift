@@ -26,6 +26,12 @@ public struct MCError: Error, CustomNSError, Hashable, Sendable, CustomStringCon
         self.reason = reason ?? "\(code)"
     }
 
+    /// Apple's initializer. Only the localized description survives (as `reason`): the error stays
+    /// Sendable and Hashable, and never carries arbitrary objects.
+    public init(_ code: Code, userInfo: [String: Any]) {
+        self.init(code, reason: userInfo[NSLocalizedDescriptionKey] as? String)
+    }
+
     public static var errorDomain: String { MCErrorDomain }
     public var errorCode: Int { code.rawValue }
     public var errorUserInfo: [String: Any] { [NSLocalizedDescriptionKey: reason] }

@@ -45,7 +45,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
     private let delegateQueue: DispatchQueue
     private let setupError: MCError?
     private let engine: SessionEngine?
-    private let knownPeers = Mutex<[Bytes16: MCPeerID]>([:])
+    /// Peer objects for peers the app named (kept) and for peers the engine reports as connecting
+    /// or connected (dropped when they go notConnected): bounded by the app and the member limit.
+    private let knownPeers = Mutex<(named: [Bytes16: MCPeerID], active: [Bytes16: MCPeerID])>(([:], [:]))
     /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
     private let subscribers = Mutex<[EventChannel]>([])
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
@@ -138,7 +140,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     /// The peers currently connected, in a stable order.
     public var connectedPeers: [MCPeerID] {
-        (engine?.connectedPeers ?? []).map(mcPeer)
+        (engine?.connectedPeers ?? []).map { mcPeer($0) }
     }
 
     // MARK: Connecting
@@ -262,12 +264,15 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .connected: .connected
             case .notConnected: .notConnected
             }
-            emit(.peerStateChanged(mcPeer(wire), mapped))
-            if case .notConnected(let error?) = state, let failure = MCError(connectionError: error) {
-                emit(.connectionFailed(mcPeer(wire), failure))
+            let peer = mcPeer(wire)
+            emit(.peerStateChanged(peer, mapped))
+            if case .notConnected(let error) = state {
+                if let error, let failure = MCError(connectionError: error) { emit(.connectionFailed(peer, failure)) }
+                forgetUnlessAppNamed(wire.identifier)
             }
         case .peerRefused(let wire, let reason):
-            emit(.connectionRefused(mcPeer(wire), MCError(refusal: reason)))
+            // Refused strangers are not remembered: they would grow the table without bound.
+            emit(.connectionRefused(mcPeer(wire, remember: false), MCError(refusal: reason)))
         case .messageReceived(let buffer, let wire):
             // Large messages are handed over without a copy; small ones copied, so they do not pin
             // a larger receive buffer.
@@ -315,15 +320,25 @@ public final class MCSession: NSObject, @unchecked Sendable {
     // MARK: Peers
 
     private func remember(_ peer: MCPeerID) {
-        knownPeers.withLock { $0[peer.wire.identifier] = $0[peer.wire.identifier] ?? peer }
+        knownPeers.withLock { known in
+            let identifier = peer.wire.identifier
+            known.named[identifier] = known.named[identifier] ?? known.active[identifier] ?? peer
+        }
     }
 
+    private func forgetUnlessAppNamed(_ identifier: Bytes16) {
+        knownPeers.withLock { _ = $0.active.removeValue(forKey: identifier) }
+    }
+
+    /// Peer objects held for peers the app did not name (for tests of the bound).
+    var activePeerObjectCount: Int { knownPeers.withLock { $0.active.count } }
+
     /// The app's own MCPeerID object for a peer when it has one, so identity checks with === also hold.
-    private func mcPeer(_ wire: WirePeerID) -> MCPeerID {
+    private func mcPeer(_ wire: WirePeerID, remember: Bool = true) -> MCPeerID {
         knownPeers.withLock { known in
-            if let peer = known[wire.identifier] { return peer }
+            if let peer = known.named[wire.identifier] ?? known.active[wire.identifier] { return peer }
             let peer = MCPeerID(wire: wire)
-            known[wire.identifier] = peer
+            if remember { known.active[wire.identifier] = peer }
             return peer
         }
     }

@@ -110,4 +110,13 @@ struct APIValueTypeTests {
             Issue.record("not an MCError")
         }
     }
+
+    /// Code written for Apple's framework makes errors with `MCError(_:userInfo:)`.
+    @Test func applesUserInfoInitializer() {
+        let error = MCError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "the peer did not answer", "other": 42])
+        #expect(error.code == .timedOut)
+        #expect(error.reason == "the peer did not answer")
+        #expect((error as NSError).localizedDescription == "the peer did not answer")
+        #expect(MCError(.cancelled, userInfo: [:]).reason == "cancelled")
+    }
 }
