@@ -328,8 +328,16 @@ public struct ConnectionStateMachine {
     private mutating func handle(_ frame: Frame) -> [ConnectionAction] {
         switch state {
         case .awaitingHello(let session):
-            guard case .hello(let hello) = frame else { return violation("\(frame.type) before HELLO") }
-            return handleHello(hello, session)
+            switch frame {
+            case .hello(let hello):
+                return handleHello(hello, session)
+            case .goodbye(let reason):
+                // A side may give up before its HELLO (§6.4.6): a refusal, not a violation.
+                state = .closed
+                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+            default:
+                return violation("\(frame.type) before HELLO")
+            }
         case .trusting(var trust):
             switch frame {
             case .trust(.accepted) where !trust.peerAccepted:

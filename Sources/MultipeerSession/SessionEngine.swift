@@ -380,7 +380,11 @@ public final class SessionEngine: Sendable {
             // Both dialed at once: the connection dialed by the larger identifier survives.
             if other.dialed && !other.isConnected && peer > configuration.localPeer.identifier {
                 state.links[otherID]?.closingSilently = true
-                other.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.duplicateConnection), promise: nil)
+                if let channel = other.channel {
+                    channel.triggerUserOutboundEvent(ConnectionCommand.close(.duplicateConnection), promise: nil)
+                } else {
+                    state.links[otherID] = nil  // still dialing: its connect closes the socket when it lands
+                }
             } else {
                 return .refuse(.duplicateConnection)
             }
