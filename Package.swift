@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(
             name: "MultipeerConnectivityTests",
             dependencies: [
-                "MultipeerConnectivity", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                "MultipeerConnectivity", "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]

@@ -250,6 +250,12 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .notConnected(let identifiers):
                 let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
                 throw MCError(.notConnected, reason: "not connected to \(names.joined(separator: ", "))")
+            case .queueFull(let identifiers):
+                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
+                throw MCError(
+                    .unavailable,
+                    reason: "the send queue to \(names.joined(separator: ", ")) is full (\(engine.configuration.maximumQueuedBytesPerPeer) bytes): "
+                        + "retry once it drains, or use the async send, which waits")
             }
         }
     }
@@ -273,10 +279,11 @@ public final class MCSession: NSObject, @unchecked Sendable {
         case .peerRefused(let wire, let reason):
             // Refused strangers are not remembered: they would grow the table without bound.
             emit(.connectionRefused(mcPeer(wire, remember: false), MCError(refusal: reason)))
-        case .messageReceived(let buffer, let wire):
+        case .messageReceived(let buffer, let wire, let receipt):
             // Large messages are handed over without a copy; small ones copied, so they do not pin
             // a larger receive buffer.
-            emit(.dataReceived(buffer.getData(at: buffer.readerIndex, length: buffer.readableBytes) ?? Data(), from: mcPeer(wire)))
+            let data = buffer.getData(at: buffer.readerIndex, length: buffer.readableBytes) ?? Data()
+            emit(.dataReceived(data, from: mcPeer(wire)), receipt: receipt)
         case .trustRequested(let request, let answer):
             askTrust(request, answer: answer)
         }
@@ -302,11 +309,19 @@ public final class MCSession: NSObject, @unchecked Sendable {
         }
     }
 
-    private func emit(_ event: Event) {
-        for channel in subscribers.withLock({ $0 }) { channel.yield(event) }
+    /// Hands `event` to every `events()` stream and the delegate. A message's receipt is consumed
+    /// once each of them has taken it, which is what lets its peer's connection read on.
+    private func emit(_ event: Event, receipt: DeliveryReceipt = .none) {
+        let channels = subscribers.withLock { $0 }
+        let hasDelegate = delegateBox.value != nil
+        let consumers = channels.count + (hasDelegate ? 1 : 0)
+        guard consumers > 0 else { return receipt.consumed() }
+        let share = receipt.shared(among: consumers)
+        for channel in channels { channel.yield(event, receipt: share) }
         // No delegate, no hop to its queue (async-API apps would pay for it on every message).
-        guard delegateBox.value != nil else { return }
+        guard hasDelegate else { return }
         delegateQueue.async { [delegateBox, weak self] in
+            defer { share.consumed() }
             guard let self, let delegate = delegateBox.value else { return }
             switch event {
             case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
@@ -377,9 +392,19 @@ extension MCSession {
         self.evaluator.withLock { $0 = evaluator }
     }
 
-    /// Sends reliably; returns once the message is queued.
+    /// Sends; returns once the message is queued. A reliable send waits while a peer's send queue
+    /// is full (`MCSessionConfiguration.maximumQueuedBytesPerPeer`), so a fast sender keeps pace with
+    /// a slow receiver and memory stays bounded on both sides.
     public func send(_ data: Data, to peers: [MCPeerID], mode: MCSessionSendDataMode = .reliable) async throws(MCError) {
-        try sendChecked(data, toPeers: peers, with: mode)
+        while true {
+            do {
+                return try sendChecked(data, toPeers: peers, with: mode)
+            } catch where error.code == .unavailable && mode == .reliable {
+                guard let engine else { throw error }
+                await engine.waitForSendRoom(data.count, to: peers.map(\.wire.identifier))
+                if Task.isCancelled { throw MCError(.cancelled, reason: "the send was cancelled while it waited for room") }
+            }
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+import MultipeerSession
 import NIOCore
 import Synchronization
 
@@ -44,9 +45,22 @@ final class EventSubscription: Sendable {
 }
 
 /// One subscriber's queue: the session yields into it on its network thread, one task takes.
+/// A message's receipt is consumed when its event is taken (or dropped with the stream), so a
+/// consumer that stops taking stops its peers' connections from reading (receive budget).
 final class EventChannel: Sendable {
+    private struct Pending {
+        let event: MCSession.Event
+        let receipt: DeliveryReceipt
+
+        /// The event, its message now counted as taken.
+        func taken() -> MCSession.Event {
+            receipt.consumed()
+            return event
+        }
+    }
+
     private struct State {
-        var buffer = CircularBuffer<MCSession.Event>(initialCapacity: 16)
+        var buffer = CircularBuffer<Pending>(initialCapacity: 16)
         var waiter: UnsafeContinuation<MCSession.Event?, Never>?
         var finished = false
     }
@@ -59,40 +73,42 @@ final class EventChannel: Sendable {
         self.onFinish = onFinish
     }
 
-    func yield(_ event: MCSession.Event) {
-        let waiter = state.withLock { state -> UnsafeContinuation<MCSession.Event?, Never>? in
-            guard !state.finished else { return nil }
+    func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none) {
+        let (waiter, taken) = state.withLock { state -> (UnsafeContinuation<MCSession.Event?, Never>?, Bool) in
+            guard !state.finished else { return (nil, true) }
             if let waiter = state.waiter {
                 state.waiter = nil
-                return waiter
+                return (waiter, true)
             }
-            state.buffer.append(event)
-            return nil
+            state.buffer.append(Pending(event: event, receipt: receipt))
+            return (nil, false)
         }
+        if taken { receipt.consumed() }
         waiter?.resume(returning: event)
     }
 
     /// Ends the stream: a waiting consumer gets nil, buffered events are dropped.
     func finish() {
-        let (waiter, wasFinished) = state.withLock { state in
+        let (waiter, wasFinished, dropped) = state.withLock { state in
             defer {
                 state.finished = true
                 state.waiter = nil
                 state.buffer.removeAll()
             }
-            return (state.waiter, state.finished)
+            return (state.waiter, state.finished, Array(state.buffer))
         }
+        for pending in dropped { pending.receipt.consumed() }
         waiter?.resume(returning: nil)
         if !wasFinished { onFinish(self) }
     }
 
     func next(isolation actor: isolated (any Actor)?) async -> MCSession.Event? {
         // The common case under load: an event is already waiting.
-        if let ready = state.withLock({ $0.buffer.popFirst() }) { return ready }
+        if let ready = state.withLock({ $0.buffer.popFirst() }) { return ready.taken() }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation(isolation: actor) { (continuation: UnsafeContinuation<MCSession.Event?, Never>) in
                 let immediate = state.withLock { state -> MCSession.Event?? in
-                    if let ready = state.buffer.popFirst() { return .some(ready) }
+                    if let ready = state.buffer.popFirst() { return .some(ready.taken()) }
                     // Finished, cancelled, or another task is already waiting: end this iteration.
                     if state.finished || state.waiter != nil || Task.isCancelled { return .some(nil) }
                     state.waiter = continuation

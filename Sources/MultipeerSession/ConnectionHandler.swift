@@ -15,6 +15,10 @@ public enum ConnectionEvent {
 public enum ConnectionCommand: Sendable {
     /// Say GOODBYE with this reason and close.
     case close(GoodbyeReason)
+    /// Stop reading from the peer (the application holds too much of its data undelivered).
+    case pauseReading
+    /// Read again after `pauseReading`.
+    case resumeReading
 }
 
 /// How often to probe an idle peer, and when to give up on a silent one.
@@ -62,8 +66,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// Answers (PONGs) queued while the channel could not take them; past the limit we stop
     /// reading from a peer that asks faster than it reads, so its requests cannot grow our memory.
     private var replyBacklog = 0
-    private var readsHeld = false
+    private var readsHeldForReplies = false
+    private var readsHeldForReceiver = false
     private var readPending = false
+    private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
     static let replyBacklogLimit = 64 * 1024
 
     public init(
@@ -104,7 +110,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         perform(machine.receive(unwrapInboundIn(data)), context: context)
         if !context.channel.isWritable {
             replyBacklog += machine.replyByteCount - repliedBefore
-            if replyBacklog > Self.replyBacklogLimit { readsHeld = true }
+            if replyBacklog > Self.replyBacklogLimit { readsHeldForReplies = true }
         }
     }
 
@@ -119,13 +125,17 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     public func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             replyBacklog = 0
-            readsHeld = false
-            if readPending {
-                readPending = false
-                context.read()
-            }
+            readsHeldForReplies = false
+            readIfReleased(context: context)
         }
         context.fireChannelWritabilityChanged()
+    }
+
+    private func readIfReleased(context: ChannelHandlerContext) {
+        if !readsHeld && readPending {
+            readPending = false
+            context.read()
+        }
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
@@ -135,13 +145,19 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         context.fireChannelInactive()
     }
 
+    /// The promise completes when the frame's last bytes are written to the socket (or fail).
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         do {
-            let actions = try machine.send(unwrapOutboundIn(data))
-            for case .send(let bytes) in actions {
-                context.write(wrapOutboundOut(bytes), promise: nil)
+            var pending: ByteBuffer?
+            for case .send(let bytes) in try machine.send(unwrapOutboundIn(data)) {
+                if let earlier = pending { context.write(wrapOutboundOut(earlier), promise: nil) }
+                pending = bytes
             }
-            promise?.succeed()
+            if let last = pending {
+                context.write(wrapOutboundOut(last), promise: promise)
+            } else {
+                promise?.succeed()  // nothing to write yet (TLS holds it for the next record)
+            }
         } catch {
             promise?.fail(error)
         }
@@ -155,8 +171,13 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         switch command {
         case .close(let reason):
             perform(machine.disconnect(reason: reason), context: context)
-            promise?.succeed()
+        case .pauseReading:
+            readsHeldForReceiver = true
+        case .resumeReading:
+            readsHeldForReceiver = false
+            readIfReleased(context: context)
         }
+        promise?.succeed()
     }
 
     /// A close from the application says GOODBYE first.

@@ -14,8 +14,9 @@ public final class SessionEngine: Sendable {
     /// Tests divert outgoing datagrams here (return false to keep one off the wire) to replay and
     /// reorder them over real UDP.
     let outgoingDatagramInterceptor = Mutex<(@Sendable (ByteBuffer) -> Bool)?>(nil)
-    /// Connected peers, readable from any thread so that `send` can refuse at once.
-    private let connected = Mutex<[Bytes16: WirePeerID]>([:])
+    /// Connected peers and their send queues, readable from any thread, so that `send` can refuse
+    /// at once.
+    private let sendBudget: SendBudget
     private let outgoing = SendQueue<Outgoing>()
 
     private enum Outgoing: Sendable {
@@ -37,10 +38,11 @@ public final class SessionEngine: Sendable {
         self.eventLoop = eventLoop
         self.onEvent = onEvent
         state = .makeBoxSendingValue(EngineState(), eventLoop: eventLoop)
+        sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
     }
 
     public var connectedPeers: [WirePeerID] {
-        connected.withLock { Array($0.values) }.sorted { $0.identifier < $1.identifier }
+        sendBudget.peers.sorted { $0.identifier < $1.identifier }
     }
 
     // MARK: Connection data
@@ -110,28 +112,42 @@ public final class SessionEngine: Sendable {
 
     // MARK: Messages
 
-    /// Queues a reliable message to each peer; returns at once. Throws only for an empty peer
-    /// list, an unconnected peer or an oversized message, and then sends nothing.
+    /// Queues a reliable message to each peer; returns at once. Throws for an empty peer list, an
+    /// unconnected peer, an oversized message or a full send queue, and then sends nothing.
     public func send(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
         guard !peers.isEmpty else { throw .noPeers }
         guard message.readableBytes <= WireLimits.maxMessageSize else { throw .messageTooLarge(message.readableBytes) }
-        let unknown = connected.withLock { connected in peers.filter { connected[$0] == nil } }
-        guard unknown.isEmpty else { throw .notConnected(unknown) }
         let frames: [Frame]
         do {
             frames = try Frame.messageFragments(of: message)
         } catch {
             throw .messageTooLarge(message.readableBytes)
         }
+        do {
+            try sendBudget.reserve(message.readableBytes, for: peers)
+        } catch {
+            switch error {
+            case .notConnected(let unknown): throw .notConnected(unknown)
+            case .full(let full): throw .queueFull(full)
+            }
+        }
         enqueue(.reliable(frames, to: peers))
     }
+
+    /// Returns once each peer's send queue has room for a message of `bytes` (or the peer left).
+    public func waitForSendRoom(_ bytes: Int, to peers: [Bytes16]) async {
+        await sendBudget.waitForRoom(bytes, for: peers)
+    }
+
+    /// Reliable bytes queued to `peer` and not yet handed to its socket.
+    public func queuedBytes(to peer: Bytes16) -> Int { sendBudget.queuedBytes(to: peer) }
 
     /// Sends one datagram to each peer; returns at once. Unreliable: a datagram that cannot be
     /// written at once is dropped. Throws like `send` for bad peers or sizes, and then sends nothing.
     public func sendUnreliable(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
         guard !peers.isEmpty else { throw .noPeers }
         guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
-        let unknown = connected.withLock { connected in peers.filter { connected[$0] == nil } }
+        let unknown = peers.filter { !sendBudget.isConnected($0) }
         guard unknown.isEmpty else { throw .notConnected(unknown) }
         enqueue(.unreliable(message, to: peers))
     }
@@ -146,18 +162,22 @@ public final class SessionEngine: Sendable {
         }
     }
 
-    /// Writes everything queued, in order, then flushes each socket once. On the loop.
+    /// Moves everything queued onto the links, in order, and writes what each socket takes. On the loop.
     private func drainOutgoing() {
         let state = state.value
-        var written: [ObjectIdentifier: any Channel] = [:]
+        var touched: [Int: EngineState.Link] = [:]
         var unflushedDatagramBytes = 0
         for item in outgoing.takeAll() {
             switch item {
             case .reliable(let frames, let peers):
                 for peer in peers {
-                    guard let linkID = state.activeLink[peer], let channel = state.links[linkID]?.channel else { continue }
-                    for frame in frames { channel.write(frame, promise: nil) }
-                    written[ObjectIdentifier(channel)] = channel
+                    guard let linkID = state.activeLink[peer], let link = state.links[linkID] else {
+                        // The peer left after send reserved room: give the room back.
+                        sendBudget.release(frames.reduce(0) { $0 + $1.payloadLength }, for: peer)
+                        continue
+                    }
+                    link.outbound.append(contentsOf: frames)
+                    touched[linkID] = link
                 }
             case .unreliable(let message, let peers):
                 guard let udp = state.datagramChannel else { continue }
@@ -176,8 +196,32 @@ public final class SessionEngine: Sendable {
                 }
             }
         }
-        for channel in written.values { channel.flush() }
+        for link in touched.values { pump(link) }
         if unflushedDatagramBytes > 0 { state.datagramChannel?.flush() }
+    }
+
+    /// Hands a link's queued frames to its socket while the socket takes them, so unsent data waits
+    /// in the bounded queue rather than in the channel. On the loop; runs again when it is writable.
+    private func pump(_ link: EngineState.Link) {
+        guard !link.pumping, let channel = link.channel, let peer = link.peer?.identifier else { return }
+        link.pumping = true
+        defer { link.pumping = false }
+        var released = 0
+        while !link.outbound.isEmpty {
+            var wrote = false
+            while channel.isWritable, let frame = link.outbound.popFirst() {
+                channel.write(frame, promise: nil)
+                released += frame.payloadLength
+                wrote = true
+            }
+            guard wrote else { break }
+            channel.flush()  // may make the channel writable again at once
+        }
+        if released > 0 { sendBudget.release(released, for: peer) }
+    }
+
+    fileprivate func linkWritable(_ linkID: Int) {
+        if let link = state.value.links[linkID], link.isConnected { pump(link) }
     }
 
     /// The UDP port, once the session has started.
@@ -198,7 +242,7 @@ public final class SessionEngine: Sendable {
             for reported in state.reported.values {
                 report(reported.peer, .notConnected(ConnectionError(.closedLocally)))
             }
-            connected.withLock { $0.removeAll() }
+            sendBudget.removeAll()
             state.links.removeAll()
             state.activeLink.removeAll()
             state.tokens.removeAll()
@@ -438,7 +482,13 @@ public final class SessionEngine: Sendable {
         if hello.listenPort != 0, let host = remote?.ipAddress, let address = try? SocketAddress(ipAddress: host, port: Int(hello.listenPort)) {
             link.listenEndpoint = try? WireEndpoint(socketAddress: address)
         }
-        connected.withLock { $0[connection.peer.identifier] = connection.peer }
+        let channel = link.channel
+        link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) { [weak channel] in
+            channel?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
+        }
+        // Room for bulk between writability checks without holding much per peer.
+        channel?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
+        sendBudget.add(connection.peer)
         report(connection.peer, .connected)
         // A member that joined through an introduction already knows everyone the introducer knew.
         let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || hello.purpose == .meshIntroduction
@@ -451,7 +501,7 @@ public final class SessionEngine: Sendable {
         case .message(let fragment, let isEnd):
             do {
                 if let message = try link.assembler.append(fragment, isEnd: isEnd) {
-                    onEvent(.messageReceived(message, from: peer))
+                    onEvent(.messageReceived(message, from: peer, receipt: charge(link, message.readableBytes)))
                 }
             } catch {
                 link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
@@ -509,7 +559,10 @@ public final class SessionEngine: Sendable {
         // Without keys, at least insist on the peer's own address.
         if kind == .plain && envelope.remoteAddress.ipAddress != link.datagramAddress?.ipAddress { return }
         switch link.datagram?.open(header: header, body: body) {
-        case .message(let message): onEvent(.messageReceived(message, from: peer))
+        case .message(let message):
+            // Unreliable: past the receive budget a datagram is dropped rather than held.
+            guard link.receiveBudget?.hasRoom(for: message.readableBytes) ?? true else { return }
+            onEvent(.messageReceived(message, from: peer, receipt: charge(link, message.readableBytes)))
         case .dropped, nil: break
         case .integrityLimitReached:
             link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(.timedOut), promise: nil)
@@ -524,7 +577,7 @@ public final class SessionEngine: Sendable {
         if state.activeLink[peer.identifier] == linkID {
             state.activeLink[peer.identifier] = nil
             state.introductions.forget(introducer: peer.identifier)
-            connected.withLock { $0[peer.identifier] = nil }
+            sendBudget.remove(peer.identifier)
         }
         // A superseded duplicate, or a link whose end was already reported, goes quietly.
         guard !link.closingSilently, state.linkIDs(for: peer.identifier).isEmpty else { return }
@@ -553,6 +606,15 @@ public final class SessionEngine: Sendable {
     }
 
     // MARK: Helpers
+
+    /// Counts a delivered message against the link's receive budget, pausing reads past it.
+    private func charge(_ link: EngineState.Link, _ bytes: Int) -> DeliveryReceipt {
+        guard let budget = link.receiveBudget else { return .none }
+        if budget.charge(bytes) {
+            link.channel?.triggerUserOutboundEvent(ConnectionCommand.pauseReading, promise: nil)
+        }
+        return DeliveryReceipt(budget: budget, bytes: bytes)
+    }
 
     /// Reports each change of a peer's state once.
     private func report(_ peer: WirePeerID, _ newState: PeerConnectionState) {
@@ -616,6 +678,11 @@ private final class LinkHandler: ChannelInboundHandler {
         case .closed(let error): engine.linkClosed(linkID, error)
         }
     }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { engine?.linkWritable(linkID) }
+        context.fireChannelWritabilityChanged()
+    }
 }
 
 /// Whom a dialed link expects to reach, and how it introduces itself.
@@ -674,6 +741,10 @@ final class EngineState {
         var assembler = MessageAssembler()
         /// The connection's handler, for its handshake progress when connections must be shed.
         weak var handler: ConnectionHandler?
+        /// Reliable frames waiting for the socket to take them (bounded by the send budget).
+        var outbound = CircularBuffer<Frame>()
+        var pumping = false
+        var receiveBudget: ReceiveBudget?
         var datagram: DatagramPeerState?
         var datagramAddress: SocketAddress?
 

@@ -21,6 +21,12 @@ public struct SessionEngineConfiguration: Sendable {
     /// Inbound connections allowed at once before they are connected; past it, the least
     /// advanced and longest silent is closed to make room (so strangers cannot lock peers out).
     public var maximumPendingConnections: Int
+    /// Reliable bytes queued to one peer and not yet handed to its socket. A synchronous send past
+    /// it is refused with `queueFull`; an async send waits. One message always fits an empty queue.
+    public var maximumQueuedBytesPerPeer: Int
+    /// Message bytes from one peer delivered to the app and not yet taken; past it the session
+    /// stops reading from that peer (and drops its datagrams) until the app catches up.
+    public var maximumUndeliveredBytesPerPeer: Int
 
     public init(
         localPeer: WirePeerID,
@@ -34,7 +40,9 @@ public struct SessionEngineConfiguration: Sendable {
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         maximumDatagramMessage: Int = 8_192,
         datagramLimits: DatagramPeerState.Limits = .init(),
-        maximumPendingConnections: Int = 64
+        maximumPendingConnections: Int = 64,
+        maximumQueuedBytesPerPeer: Int = 32 << 20,
+        maximumUndeliveredBytesPerPeer: Int = 8 << 20
     ) {
         self.localPeer = localPeer
         self.encryptionPreference = encryptionPreference
@@ -48,6 +56,8 @@ public struct SessionEngineConfiguration: Sendable {
         self.maximumDatagramMessage = min(maximumDatagramMessage, WireLimits.maxSealedDatagramMessage)
         self.datagramLimits = datagramLimits
         self.maximumPendingConnections = max(1, maximumPendingConnections)
+        self.maximumQueuedBytesPerPeer = max(1, maximumQueuedBytesPerPeer)
+        self.maximumUndeliveredBytesPerPeer = max(1, maximumUndeliveredBytesPerPeer)
     }
 }
 
@@ -63,7 +73,9 @@ public enum SessionEngineEvent: Sendable {
     case peerStateChanged(WirePeerID, PeerConnectionState)
     /// Ask the application; call `answer` once, from any thread.
     case trustRequested(PeerTrustRequest, answer: @Sendable (Bool) -> Void)
-    case messageReceived(ByteBuffer, from: WirePeerID)
+    /// Call `receipt.consumed()` once the application has taken the message: until then its bytes
+    /// count against the peer's receive budget.
+    case messageReceived(ByteBuffer, from: WirePeerID, receipt: DeliveryReceipt)
     /// A peer's connection was refused before its app or ours was asked (session full, stale token).
     case peerRefused(WirePeerID, GoodbyeReason)
 }
@@ -74,6 +86,8 @@ public enum SessionSendError: Error, Equatable, Sendable {
     /// Identifiers of the peers that are not connected.
     case notConnected([Bytes16])
     case messageTooLarge(Int)
+    /// These peers' send queues are full (`maximumQueuedBytesPerPeer`); nothing was sent.
+    case queueFull([Bytes16])
 }
 
 /// Why connection data was refused.

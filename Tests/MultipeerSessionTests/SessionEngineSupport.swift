@@ -12,6 +12,9 @@ final class EngineProbe: Sendable {
     let peer: WirePeerID
     private let log = Mutex<(states: [(Bytes16, PeerConnectionState)], messages: [(Bytes16, ByteBuffer)], refusals: [(Bytes16, GoodbyeReason)])>(([], [], []))
     private let trustPolicy = Mutex<@Sendable (PeerTrustRequest) -> Bool>({ _ in true })
+    /// While holding, delivered messages stay untaken (a stalled application), so their bytes
+    /// count against the sender's receive budget.
+    private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
 
     init(
         name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
@@ -32,10 +35,30 @@ final class EngineProbe: Sendable {
 
     func trust(_ policy: @escaping @Sendable (PeerTrustRequest) -> Bool) { trustPolicy.withLock { $0 = policy } }
 
+    /// Stops taking messages (`true`) or takes everything held and goes on taking (`false`).
+    func holdMessages(_ holding: Bool) {
+        let release = held.withLock { held in
+            held.holding = holding
+            defer { if !holding { held.receipts = [] } }
+            return holding ? [] : held.receipts
+        }
+        for receipt in release { receipt.consumed() }
+    }
+
+    /// Bytes delivered and not yet taken.
+    var heldBytes: Int { held.withLock { $0.receipts.reduce(0) { $0 + $1.bytes } } }
+
     private func record(_ event: SessionEngineEvent) {
         switch event {
         case .peerStateChanged(let peer, let state): log.withLock { $0.states.append((peer.identifier, state)) }
-        case .messageReceived(let message, let peer): log.withLock { $0.messages.append((peer.identifier, message)) }
+        case .messageReceived(let message, let peer, let receipt):
+            log.withLock { $0.messages.append((peer.identifier, message)) }
+            let consumeNow = held.withLock { held in
+                guard held.holding else { return true }
+                held.receipts.append(receipt)
+                return false
+            }
+            if consumeNow { receipt.consumed() }
         case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
         case .peerRefused(let peer, let reason): log.withLock { $0.refusals.append((peer.identifier, reason)) }
         }

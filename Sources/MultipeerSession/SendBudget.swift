@@ -1,0 +1,86 @@
+import MultipeerWire
+import Synchronization
+
+/// The connected peers, readable from any thread, with the bytes of reliable messages queued to
+/// each and not yet handed to its socket. `send` reserves room here before anything is queued,
+/// so the queue per peer never exceeds its limit; async senders wait here for room.
+final class SendBudget: Sendable {
+    private struct Slot {
+        let peer: WirePeerID
+        var queued = 0
+        var waiters: [UnsafeContinuation<Void, Never>] = []
+    }
+
+    let limitPerPeer: Int
+    private let slots = Mutex<[Bytes16: Slot]>([:])
+
+    init(limitPerPeer: Int) { self.limitPerPeer = limitPerPeer }
+
+    enum Refusal: Error {
+        case notConnected([Bytes16])
+        case full([Bytes16])
+    }
+
+    var peers: [WirePeerID] { slots.withLock { $0.values.map(\.peer) } }
+
+    func isConnected(_ peer: Bytes16) -> Bool { slots.withLock { $0[peer] != nil } }
+
+    func queuedBytes(to peer: Bytes16) -> Int { slots.withLock { $0[peer]?.queued ?? 0 } }
+
+    func add(_ peer: WirePeerID) { slots.withLock { $0[peer.identifier] = Slot(peer: peer) } }
+
+    /// Forgets the peer; its waiting senders resume (and then find it gone).
+    func remove(_ peer: Bytes16) {
+        let waiters = slots.withLock { $0.removeValue(forKey: peer)?.waiters ?? [] }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func removeAll() {
+        let waiters = slots.withLock { slots in
+            defer { slots.removeAll() }
+            return slots.values.flatMap(\.waiters)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Reserves `bytes` for each peer, all or none. A message always fits an empty queue, so any
+    /// message up to the protocol's limit can be sent.
+    func reserve(_ bytes: Int, for peers: [Bytes16]) throws(Refusal) {
+        let refusal = slots.withLock { slots -> Refusal? in
+            let unknown = peers.filter { slots[$0] == nil }
+            if !unknown.isEmpty { return .notConnected(unknown) }
+            let full = peers.filter { slots[$0]!.queued > 0 && slots[$0]!.queued + bytes > limitPerPeer }
+            if !full.isEmpty { return .full(full) }
+            for peer in peers { slots[peer]!.queued += bytes }
+            return nil
+        }
+        if let refusal { throw refusal }
+    }
+
+    /// Bytes handed to the socket (or dropped with a closed link): room for more.
+    func release(_ bytes: Int, for peer: Bytes16) {
+        let waiters = slots.withLock { slots -> [UnsafeContinuation<Void, Never>] in
+            guard var slot = slots[peer] else { return [] }
+            slot.queued -= bytes
+            let waiters = slot.queued <= limitPerPeer / 2 ? slot.waiters : []
+            if !waiters.isEmpty { slot.waiters = [] }
+            slots[peer] = slot
+            return waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once every peer's queue has room for `bytes`, or the peer is gone.
+    func waitForRoom(_ bytes: Int, for peers: [Bytes16]) async {
+        for peer in peers {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                let ready = slots.withLock { slots -> Bool in
+                    guard let slot = slots[peer], slot.queued > 0, slot.queued + bytes > limitPerPeer else { return true }
+                    slots[peer]!.waiters.append(continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+}
