@@ -119,7 +119,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
                         interval: TimeAmount(configuration.keepaliveInterval),
                         deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline)),
                     maximumDatagramMessage: configuration.maximumDatagramSize,
-                    maximumPendingConnections: configuration.maximumPendingConnections),
+                    maximumPendingConnections: configuration.maximumPendingConnections,
+                    maximumQueuedBytesPerPeer: configuration.maximumQueuedBytesPerPeer,
+                    maximumUndeliveredBytesPerPeer: configuration.maximumUndeliveredBytesPerPeer),
                 eventLoop: eventLoop,
                 onEvent: { event in events.session?.handle(event) })
         } catch {
@@ -382,6 +384,12 @@ extension MCSession {
         }
         subscribers.withLock { $0.append(channel) }
         return Events(subscription: EventSubscription(channel: channel))
+    }
+
+    /// Reliable bytes queued to `peer` and not yet handed to its connection: what a sender can
+    /// watch to pace itself (at most `MCSessionConfiguration.maximumQueuedBytesPerPeer`).
+    public func queuedByteCount(to peer: MCPeerID) -> Int {
+        engine?.queuedBytes(to: peer.wire.identifier) ?? 0
     }
 
     /// Streams currently subscribed (for tests).

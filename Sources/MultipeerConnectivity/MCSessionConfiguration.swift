@@ -19,6 +19,13 @@ public struct MCSessionConfiguration: Sendable {
     /// Inbound connections that may be mid-handshake at once; past it the least advanced and
     /// longest silent is closed, so idle or trickling strangers cannot lock real peers out.
     public var maximumPendingConnections: Int = 64
+    /// Reliable bytes queued to one peer and not yet sent; a synchronous `send` past it throws
+    /// `unavailable` (nothing is queued), the async `send` waits for room.
+    public var maximumQueuedBytesPerPeer: Int = 32 << 20
+    /// Bytes of one peer's messages delivered but not yet taken by the app (every `events()`
+    /// stream and the delegate); past it the session stops reading from that peer until the app
+    /// has taken half. Its datagrams are dropped meanwhile.
+    public var maximumUndeliveredBytesPerPeer: Int = 8 << 20
 
     public init() {}
 

@@ -6,6 +6,10 @@
 //                                  (for tests) serve one session whose connection data is made
 //                                  for PEERID (hex wire representation), print it, wait 60 s;
 //                                  optionally with the open-file limit lowered first
+//   multipeer-demo sink PEERID COUNT
+//                                  (for tests) the same, with an application that takes no
+//                                  message until a line arrives on standard input, then checks
+//                                  COUNT messages of StallPattern and prints RECEIVED
 import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
@@ -22,10 +26,12 @@ struct Demo {
                     guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 else { fail("setrlimit failed") }
                 }
                 try await servePeer(forHex: arguments[1])
+            } else if arguments.first == "sink", arguments.count == 3, let count = Int(arguments[2]) {
+                try await serveSink(forHex: arguments[1], expecting: count)
             } else if arguments.isEmpty {
                 try await runDemo()
             } else {
-                fail("usage: multipeer-demo [peer PEERID-HEX [MAX-OPEN-FILES]]")
+                fail("usage: multipeer-demo [peer PEERID-HEX [MAX-OPEN-FILES] | sink PEERID-HEX COUNT]")
             }
         } catch {
             fail("\(error)")
@@ -102,19 +108,6 @@ struct Demo {
         }
         print("bob disconnected; alice saw it. Demo passed.")
         await alice.disconnect()
-    }
-
-    /// Test helper mode: a session in its own process, so a test can kill it.
-    static func servePeer(forHex hex: String) async throws {
-        guard let bytes = hexBytes(hex) else { fail("PEERID must be hex") }
-        let other = try MCPeerID(wireRepresentation: Data(bytes))
-        let session = MCSession(peer: MCPeerID(displayName: "child"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let data = try await session.nearbyConnectionData(for: other)
-        // Written straight to the descriptor so the test reading the pipe sees it at once.
-        let lines = "DATA \(data.map { String(format: "%02x", $0) }.joined())\n"
-            + "PEER \(session.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined())\n"
-        FileHandle.standardOutput.write(Data(lines.utf8))
-        try await Task.sleep(for: .seconds(60))
     }
 
     static func waitConnected(_ events: MCSession.Events, to peer: MCPeerID, as name: String) async throws {

@@ -21,7 +21,7 @@ struct PendingConnectionLimitTests {
         try #require(files.rlim_cur >= 4_096, "this test needs 4,096 open files for its attackers")
 
         let me = MCSession(peer: MCPeerID(displayName: "real"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let child = try ChildPeer(for: me.myPeerID, maxOpenFiles: 1_024)
+        let child = try ChildPeer("peer", for: me.myPeerID, "1024")
         defer { child.stop() }
         let port = Int(try ConnectionData.decode(ByteBuffer(bytes: child.data)).endpoints[0].port)
 
@@ -118,51 +118,5 @@ final class Attack: @unchecked Sendable {
             return Array(channels.values)
         }
         for channel in all { channel.close(promise: nil) }
-    }
-}
-
-/// `multipeer-demo peer` in a child process: a session serving connection data made for us.
-final class ChildPeer {
-    let process = Process()
-    let data: Data
-    let peer: MCPeerID
-
-    init(for dialer: MCPeerID, maxOpenFiles: Int) throws {
-        process.executableURL = try BuiltProducts.executable("multipeer-demo")
-        process.arguments = ["peer", dialer.wireRepresentation.map { String(format: "%02x", $0) }.joined(), String(maxOpenFiles)]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        var lines: [String: String] = [:]
-        var buffered = Data()
-        while lines["DATA"] == nil || lines["PEER"] == nil {
-            let chunk = output.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { break }
-            buffered += chunk
-            for line in String(decoding: buffered, as: UTF8.self).split(separator: "\n") {
-                let parts = line.split(separator: " ")
-                if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
-            }
-        }
-        guard let data = lines["DATA"].flatMap(Self.bytes), let peer = lines["PEER"].flatMap(Self.bytes) else {
-            process.terminate()
-            throw MCError(.unavailable, reason: "the child peer printed no connection data")
-        }
-        self.data = Data(data)
-        self.peer = try MCPeerID(wireRepresentation: Data(peer))
-    }
-
-    func stop() { if process.isRunning { process.terminate() } }
-
-    static func bytes(_ hex: String) -> [UInt8]? {
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex) ?? hex.endIndex
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
-        return bytes
     }
 }
