@@ -105,6 +105,15 @@ let package = Package(
         .executableTarget(
             name: "fuzz-connection-data", dependencies: ["WireFuzzChecks"], path: "Fuzz/Sources/fuzz-connection-data"),
         .target(
+            name: "SessionFuzzChecks",
+            dependencies: [
+                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Fuzz/Sources/SessionFuzzChecks"
+        ),
+        .executableTarget(name: "fuzz-datagram", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-datagram"),
+        .executableTarget(name: "fuzz-connection", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-connection"),
+        .target(
             name: "MultipeerTestSupport",
             dependencies: ["MultipeerCrypto"],
             path: "Tests/MultipeerTestSupport"
@@ -123,7 +132,7 @@ let package = Package(
         .testTarget(
             name: "MultipeerSessionTests",
             dependencies: [
-                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport", "SessionFuzzChecks",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

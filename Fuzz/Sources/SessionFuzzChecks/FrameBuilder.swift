@@ -1,0 +1,95 @@
+import MultipeerWire
+import NIOCore
+
+/// Builds a `Frame` from fuzz-chosen fields. Values are biased toward what the receiver checks
+/// (the real preamble echo and peer IDs in HELLO, channel 0 or not), so crafted frames get past
+/// the first check often enough to reach the next.
+struct FrameBuilder {
+    /// The echo both sides of the real handshake compute.
+    let echo: Bytes16
+    let localPeer: WirePeerID
+    let remotePeer: WirePeerID
+
+    /// nil when the chosen fields break a rule the payload types check on their own.
+    func frame(_ input: inout FuzzInput) -> Frame? {
+        let type = input.byte()
+        switch type % 18 {
+        case 0: return hello(&input)
+        case 1: return TrustDecision(rawValue: input.byte() % 4).map(Frame.trust)
+        case 2:
+            let timeout: UInt32 = input.bool() ? 30_000 : input.integer()
+            return (try? Invitation(timeoutMilliseconds: timeout, context: ByteBuffer(bytes: input.bytes(upTo: 64)))).map(Frame.invitation)
+        case 3: return InvitationResponse(rawValue: input.byte() % 4).map(Frame.invitationResponse)
+        case 4: return meshIntroduction(&input)
+        case 5: return .goodbye(GoodbyeReason(rawValue: UInt16(input.byte())))
+        case 6: return .ping(input.integer())
+        case 7: return .pong(input.integer())
+        case 8: return .message(ByteBuffer(bytes: input.bytes(upTo: 255)), isEnd: input.bool())
+        case 9: return .streamOpen(channel: channel(&input), name: string(&input))
+        case 10: return .streamData(channel: channel(&input), ByteBuffer(bytes: input.bytes(upTo: 255)))
+        case 11: return .streamClose(channel: channel(&input))
+        case 12: return .streamReset(channel: channel(&input), code: StreamResetCode(rawValue: UInt16(input.byte())))
+        case 13:
+            let channel = channel(&input)
+            return .windowUpdate(channel: channel, increment: input.bool() ? UInt32(input.byte()) : input.integer())
+        case 14:
+            let channel = channel(&input)
+            let size: UInt64 = input.bool() ? UInt64(input.integer(UInt16.self)) : input.integer()
+            return (try? ResourceOffer(size: size, name: string(&input))).map { .resourceOffer(channel: channel, $0) }
+        case 15: return .resourceChunk(channel: channel(&input), ByteBuffer(bytes: input.bytes(upTo: 255)))
+        case 16:
+            let channel = channel(&input)
+            let digest = input.take(32)
+            return (try? SHA256Digest(bytes: digest + [UInt8](repeating: 0, count: 32 - digest.count)))
+                .map { .resourceComplete(channel: channel, sha256: $0) }
+        default: return .resourceCancel(channel: channel(&input), reason: ResourceCancelReason(rawValue: UInt16(input.byte())))
+        }
+    }
+
+    private func hello(_ input: inout FuzzInput) -> Frame? {
+        let flags = input.byte()
+        let version = flags & 1 == 0 ? WireLimits.protocolVersion : input.byte()
+        guard let purpose = Hello.Purpose(rawValue: input.byte() % 4) else { return nil }
+        let echo = flags & 2 == 0 ? echo : Bytes16(high: input.integer(), low: input.integer())
+        let token = flags & 4 == 0 ? Bytes16.zero : Bytes16(high: input.integer(), low: input.integer())
+        let peer = switch flags >> 3 & 3 {
+        case 0, 1: remotePeer
+        case 2: localPeer
+        default: peerID(&input)
+        }
+        let datagramReceiverID: UInt32 = flags & 0x20 == 0 ? 0 : input.integer()
+        guard let peer,
+            let hello = try? Hello(
+                version: version, purpose: purpose, preambleEcho: echo, token: token, listenPort: input.integer(),
+                datagramPort: datagramReceiverID == 0 ? 0 : 40_002, datagramReceiverID: datagramReceiverID, peerID: peer)
+        else { return nil }
+        return .hello(hello)
+    }
+
+    private func meshIntroduction(_ input: inout FuzzInput) -> Frame? {
+        let count = Int(input.byte() % 8)
+        var entries: [MeshIntroduction.Entry] = []
+        for _ in 0..<count {
+            guard let peer = peerID(&input), let endpoint = try? WireEndpoint(address: .ipv4(input.integer()), port: input.integer()) else {
+                return nil
+            }
+            entries.append(MeshIntroduction.Entry(peerID: peer, endpoint: endpoint))
+        }
+        return (try? MeshIntroduction(entries: entries)).map(Frame.meshIntroduction)
+    }
+
+    private func peerID(_ input: inout FuzzInput) -> WirePeerID? {
+        try? WirePeerID(identifier: Bytes16(high: UInt64(input.byte()), low: input.integer()), displayName: string(&input))
+    }
+
+    /// Mostly 0 and small channels, where the channel rules of §6.3 bite.
+    private func channel(_ input: inout FuzzInput) -> UInt32 {
+        let choice = input.byte()
+        return choice < 0xF0 ? UInt32(choice % 4) : input.integer()
+    }
+
+    /// Any bytes; invalid UTF-8 turns into replacement characters, which lengthens the string.
+    private func string(_ input: inout FuzzInput) -> String {
+        String(decoding: input.bytes(upTo: 80), as: UTF8.self)
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import MultipeerTestSupport
+import SessionFuzzChecks
+import Testing
+
+/// Every checked-in seed and past crash input of the session fuzz targets, through the same
+/// checks the fuzzers run; and each seed still reaches the state it is named for.
+@Suite("Session fuzz corpus replay")
+struct SessionFuzzCorpusTests {
+    static let targets = ["fuzz-datagram", "fuzz-connection"]
+
+    static func inputs(of target: String) throws -> [URL] {
+        try ["Corpus", "Regressions"].flatMap { folder in
+            let directory = repositoryRootURL.appendingPathComponent("Fuzz/\(folder)/\(target)")
+            guard FileManager.default.fileExists(atPath: directory.path) else { return [URL]() }
+            return try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+        }
+    }
+
+    static func seed(_ target: String, _ name: String) throws -> Data {
+        try Data(contentsOf: repositoryRootURL.appendingPathComponent("Fuzz/Corpus/\(target)/\(name)"))
+    }
+
+    @Test(arguments: targets)
+    func replayEveryInput(target: String) throws {
+        let files = try Self.inputs(of: target)
+        #expect(files.count > 1)
+        for file in files {
+            let data = try Data(contentsOf: file)
+            data.withUnsafeBytes { bytes in
+                if target == "fuzz-datagram" { SessionFuzzChecks.checkDatagram(bytes) } else { SessionFuzzChecks.checkConnection(bytes) }
+            }
+        }
+    }
+
+    /// If the script format changes, these fail until Fuzz/make-seeds is updated and rerun.
+    @Test func datagramSeedsReachTheirStates() throws {
+        func run(_ name: String) throws -> DatagramRun {
+            try Self.seed("fuzz-datagram", name).withUnsafeBytes { SessionFuzzChecks.checkDatagram($0) }
+        }
+        let inOrder = try run("plain-in-order-replays-and-late")
+        #expect(!inOrder.isSealed && inOrder.accepted == 9 && inOrder.dropped == 2)
+        let rollOver = try run("sealed-epochs-roll-over")
+        #expect(rollOver.isSealed && rollOver.epoch == 2 && rollOver.accepted == 12)
+        #expect(try run("sealed-reordered-burst-and-loss").accepted == 33)
+        #expect(try run("sealed-forgeries-reach-integrity-limit").integrityLimitReached == 1)
+        let nearMax = try run("plain-counter-near-uint64-max")
+        #expect(nearMax.accepted == 3 && nearMax.dropped == 2)
+        let ahead = try run("sealed-next-epoch-from-a-sender-ahead")
+        #expect(ahead.epoch == 2 && ahead.accepted == 4)
+        #expect(try run("sealed-raw-datagram").dropped == 1)
+    }
+
+    @Test func connectionSeedsReachTheirStates() throws {
+        func run(_ name: String) throws -> ConnectionRun {
+            try Self.seed("fuzz-connection", name).withUnsafeBytes { SessionFuzzChecks.checkConnection($0) }
+        }
+        for name in ["dialer-established-exchanges-messages", "listener-established-exchanges-messages", "tls-pair-established"] {
+            let outcome = try run(name)
+            #expect(outcome.established && outcome.delivered == 1 && outcome.untainted, "\(name)")
+        }
+        for name in ["listener-refuses-admission", "listener-refuses-invitation-purpose"] {
+            let outcome = try run(name)
+            #expect(outcome.closed && !outcome.trustRequested, "\(name)")
+        }
+        let crafted = try run("dialer-crafted-hello-and-trust")
+        #expect(crafted.established && crafted.delivered == 1 && !crafted.untainted)
+        for name in ["dialer-trust-timeout", "peer-rejects-trust"] {
+            let outcome = try run(name)
+            #expect(outcome.trustRequested && !outcome.established && outcome.closed, "\(name)")
+        }
+        let garbage = try run("garbage-after-established")
+        #expect(garbage.established && garbage.closed)
+    }
+}
