@@ -55,6 +55,8 @@ public final class TLSContext: @unchecked Sendable {
             && SSL_CTX_set_ciphersuites(context, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") == 1
             && mp_SSL_CTX_set1_groups_list(context, groups) == 1
             && SSL_CTX_set_num_tickets(context, 0) == 1
+        // No resumption at all: a resumed handshake carries no certificate to judge (§5).
+        _ = SSL_CTX_ctrl(context, SSL_CTRL_SET_SESS_CACHE_MODE, Int(SSL_SESS_CACHE_OFF), nil)
         if ok, let identity {
             ok = SSL_CTX_use_certificate(context, identity.certificate.x509) == 1
                 && SSL_CTX_use_PrivateKey(context, identity.privateKey.pkey) == 1

@@ -325,3 +325,24 @@ struct StaleOpenSSLErrorTests {
         withStaleError("read close_notify", expecting: .closed) { try pair.server.readPlaintext() }
     }
 }
+
+/// docs/PROTOCOL.md §5: no resumption, so every handshake carries the certificates the trust
+/// step judges.
+@Suite("TLS session resumption")
+struct TLSResumptionTests {
+    @Test func theServerIssuesNothingAClientCouldResumeWith() throws {
+        let identity = try SecurityIdentity.ephemeral()
+        let server = try TLSEngine(context: TLSContext(identity: identity), role: .server)
+        let client = try RawTLSPeer(role: .client)
+        let outcome = client.handshake(with: server)
+        #expect(outcome.engineError == nil && outcome.raw == .complete)
+        // Post-handshake messages (where a NewSessionTicket would travel) reach the client.
+        if let bytes = server.takeOutbound() { client.receive(bytes) }
+        var byte: UInt8 = 0
+        var read = 0
+        _ = SSL_read_ex(client.ssl, &byte, 1, &read)
+        ERR_clear_error()
+        let session = try #require(SSL_get_session(client.ssl))
+        #expect(SSL_SESSION_is_resumable(session) == 0)
+    }
+}
