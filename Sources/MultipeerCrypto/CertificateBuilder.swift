@@ -42,6 +42,9 @@ public struct CertificateBuilder: Sendable {
         guard notValidBefore < notValidAfter else {
             throw SecurityError(.invalidArgument, "validity ends before it starts")
         }
+        guard let notBefore = notValidBefore.timeT, let notAfter = notValidAfter.timeT else {
+            throw SecurityError(.invalidArgument, "validity dates must lie within the range of time_t")
+        }
         if let issuer, !issuer.key.matches(issuer.certificate) {
             throw SecurityError(.keyMismatch, "the issuer key does not belong to the issuer certificate")
         }
@@ -50,8 +53,8 @@ public struct CertificateBuilder: Sendable {
         try check(X509_set_version(x509, 2), "version")
         try setRandomSerial(x509)
         try check(X509_set_pubkey(x509, key.pkey), "public key")
-        guard ASN1_TIME_set(X509_getm_notBefore(x509), time_t(notValidBefore.timeIntervalSince1970)) != nil,
-            ASN1_TIME_set(X509_getm_notAfter(x509), time_t(notValidAfter.timeIntervalSince1970)) != nil
+        guard ASN1_TIME_set(X509_getm_notBefore(x509), notBefore) != nil,
+            ASN1_TIME_set(X509_getm_notAfter(x509), notAfter) != nil
         else { throw SecurityError.openSSL(.internalError, "validity") }
 
         let subject = try makeName()
@@ -101,7 +104,9 @@ public struct CertificateBuilder: Sendable {
         entries.append(("CN", commonName))
         for (field, value) in entries {
             let bytes = Array(value.utf8)
-            guard X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8, bytes, Int32(bytes.count), -1, 0) == 1 else {
+            guard let length = Int32(exactly: bytes.count),
+                X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8, bytes, length, -1, 0) == 1
+            else {
                 X509_NAME_free(name)
                 throw SecurityError.openSSL(.invalidArgument, "name field \(field)")
             }
@@ -136,6 +141,12 @@ public struct CertificateBuilder: Sendable {
     private func check(_ result: Int32, _ what: String) throws(SecurityError) {
         guard result == 1 else { throw SecurityError.openSSL(.internalError, "certificate \(what)") }
     }
+}
+
+extension Date {
+    /// Whole seconds since 1970, cut toward zero as `time_t(_:)` cuts them; nil where that
+    /// conversion would trap (an infinite or NaN interval, or one beyond the range of `time_t`).
+    var timeT: time_t? { time_t(exactly: timeIntervalSince1970.rounded(.towardZero)) }
 }
 
 enum Bytes16Random {

@@ -7,10 +7,14 @@ enum OpenSSLBIO {
     static func withReadBIO<Result>(
         _ bytes: [UInt8], _ body: (OpaquePointer) throws(SecurityError) -> Result
     ) throws(SecurityError) -> Result {
+        // BIO_write takes an Int32 length: a larger input is refused rather than trapping.
+        guard let length = Int32(exactly: bytes.count) else {
+            throw SecurityError(.malformedData, "input of \(bytes.count) bytes is too large to parse")
+        }
         let bio: OpaquePointer? = bytes.withUnsafeBytes { raw in
             // BIO_new_mem_buf does not copy; copy into a memory BIO so lifetime is ours to manage.
             let bio = BIO_new(BIO_s_mem())
-            if let bio, !raw.isEmpty { _ = BIO_write(bio, raw.baseAddress, Int32(raw.count)) }
+            if let bio, !raw.isEmpty { _ = BIO_write(bio, raw.baseAddress, length) }
             return bio
         }
         guard let bio else { throw SecurityError.openSSL(.internalError, "BIO_new failed") }

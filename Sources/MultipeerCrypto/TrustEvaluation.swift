@@ -71,11 +71,16 @@ public struct TrustEvaluation: Sendable {
         // Peers authenticate as TLS clients and servers alike; require the client purpose, which
         // our peer certificates carry together with serverAuth.
         _ = X509_STORE_CTX_set_purpose(context, X509_PURPOSE_SSL_CLIENT)
-        X509_STORE_CTX_set_depth(context, Int32(maximumDepth))
+        // A depth beyond Int32 is as unlimited as Int32.max; converting it unclamped would trap.
+        X509_STORE_CTX_set_depth(context, Int32(clamping: maximumDepth))
         // The TLS layer's security level, applied to every key and signature in the chain.
         X509_VERIFY_PARAM_set_auth_level(X509_STORE_CTX_get0_param(context), TLSContext.securityLevel)
         if let validationTime {
-            X509_STORE_CTX_set_time(context, 0, time_t(validationTime.timeIntervalSince1970))
+            guard let seconds = validationTime.timeT else {
+                let message = "validation time \(validationTime.timeIntervalSince1970) s after 1970 is outside the range of time_t"
+                return .untrusted(Failure(reason: .other, code: -1, message: message))
+            }
+            X509_STORE_CTX_set_time(context, 0, seconds)
         }
         let verified = X509_verify_cert(context) == 1
         OpenSSLErrors.clear()
