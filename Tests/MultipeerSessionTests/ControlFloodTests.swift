@@ -24,7 +24,9 @@ struct ControlFloodTests {
         let configuration = ConnectionConfiguration(
             role: .dialer, localPeer: attacker, encryptionPreference: .none, tls: try TLSContext(identity: nil),
             purpose: .connectionData, token: data.token)
-        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, log: log)
+        // No keepalive on the attacker: on a loaded machine its own dead-peer check must not end
+        // the connection before the flood starts.
+        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, keepalive: nil, log: log)
         #expect(try await log.wait { $0.established?.isEncrypted == false })
 
         // From here the attacker writes raw plaintext PINGs and never reads.

@@ -111,12 +111,15 @@ struct LoopbackHarness {
             .bind(host: "127.0.0.1", port: 0).get()
     }
 
-    func dial(port: Int, configuration: ConnectionConfiguration, trust: ConnectionHandler.TrustEvaluator? = nil, log: EventLog) async throws -> Channel {
+    func dial(
+        port: Int, configuration: ConnectionConfiguration, trust: ConnectionHandler.TrustEvaluator? = nil,
+        keepalive: KeepalivePolicy? = KeepalivePolicy(), log: EventLog
+    ) async throws -> Channel {
         try await ClientBootstrap(group: group)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        ConnectionHandler(configuration: configuration, trustEvaluator: trust), name: "connection")
+                        ConnectionHandler(configuration: configuration, trustEvaluator: trust, keepalive: keepalive), name: "connection")
                     try channel.pipeline.syncOperations.addHandler(EventRecorder(log: log), name: "events")
                 }
             }
