@@ -14,7 +14,7 @@ struct EventStreamTests {
         return Int(data[data.startIndex])
     }
 
-    @Test func eventsYieldedBeforeAndDuringIterationArriveInOrder() async {
+    @Test func eventsYieldedBeforeAndDuringIterationArriveInOrder() async throws {
         let channel = EventChannel { _ in }
         let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
         for index in 0..<100 { channel.yield(Self.data(index)) }
@@ -26,46 +26,66 @@ struct EventStreamTests {
             }
             return seen
         }
+        defer { consumer.cancel() }
         for index in 100..<200 {
             channel.yield(Self.data(index))
             if index % 10 == 0 { await Task.yield() }
         }
-        #expect(await consumer.value == Array(0..<200))
+        // A lost event would leave the loop waiting for its 200th: the deadline turns that into a failure.
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0..<200))
     }
 
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func cancellingTheIteratingTaskEndsTheLoopAndUnsubscribes() async throws {
         let finished = FinishedFlag()
         let channel = EventChannel { _ in finished.set() }
         let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
-        let consumer = Task {
+        let executor = WatchedExecutor()
+        let taken = Counter()
+        let consumer = Task(executorPreference: executor) {
             var count = 0
-            for await _ in stream { count += 1 }
+            for await _ in stream {
+                count += 1
+                taken.set(count)
+            }
             return count
         }
         channel.yield(Self.data(1))
-        try await Task.sleep(for: .milliseconds(50))
+        // The loop took the event and is parked in next() for another: its executor has nothing to run.
+        #expect(try await eventually { taken.value == 1 && executor.isIdle })
         consumer.cancel()
-        #expect(await consumer.value == 1)
+        // A loop that ignored the cancellation would wait for ever: the deadline makes that a failure.
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == 1)
         #expect(finished.isSet)
         #expect(channel.isFinished)
         // Later events are not buffered for nobody.
         channel.yield(Self.data(2))
-        var iterator = stream.makeAsyncIterator()
-        #expect(await iterator.next() == nil)
+        #expect(try await withDeadline(seconds: 10) {
+            var iterator = stream.makeAsyncIterator()
+            return await iterator.next() == nil
+        })
     }
 
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func aSecondConcurrentIteratorGetsNil() async throws {
         let channel = EventChannel { _ in }
         let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
-        let first = Task { () -> Int? in
+        let executor = WatchedExecutor()
+        let first = Task(executorPreference: executor) { () -> Int? in
             var iterator = stream.makeAsyncIterator()
             return Self.index(of: await iterator.next())
         }
-        try await Task.sleep(for: .milliseconds(50))  // the first task is now waiting
-        var second = stream.makeAsyncIterator()
-        #expect(await second.next() == nil)
+        defer { first.cancel() }
+        // The first task is parked in next(): it ran, cannot have finished without an event, and its
+        // executor has nothing left to run.
+        #expect(try await eventually { executor.isIdle })
+        // A second iterator that waited instead of getting nil would hang: bounded.
+        #expect(try await withDeadline(seconds: 10) {
+            var second = stream.makeAsyncIterator()
+            return await second.next() == nil
+        })
         channel.yield(Self.data(7))
-        #expect(await first.value == 7)
+        #expect(try await withDeadline(seconds: 10) { await first.value } == 7)
     }
 
     @Test func droppingAStreamUnsubscribesItFromTheSession() {
@@ -77,16 +97,20 @@ struct EventStreamTests {
         #expect(session.subscriberCount == 0)
     }
 
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func aLoopEndsWhenItsSessionIsDeallocated() async throws {
         var session: MCSession? = MCSession(peer: MCPeerID(displayName: "short-lived"))
         let stream = session!.events()
-        let consumer = Task {
+        let executor = WatchedExecutor()
+        let consumer = Task(executorPreference: executor) {
             for await _ in stream {}
             return true
         }
-        try await Task.sleep(for: .milliseconds(50))
+        defer { consumer.cancel() }
+        // The loop is parked waiting for an event before the session goes.
+        #expect(try await eventually { executor.isIdle })
         session = nil
-        #expect(try await withTimeout(seconds: 10) { await consumer.value })
+        #expect(try await withDeadline(seconds: 10) { await consumer.value })
     }
 }
 
@@ -94,4 +118,10 @@ final class FinishedFlag: Sendable {
     private let value = Mutex(false)
     func set() { value.withLock { $0 = true } }
     var isSet: Bool { value.withLock { $0 } }
+}
+
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func set(_ value: Int) { count.withLock { $0 = value } }
+    var value: Int { count.withLock { $0 } }
 }

@@ -30,7 +30,7 @@ struct KnownPeersTests {
                 }
                 .connect(host: "127.0.0.1", port: port).get()
         }
-        let refused = try await raceAgainstDeadline(seconds: 20) {
+        let refused = try await withDeadline(seconds: 20) {
             var count = 0
             for await event in events {
                 if case .connectionRefused = event { count += 1 }
@@ -41,19 +41,5 @@ struct KnownPeersTests {
         #expect(refused == strangers)
         #expect(victim.activePeerObjectCount == 0)
         await victim.disconnect()
-    }
-}
-
-/// Runs `body`, failing with a timeout after `seconds`.
-func raceAgainstDeadline<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            throw MCError(.timedOut, reason: "no result within \(seconds) s")
-        }
-        let result = try await group.next()!
-        group.cancelAll()
-        return result
     }
 }

@@ -211,29 +211,31 @@ struct MCSessionTests {
         }
         let events = alice.events()
         try await Self.connect(bob, to: alice)
-        var iterator = events.makeAsyncIterator()
-        var states: [MCSessionState] = []
-        var decisions: [Bool] = []
-        while states.last != .connected, let event = await iterator.next() {
-            if case .peerStateChanged(let peer, let state) = event, peer == bob.myPeerID { states.append(state) }
-            if case .certificateDecided(let peer, let certificates, let accepted) = event {
-                #expect(peer == bob.myPeerID)
-                #expect(certificates?.first.flatMap { SecCertificateCopySubjectSummary($0) } == "bob")
-                decisions.append(accepted)
+        let bobPeer = bob.myPeerID
+        let (states, decisions) = try await withDeadline(seconds: 10) { () async -> ([MCSessionState], [(MCPeerID, String?, Bool)]) in
+            var iterator = events.makeAsyncIterator()
+            var states: [MCSessionState] = []
+            var decisions: [(MCPeerID, String?, Bool)] = []
+            while states.last != .connected, let event = await iterator.next() {
+                if case .peerStateChanged(let peer, let state) = event, peer == bobPeer { states.append(state) }
+                if case .certificateDecided(let peer, let certificates, let accepted) = event {
+                    decisions.append((peer, certificates?.first.flatMap { SecCertificateCopySubjectSummary($0) }, accepted))
+                }
             }
+            return (states, decisions)
         }
         #expect(states == [.connecting, .connected])
-        #expect(decisions == [true])
+        #expect(decisions.map(\.2) == [true])
+        #expect(decisions.allSatisfy { $0.0 == bobPeer && $0.1 == "bob" })
         // Each side reports its own view; wait for Bob's before he sends.
         #expect(try await eventually { bob.connectedPeers == [alice.myPeerID] })
         try await bob.send(Data("async hello".utf8), to: [alice.myPeerID])
-        while let event = await iterator.next() {
-            if case .dataReceived(let data, let peer) = event {
-                #expect(data == Data("async hello".utf8))
-                #expect(peer == bob.myPeerID)
-                break
-            }
+        let (data, sender) = try await firstMatch(in: events) { event -> (Data, MCPeerID)? in
+            if case .dataReceived(let data, let peer) = event { return (data, peer) }
+            return nil
         }
+        #expect(data == Data("async hello".utf8))
+        #expect(sender == bobPeer)
         await alice.disconnect()
         await bob.disconnect()
     }
@@ -257,23 +259,19 @@ struct MCSessionLimitTests {
         let ninth = session("ninth")
         let ninthEvents = ninth.events()
         try await MCSessionTests.connect(ninth, to: hub)
-        var ninthError: MCError?
-        for await event in ninthEvents {
-            if case .connectionFailed(let peer, let error) = event, peer == hub.myPeerID {
-                ninthError = error
-                break
-            }
+        let hubPeer = hub.myPeerID
+        let ninthPeer = ninth.myPeerID
+        let ninthError = try await firstMatch(in: ninthEvents) { event -> MCError? in
+            if case .connectionFailed(let peer, let error) = event, peer == hubPeer { return error }
+            return nil
         }
-        #expect(ninthError?.code == .unavailable)
-        #expect(ninthError?.reason.contains("8 peers") == true)
-        var hubError: MCError?
-        for await event in hubEvents {
-            if case .connectionRefused(let peer, let error) = event, peer == ninth.myPeerID {
-                hubError = error
-                break
-            }
+        #expect(ninthError.code == .unavailable)
+        #expect(ninthError.reason.contains("8 peers"))
+        let hubError = try await firstMatch(in: hubEvents) { event -> MCError? in
+            if case .connectionRefused(let peer, let error) = event, peer == ninthPeer { return error }
+            return nil
         }
-        #expect(hubError?.code == .unavailable)
+        #expect(hubError.code == .unavailable)
         #expect(hub.connectedPeers.count == 7)
         for member in members + [hub, ninth] { await member.disconnect() }
     }

@@ -36,7 +36,7 @@ struct NetworkThreadTests {
             }
         }
         defer { echo.cancel() }
-        let echoed = try await withTimeout(seconds: 20) {
+        let echoed = try await withDeadline(seconds: 20) {
             await Task(executorPreference: bob.taskExecutor) {
                 var echoed: [Data] = []
                 var iterator = bobEvents.makeAsyncIterator()
@@ -106,7 +106,7 @@ struct NetworkThreadTests {
         let events = alice.events()
         let link = Link(session: bob)
         #expect(try await link.sendOnNetworkThread(Data("from the actor".utf8), to: alice.myPeerID))
-        let first = try await withTimeout(seconds: 10) { () async -> Data? in
+        let first = try await withDeadline(seconds: 10) { () async -> Data? in
             for await event in events { if case .dataReceived(let data, _) = event { return data } }
             return nil
         }
@@ -142,20 +142,4 @@ final class Received: Sendable {
     private let value = Mutex<[Data]>([])
     func append(_ data: Data) { value.withLock { $0.append(data) } }
     var all: [Data] { value.withLock { $0 } }
-}
-
-struct TestTimeout: Error {}
-
-/// Runs `body`, failing with TestTimeout if it takes longer than `seconds`.
-func withTimeout<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else { throw TestTimeout() }
-        return value
-    }
 }

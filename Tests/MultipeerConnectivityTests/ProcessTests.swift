@@ -28,46 +28,51 @@ struct ProcessTests {
         let output = Pipe()
         child.standardOutput = output
         try child.run()
-        defer { if child.isRunning { child.terminate() } }
+        // SIGKILL: the child inherits this thread's blocked signals, so terminate()'s SIGTERM would not end it.
+        defer { if child.isRunning { kill(child.processIdentifier, SIGKILL) } }
 
-        var lines: [String: String] = [:]
-        var buffered = Data()
-        while lines["DATA"] == nil || lines["PEER"] == nil {
-            let chunk = output.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { break }
-            buffered += chunk
-            for line in String(decoding: buffered, as: UTF8.self).split(separator: "\n") {
-                let parts = line.split(separator: " ")
-                if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
+        // The child prints its lines at once; a child that never does fails the wait (and the
+        // deferred kill ends the blocked read).
+        let reader = output.fileHandleForReading
+        let lines = try await withDeadline(seconds: 20) { () -> [String: String] in
+            var lines: [String: String] = [:]
+            var buffered = Data()
+            while lines["DATA"] == nil || lines["PEER"] == nil {
+                let chunk = reader.availableData
+                guard !chunk.isEmpty else { break }
+                buffered += chunk
+                for line in String(decoding: buffered, as: UTF8.self).split(separator: "\n") {
+                    let parts = line.split(separator: " ")
+                    if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
+                }
             }
+            return lines
         }
         let data = Data(try #require(lines["DATA"].flatMap(hex)))
         let childPeer = try MCPeerID(wireRepresentation: Data(try #require(lines["PEER"].flatMap(hex))))
         try me.connect(to: childPeer, nearbyConnectionData: data)
-        var iterator = events.makeAsyncIterator()
-        while let event = await iterator.next() {
-            if case .peerStateChanged(let peer, .connected) = event, peer == childPeer { break }
+        try await firstMatch(in: events, seconds: 20) { event -> Void? in
+            if case .peerStateChanged(let peer, .connected) = event, peer == childPeer { return () }
+            return nil
         }
         #expect(Set(me.connectedPeers) == [childPeer, friend.myPeerID])
 
         kill(child.processIdentifier, SIGKILL)
         let killed = ContinuousClock.now
-        while let event = await iterator.next() {
-            if case .peerStateChanged(let peer, .notConnected) = event, peer == childPeer { break }
+        try await firstMatch(in: events, seconds: 20) { event -> Void? in
+            if case .peerStateChanged(let peer, .notConnected) = event, peer == childPeer { return () }
+            return nil
         }
         let elapsed = ContinuousClock.now - killed
         #expect(elapsed < .seconds(10), "noticed after \(elapsed)")
         #expect(me.connectedPeers == [friend.myPeerID])
         // The rest of the session carries on.
         try me.send(Data("still here".utf8), toPeers: [friend.myPeerID], with: .reliable)
-        var gotIt = false
-        for await event in friendEvents {
-            if case .dataReceived(let data, _) = event {
-                gotIt = data == Data("still here".utf8)
-                break
-            }
+        let received = try await firstMatch(in: friendEvents) { event -> Data? in
+            if case .dataReceived(let data, _) = event { return data }
+            return nil
         }
-        #expect(gotIt)
+        #expect(received == Data("still here".utf8))
         await friend.disconnect()
         // The session carries on: it can still make connection data and listen.
         #expect(try await !me.nearbyConnectionData(for: MCPeerID(displayName: "next")).isEmpty)

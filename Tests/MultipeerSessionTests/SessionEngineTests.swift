@@ -96,16 +96,30 @@ struct SessionEngineTests {
             let bob = try EngineProbe(name: "bob")
             let forBob = try await alice.engine.connectionData(forPeer: bob.peer.identifier).get()
             let forAlice = try await bob.engine.connectionData(forPeer: alice.peer.identifier).get()
-            bob.engine.connect(to: forBob)
-            alice.engine.connect(to: forAlice)
-            #expect(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
-            try await Task.sleep(for: .milliseconds(100))  // let any duplicate finish closing
+            // Each dials through a relay that tells when a connection has been let go of at both ends.
+            let toAlice = try await TCPRelay(to: Int(forBob.endpoints[0].port))
+            let toBob = try await TCPRelay(to: Int(forAlice.endpoints[0].port))
+            bob.engine.connect(to: try toAlice.rewrite(forBob))
+            alice.engine.connect(to: try toBob.rewrite(forAlice))
+            // Both dials arrived, and one of the two connections, the duplicate, has been closed by
+            // both engines. A hop through each engine's loop then lets anything that close makes
+            // them report be reported: no waiting and hoping that 100 ms was long enough.
+            let settled = try await eventually {
+                alice.isConnected(to: bob) && bob.isConnected(to: alice)
+                    && toAlice.opened + toBob.opened == 2 && toAlice.finished + toBob.finished == 1
+            }
+            #expect(settled, "relayed \(toAlice.opened + toBob.opened) connections, \(toAlice.finished + toBob.finished) ended")
+            try await alice.engine.eventLoop.submit {}.get()
+            try await bob.engine.eventLoop.submit {}.get()
             #expect(alice.states(of: bob) == [.connecting, .connected])
             #expect(bob.states(of: alice) == [.connecting, .connected])
+            #expect(toAlice.opened + toBob.opened == 2 && toAlice.finished + toBob.finished == 1)
             try alice.engine.send(ByteBuffer(string: "still here"), to: [bob.peer.identifier])
             #expect(try await eventually { bob.messages(from: alice).count == 1 })
             await alice.shutdown()
             await bob.shutdown()
+            await toAlice.close()
+            await toBob.close()
         }
     }
 
