@@ -18,10 +18,6 @@ int mp_SSL_CTX_get_max_proto_version(SSL_CTX *ctx) {
     return (int)SSL_CTX_get_max_proto_version(ctx);
 }
 
-int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert) {
-    return (int)SSL_CTX_add_extra_chain_cert(ctx, cert);
-}
-
 int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert) {
     return (int)SSL_CTX_add1_chain_cert(ctx, cert);
 }

@@ -11,6 +11,10 @@ extension MCError {
             self.init(.timedOut, reason: error.description)
         case .trustRejectedLocally, .trustRejectedByPeer:
             self.init(.cancelled, reason: error.description)
+        case .certificateMismatch, .unexpectedPeer:
+            // Stale or forged connection data, or someone in between: no certificate handler was
+            // asked, so not .cancelled; the connection simply did not happen.
+            self.init(.notConnected, reason: error.description)
         case .peerSaidGoodbye(let reason), .notAdmitted(let reason):
             self.init(refusal: reason)
         default:

@@ -121,7 +121,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
                     maximumDatagramMessage: configuration.maximumDatagramSize,
                     maximumPendingConnections: configuration.maximumPendingConnections,
                     maximumQueuedBytesPerPeer: configuration.maximumQueuedBytesPerPeer,
-                    maximumUndeliveredBytesPerPeer: configuration.maximumUndeliveredBytesPerPeer),
+                    maximumUndeliveredBytesPerPeer: configuration.maximumUndeliveredBytesPerPeer,
+                    logger: configuration.logger),
                 eventLoop: eventLoop,
                 onEvent: { event in events.session?.handle(event) })
         } catch {
@@ -252,6 +253,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .notConnected(let identifiers):
                 let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
                 throw MCError(.notConnected, reason: "not connected to \(names.joined(separator: ", "))")
+            case .datagramsUnsupported(let identifiers):
+                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
+                throw MCError(.unsupported, reason: "\(names.joined(separator: ", ")) announced no datagram port: unreliable messages cannot reach it")
             case .queueFull(let identifiers):
                 let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
                 throw MCError(
@@ -438,7 +442,10 @@ private final class EventSink: @unchecked Sendable {
 
 extension TimeAmount {
     init(_ duration: Duration) {
+        // Saturates: an app's "never" (a Duration of centuries) must not trap.
         let (seconds, attoseconds) = duration.components
-        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let (whole, overflowed) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, overflowedAgain) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        self = .nanoseconds(overflowed || overflowedAgain ? (seconds < 0 ? .min : .max) : total)
     }
 }

@@ -1,3 +1,4 @@
+import Logging
 import MultipeerWire
 
 /// The things Apple's framework fixes silently, with the defaults it would use.
@@ -26,6 +27,10 @@ public struct MCSessionConfiguration: Sendable {
     /// stream and the delegate); past it the session stops reading from that peer until the app
     /// has taken half. Its datagrams are dropped meanwhile.
     public var maximumUndeliveredBytesPerPeer: Int = 8 << 20
+    /// Where the session tells what happens to its connections (swift-log): dials, refusals and
+    /// their reasons, ends and their reasons, shed connections. Silent unless the app sets one;
+    /// never keys or payloads. Peers appear by display name and the first bytes of their identifier.
+    public var logger = Logger(label: "MultipeerConnectivity", factory: { _ in SwiftLogNoOpLogHandler() })
 
     public init() {}
 

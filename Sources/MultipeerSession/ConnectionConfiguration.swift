@@ -23,6 +23,12 @@ public struct ConnectionConfiguration: Sendable {
     public var datagramPort: UInt16
     public var datagramReceiverID: UInt32
     public var recordsPerKeyUpdate: UInt64
+    /// Dialer only: the peer identifier the listener's HELLO must carry (the one the connection
+    /// data or introduction named); nil accepts any (docs/PROTOCOL.md §9.3).
+    public var expectedPeer: Bytes16?
+    /// Dialer only: SHA-256 of the listener's leaf certificate (DER) from its connection data,
+    /// checked before our HELLO (and its token) goes out; nil pins nothing (docs/PROTOCOL.md §9.3).
+    public var expectedCertificateFingerprint: SHA256Digest?
     /// Consulted by a listener when the dialer's HELLO arrives.
     public var admission: @Sendable (Hello) -> Admission
 
@@ -37,6 +43,8 @@ public struct ConnectionConfiguration: Sendable {
         datagramPort: UInt16 = 0,
         datagramReceiverID: UInt32 = 0,
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
+        expectedPeer: Bytes16? = nil,
+        expectedCertificateFingerprint: SHA256Digest? = nil,
         admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit }
     ) {
         self.role = role
@@ -49,6 +57,8 @@ public struct ConnectionConfiguration: Sendable {
         self.datagramPort = datagramPort
         self.datagramReceiverID = datagramReceiverID
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        self.expectedPeer = expectedPeer
+        self.expectedCertificateFingerprint = expectedCertificateFingerprint
         self.admission = admission
     }
 

@@ -14,6 +14,12 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         /// The peer broke the wire protocol.
         case protocolViolation(WireError)
         case tls(SecurityError)
+        /// The listener's TLS certificate is not the one its connection data named (docs/PROTOCOL.md §9.3).
+        case certificateMismatch
+        /// The listener's HELLO names another peer than the one we dialed (docs/PROTOCOL.md §9.3, §7.4).
+        case unexpectedPeer
+        /// The peer sent more than a window allowed, or pushed a window past its largest value (§7.6).
+        case flowControlViolation(String)
         /// Our application rejected the peer's certificate or peer ID.
         case trustRejectedLocally
         /// Our application did not decide in time.
@@ -43,12 +49,15 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         switch kind {
         case .protocolViolation(let error): error.goodbyeReason
         case .downgradeDetected: .downgradeDetected
+        case .unexpectedPeer: .protocolError
+        case .flowControlViolation: .flowControlError
         case .notAdmitted(let reason): reason
         case .handshakeTimedOut, .trustTimedOutLocally, .peerUnresponsive: .timedOut
         case .trustRejectedLocally: .trustRejected
         case .tls: .internalError
+        // certificateMismatch ends the connection before any frame (docs/PROTOCOL.md §9.3).
         case .closedLocally, .connectionClosed, .peerSaidGoodbye, .trustRejectedByPeer, .versionMismatch,
-            .encryptionIncompatible:
+            .encryptionIncompatible, .certificateMismatch:
             .normal
         }
     }
@@ -60,6 +69,9 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         case .downgradeDetected: "negotiation was tampered with (downgrade detected)"
         case .protocolViolation(let error): "peer violated the protocol: \(error)"
         case .tls(let error): "TLS: \(error)"
+        case .certificateMismatch: "the listener's certificate is not the one its connection data named"
+        case .unexpectedPeer: "the listener is not the peer that was dialed (its HELLO names another peer ID)"
+        case .flowControlViolation(let rule): "peer broke flow control: \(rule)"
         case .trustRejectedLocally: "the certificate handler rejected the peer"
         case .trustTimedOutLocally: "the certificate handler did not answer in time"
         case .trustRejectedByPeer(let decision): "the peer's certificate handler answered \(decision)"

@@ -15,6 +15,8 @@ public enum ConnectionEvent {
 public enum ConnectionCommand: Sendable {
     /// Say GOODBYE with this reason and close.
     case close(GoodbyeReason)
+    /// End the connection for this error: GOODBYE with its reason, and the error reported.
+    case abort(ConnectionError)
     /// Stop reading from the peer (the application holds too much of its data undelivered).
     case pauseReading
     /// Read again after `pauseReading`.
@@ -171,6 +173,8 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         switch command {
         case .close(let reason):
             perform(machine.disconnect(reason: reason), context: context)
+        case .abort(let error):
+            perform(machine.abort(error), context: context)
         case .pauseReading:
             readsHeldForReceiver = true
         case .resumeReading:
@@ -215,7 +219,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         // The peer's app has its own trust timeout; allow that plus the handshake budget, so its
         // TRUST timedOut normally arrives before we give up ourselves.
         if !machine.isConnected && !machine.isClosed {
-            armDeadline(after: trustTimeout + handshakeTimeout, context: context)
+            // Saturating: TimeAmount's + traps, and both timeouts are the app's to choose.
+            let (sum, overflowed) = trustTimeout.nanoseconds.addingReportingOverflow(handshakeTimeout.nanoseconds)
+            armDeadline(after: .nanoseconds(overflowed ? .max : sum), context: context)
         }
     }
 
@@ -290,6 +296,12 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     private func keepaliveTick(_ policy: KeepalivePolicy, context: ChannelHandlerContext) {
         let now = context.eventLoop.now
+        // While our application holds up reading (receive budget), the peer's silence is ours:
+        // its data and PINGs wait unread. The dead-peer clock starts again when reading resumes.
+        if readsHeldForReceiver {
+            lastReceived = now
+            return
+        }
         if now - lastReceived >= policy.deadPeerDeadline {
             perform(machine.peerUnresponsive(), context: context)
         } else if now - lastReceived >= policy.interval && now - lastPing >= policy.interval {

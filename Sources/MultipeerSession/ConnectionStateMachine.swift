@@ -37,6 +37,9 @@ public enum SendRefusal: Error, Hashable, Sendable {
     case notConnected
     case invalidFrame(WireError)
     case tls(SecurityError)
+    /// Stream, resource and window frames: the machine keeps the channel state itself and
+    /// opens no channel yet (docs/PROTOCOL.md §7.6), so a peer would take these as violations.
+    case unsupported(FrameType)
 }
 
 /// One connection's establishment and framing, sans-I/O (docs/PROTOCOL.md §3-§7): preamble,
@@ -79,11 +82,15 @@ public struct ConnectionStateMachine {
     public let configuration: ConnectionConfiguration
     private let localPreamble: Preamble
     private var state: State = .idle
-    /// Bytes of PONG sent so far: answers the peer asked for, which its reading must keep up with.
+    /// The peer's channels and the connection windows; consulted once connected.
+    private(set) var channels: ChannelTable
+    /// Bytes of answers sent so far (PONG, channel refusals, window given back for dropped data):
+    /// replies the peer provoked, which its reading must keep up with.
     public private(set) var replyByteCount = 0
 
     public init(configuration: ConnectionConfiguration) throws(WireError) {
         self.configuration = configuration
+        channels = ChannelTable(weAreDialer: configuration.role == .dialer)
         localPreamble = try Preamble(encryptionPreference: configuration.encryptionPreference, hasIdentity: configuration.hasIdentity)
     }
 
@@ -207,9 +214,17 @@ public struct ConnectionStateMachine {
         return actions
     }
 
+    /// Ends the connection because of `error` (found by the session layer, such as an oversized
+    /// message): GOODBYE with its reason if frames have begun, then close, reporting `error`.
+    public mutating func abort(_ error: ConnectionError) -> [ConnectionAction] {
+        if case .closed = state { return [] }
+        return fail(error)
+    }
+
     /// Seals an application frame. Only once connected.
     public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
+        if frame.channel != 0 || frame.type == .windowUpdate { throw .unsupported(frame.type) }
         guard let sealed = try session.transport.seal(frame) else { return [] }
         return [.send(sealed)]
     }
@@ -235,6 +250,11 @@ public struct ConnectionStateMachine {
             state = .closed
             return [.close(ConnectionError(.encryptionIncompatible))]
         case .plaintext(let version):
+            // A pinned listener must show its certificate; in the clear our HELLO would give the token away.
+            if configuration.expectedCertificateFingerprint != nil {
+                state = .closed
+                return [.close(ConnectionError(.certificateMismatch))]
+            }
             let negotiated = Negotiated(version: version, peerPreamble: peerPreamble, echo: echo)
             return beginFrames(Session(transport: .plaintext, negotiated: negotiated, peerChain: nil), leftover: leftover)
         case .tls(let version):
@@ -267,6 +287,13 @@ public struct ConnectionStateMachine {
         }
         var actions = engine.takeOutbound().map { [ConnectionAction.send($0)] } ?? []
         guard progress == .complete else { return actions }
+
+        // The pin from the connection data, before our HELLO and its token go out (docs/PROTOCOL.md §9.3).
+        if let expected = configuration.expectedCertificateFingerprint,
+            engine.peerCertificateChain.first?.sha256Fingerprint != expected.bytes
+        {
+            return actions + closeTransport(.tls(engine), ConnectionError(.certificateMismatch))
+        }
 
         // Identity presence must match the preamble (docs/PROTOCOL.md §5).
         let chain = engine.peerCertificateChain
@@ -313,6 +340,10 @@ public struct ConnectionStateMachine {
             if let pending = transport.pendingOutput() { actions.append(.send(pending)) }
             switch next {
             case .needMore:
+                // Give back, once per batch, the connection window that dropped data used (§7.6).
+                if isConnected, let increment = channels.takeReplenishment() {
+                    actions += reply(.windowUpdate(channel: 0, increment: increment), over: transport)
+                }
                 return actions
             case .closed:
                 state = .closed
@@ -366,8 +397,11 @@ public struct ConnectionStateMachine {
             case .goodbye(let reason):
                 state = .closed
                 return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
-            default:
+            case .message, .meshIntroduction, .pong:
                 return [.deliver(frame)]
+            case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
+                .resourceComplete, .resourceCancel:
+                return channelFrame(frame, over: session.transport)
             }
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return []
@@ -385,6 +419,10 @@ public struct ConnectionStateMachine {
         switch configuration.role {
         case .dialer:
             guard hello.purpose == .answer else { return violation("a listener's HELLO must have purpose answer") }
+            // We reached another peer than the one we meant to (docs/PROTOCOL.md §9.3).
+            if let expected = configuration.expectedPeer, hello.peerID.identifier != expected {
+                return fail(ConnectionError(.unexpectedPeer))
+            }
         case .listener:
             switch hello.purpose {
             case .answer: return violation("a dialer's HELLO must not have purpose answer")
@@ -398,6 +436,22 @@ public struct ConnectionStateMachine {
         }
         state = .trusting(Trust(session: session, peerHello: hello))
         return [.evaluateTrust(PeerTrustRequest(peer: hello.peerID, certificateChain: session.peerChain, hello: hello))]
+    }
+
+    /// Stream, resource and window frames, checked against the channel table (docs/PROTOCOL.md §7.6).
+    private mutating func channelFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
+        switch channels.received(frame) {
+        case .opened(let channel):
+            // Streams and resources are not implemented yet: every one is refused (STREAM_RESET 3 for
+            // resources too; RESOURCE_CANCEL has no refusal reason).
+            channels.reset(channel)
+            return reply(.streamReset(channel: channel, code: .refused), over: transport)
+        case .forOpenChannel, .handled:
+            // No channel stays open while every one is refused, so nothing is delivered.
+            return []
+        case .violation(let error):
+            return fail(error)
+        }
     }
 
     private mutating func establishIfBothAccepted() -> [ConnectionAction] {

@@ -7,6 +7,8 @@ import Synchronization
 final class SendBudget: Sendable {
     private struct Slot {
         let peer: WirePeerID
+        /// Whether the peer announced a datagram port (HELLO datagramPort != 0).
+        let acceptsDatagrams: Bool
         var queued = 0
         var waiters: [UnsafeContinuation<Void, Never>] = []
     }
@@ -27,7 +29,11 @@ final class SendBudget: Sendable {
 
     func queuedBytes(to peer: Bytes16) -> Int { slots.withLock { $0[peer]?.queued ?? 0 } }
 
-    func add(_ peer: WirePeerID) { slots.withLock { $0[peer.identifier] = Slot(peer: peer) } }
+    func add(_ peer: WirePeerID, acceptsDatagrams: Bool) {
+        slots.withLock { $0[peer.identifier] = Slot(peer: peer, acceptsDatagrams: acceptsDatagrams) }
+    }
+
+    func acceptsDatagrams(_ peer: Bytes16) -> Bool { slots.withLock { $0[peer]?.acceptsDatagrams ?? false } }
 
     /// Forgets the peer; its waiting senders resume (and then find it gone).
     func remove(_ peer: Bytes16) {

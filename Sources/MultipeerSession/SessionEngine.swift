@@ -1,3 +1,4 @@
+import Logging
 import MultipeerCrypto
 import MultipeerWire
 import NIOCore
@@ -149,6 +150,8 @@ public final class SessionEngine: Sendable {
         guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
         let unknown = peers.filter { !sendBudget.isConnected($0) }
         guard unknown.isEmpty else { throw .notConnected(unknown) }
+        let withoutDatagrams = peers.filter { !sendBudget.acceptsDatagrams($0) }
+        guard withoutDatagrams.isEmpty else { throw .datagramsUnsupported(withoutDatagrams) }
         enqueue(.unreliable(message, to: peers))
     }
 
@@ -299,7 +302,8 @@ public final class SessionEngine: Sendable {
                 // accept shortly instead of spinning on the failing call.
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in
+                        AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { error in
+                            self?.configuration.logger.warning("accept failed; shedding a pending connection and retrying in 20 ms", metadata: ["error": "\(error)"])
                             self?.shedPendingConnection()
                             return .milliseconds(20)
                         })
@@ -366,6 +370,7 @@ public final class SessionEngine: Sendable {
             tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
+            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint,
             admission: { [weak self] hello in self?.admit(hello, linkID: linkID) ?? .refuse(.normal) })
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
@@ -389,7 +394,12 @@ public final class SessionEngine: Sendable {
             (first.handler?.establishmentProgress ?? 0, first.handler?.lastActivity ?? .distantPast)
                 < (second.handler?.establishmentProgress ?? 0, second.handler?.lastActivity ?? .distantPast)
         }
-        oldest?.channel?.close(promise: nil)
+        guard let oldest else { return }
+        configuration.logger.notice("shed a pending connection to make room", metadata: [
+            "remote": "\(oldest.channel?.remoteAddress.map { "\($0)" } ?? "?")",
+            "progress": "\(oldest.handler?.establishmentProgress ?? 0)",
+        ])
+        oldest.channel?.close(promise: nil)
     }
 
     // MARK: Link events (on the loop)
@@ -397,8 +407,9 @@ public final class SessionEngine: Sendable {
     /// A listener's decision on a dialer's HELLO (docs/PROTOCOL.md §7.5, §9.3).
     private func admit(_ hello: Hello, linkID: Int) -> ConnectionConfiguration.Admission {
         let admission = decideAdmission(hello, linkID: linkID)
-        if case .refuse(let reason) = admission, reason != .duplicateConnection {
-            onEvent(.peerRefused(hello.peerID, reason))
+        if case .refuse(let reason) = admission {
+            configuration.logger.notice("refused a connection", metadata: ["peer": hello.peerID.logValue, "reason": "\(reason)"])
+            if reason != .duplicateConnection { onEvent(.peerRefused(hello.peerID, reason)) }
         }
         return admission
     }
@@ -440,15 +451,11 @@ public final class SessionEngine: Sendable {
 
     private func trustRequested(_ request: PeerTrustRequest, linkID: Int, plan: DialPlan?, answer: @escaping @Sendable (Bool) -> Void) {
         eventLoop.preconditionInEventLoop()
-        // A dialer checks that it reached the peer it meant to, with the certificate it was told of.
-        if let plan {
-            let fingerprintMatches = plan.fingerprint.map { expected in
-                request.certificateChain?.first.map { SHA256Digest.matches($0.sha256Fingerprint, expected) } ?? false
-            } ?? true
-            guard request.peer.identifier == plan.peer.identifier, fingerprintMatches else {
-                answer(false)
-                return
-            }
+        // The connection already ended a dial that met another certificate or peer ID than the
+        // plan named (docs/PROTOCOL.md §9.3); this keeps a mismatch from ever reaching the app.
+        if let plan, request.peer.identifier != plan.peer.identifier {
+            answer(false)
+            return
         }
         state.value.links[linkID]?.peer = request.peer
         report(request.peer, .connecting)
@@ -488,7 +495,11 @@ public final class SessionEngine: Sendable {
         }
         // Room for bulk between writability checks without holding much per peer.
         channel?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
-        sendBudget.add(connection.peer)
+        sendBudget.add(connection.peer, acceptsDatagrams: link.datagram != nil)
+        configuration.logger.info("connected", metadata: [
+            "peer": connection.peer.logValue, "encrypted": "\(connection.isEncrypted)",
+            "cipherSuite": "\(connection.cipherSuite ?? "none")", "dialed": "\(link.dialed)",
+        ])
         report(connection.peer, .connected)
         // A member that joined through an introduction already knows everyone the introducer knew.
         let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || hello.purpose == .meshIntroduction
@@ -504,12 +515,16 @@ public final class SessionEngine: Sendable {
                     onEvent(.messageReceived(message, from: peer, receipt: charge(link, message.readableBytes)))
                 }
             } catch {
-                link.channel?.triggerUserOutboundEvent(ConnectionCommand.close(error.goodbyeReason), promise: nil)
+                // The app learns why: a message over the limit is the peer's violation.
+                link.channel?.triggerUserOutboundEvent(ConnectionCommand.abort(ConnectionError(.protocolViolation(error))), promise: nil)
             }
         case .meshIntroduction(let introduction) where link.isConnected:
             introduced(introduction, by: peer)
         default:
-            break  // streams and resources arrive with their features
+            // PONG needs nothing, and a MESH_INTRODUCTION on a link refused after trust is ignored.
+            // Stream, resource and window frames never get here: the connection answers them itself
+            // (refusal, discard or GOODBYE, docs/PROTOCOL.md §7.6) until streams and resources exist.
+            break
         }
     }
 
@@ -542,7 +557,10 @@ public final class SessionEngine: Sendable {
             // introduced dial wins the simultaneous-connect rule, it must be admitted.
             let deadline = eventLoop.now + .seconds(Int64(WireLimits.meshIntroductionLifetimeSeconds))
             // An introducer over its quota is ignored: a hostile member cannot make us dial more.
-            guard state.introductions.record(peer, by: introducer.identifier, until: deadline, now: eventLoop.now) else { continue }
+            guard state.introductions.record(peer, by: introducer.identifier, until: deadline, now: eventLoop.now) else {
+                configuration.logger.notice("ignored an introduction past the introducer's quota", metadata: ["introducer": introducer.logValue])
+                continue
+            }
             if local > peer && state.linkIDs(for: peer).isEmpty && state.hasRoomForMember(besides: peer) {
                 startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
             }
@@ -573,7 +591,13 @@ public final class SessionEngine: Sendable {
         let state = state.value
         guard let link = state.links.removeValue(forKey: linkID) else { return }
         state.receiverIDs = state.receiverIDs.filter { $0.value != linkID }
-        guard let peer = link.peer else { return }
+        guard let peer = link.peer else {
+            configuration.logger.debug("a connection closed before HELLO", metadata: ["reason": "\(error)", "dialed": "\(link.dialed)"])
+            return
+        }
+        configuration.logger.info(
+            link.isConnected ? "connection ended" : "connection failed",
+            metadata: ["peer": peer.logValue, "reason": "\(error)", "dialed": "\(link.dialed)"])
         if state.activeLink[peer.identifier] == linkID {
             state.activeLink[peer.identifier] = nil
             state.introductions.forget(introducer: peer.identifier)
@@ -594,7 +618,7 @@ public final class SessionEngine: Sendable {
             }
             return
         }
-        if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
+        if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) && !link.isConnected {
             // The peer kept its own connection to us, which may not have said HELLO here yet:
             // stay "connecting" until it shows up, or until the handshake deadline passes.
             eventLoop.scheduleTask(in: configuration.handshakeTimeout) { [self] in
@@ -611,6 +635,7 @@ public final class SessionEngine: Sendable {
     private func charge(_ link: EngineState.Link, _ bytes: Int) -> DeliveryReceipt {
         guard let budget = link.receiveBudget else { return .none }
         if budget.charge(bytes) {
+            configuration.logger.debug("receive budget full; pausing reads", metadata: ["peer": link.peer?.logValue ?? "?"])
             link.channel?.triggerUserOutboundEvent(ConnectionCommand.pauseReading, promise: nil)
         }
         return DeliveryReceipt(budget: budget, bytes: bytes)
@@ -854,5 +879,12 @@ extension WireEndpoint {
             address.sin6_addr = storage
             return SocketAddress(address, host: "")
         }
+    }
+}
+
+extension WirePeerID {
+    /// How logs name a peer: its display name and the first bytes of its identifier.
+    var logValue: Logger.MetadataValue {
+        .string("\(displayName) [\(identifier.bytes.prefix(4).map { String(format: "%02x", $0) }.joined())]")
     }
 }

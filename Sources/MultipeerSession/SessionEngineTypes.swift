@@ -1,3 +1,4 @@
+import Logging
 import MultipeerCrypto
 import MultipeerWire
 import NIOCore
@@ -27,6 +28,8 @@ public struct SessionEngineConfiguration: Sendable {
     /// Message bytes from one peer delivered to the app and not yet taken; past it the session
     /// stops reading from that peer (and drops its datagrams) until the app catches up.
     public var maximumUndeliveredBytesPerPeer: Int
+    /// Connection life cycle, refusals and their reasons; never keys or payloads.
+    public var logger: Logger
 
     public init(
         localPeer: WirePeerID,
@@ -42,7 +45,8 @@ public struct SessionEngineConfiguration: Sendable {
         datagramLimits: DatagramPeerState.Limits = .init(),
         maximumPendingConnections: Int = 64,
         maximumQueuedBytesPerPeer: Int = 32 << 20,
-        maximumUndeliveredBytesPerPeer: Int = 8 << 20
+        maximumUndeliveredBytesPerPeer: Int = 8 << 20,
+        logger: Logger = Logger(label: "MultipeerSession", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.localPeer = localPeer
         self.encryptionPreference = encryptionPreference
@@ -58,6 +62,7 @@ public struct SessionEngineConfiguration: Sendable {
         self.maximumPendingConnections = max(1, maximumPendingConnections)
         self.maximumQueuedBytesPerPeer = max(1, maximumQueuedBytesPerPeer)
         self.maximumUndeliveredBytesPerPeer = max(1, maximumUndeliveredBytesPerPeer)
+        self.logger = logger
     }
 }
 
@@ -88,14 +93,6 @@ public enum SessionSendError: Error, Equatable, Sendable {
     case messageTooLarge(Int)
     /// These peers' send queues are full (`maximumQueuedBytesPerPeer`); nothing was sent.
     case queueFull([Bytes16])
-}
-
-/// Why connection data was refused.
-public enum ConnectionDataError: Error, Equatable, Sendable {
-    case malformed(WireError)
-    /// The blob was made by another peer than the one the app named.
-    case wrongPeer
-    /// The blob was made for another peer than this session's.
-    case notForUs
-    case sessionEnded
+    /// These peers announced no datagram port, so unreliable messages cannot reach them.
+    case datagramsUnsupported([Bytes16])
 }

@@ -19,7 +19,8 @@ public struct WireError: Error, Hashable, Sendable, CustomStringConvertible {
         /// A flag bit the frame type does not define.
         public static let disallowedFlags = Code(.disallowedFlags)
         public static let nonZeroReserved = Code(.nonZeroReserved)
-        /// Channel 0 where a channel is required, or the reverse.
+        /// Channel 0 where a channel is required, or the reverse; or a channel number the
+        /// connection's channel state does not allow (parity, order, not open: §7.6).
         public static let invalidChannel = Code(.invalidChannel)
         /// A length outside the bounds the spec gives for this field or frame.
         public static let invalidLength = Code(.invalidLength)

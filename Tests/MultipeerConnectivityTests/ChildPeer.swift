@@ -47,6 +47,13 @@ final class ChildPeer: @unchecked Sendable {
         return line?.split(separator: " ").dropFirst().first.flatMap { Int($0) }
     }
 
+    /// The next line the child prints, read on a thread of its own so no task blocks.
+    func nextLine() async -> String? {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: self.readLine()) }
+        }
+    }
+
     /// The next line the child prints, or nil at its end.
     func readLine() -> String? {
         var line = Data()

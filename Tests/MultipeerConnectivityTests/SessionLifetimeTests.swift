@@ -52,4 +52,17 @@ struct SessionLifetimeTests {
             return false
         }
     }
+
+    /// An app's "never" for its timeouts trapped: Duration to TimeAmount, and trust plus handshake.
+    @Test func timeoutsOfCenturiesDoNotTrap() async throws {
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.handshakeTimeout = .seconds(Int64.max)
+        configuration.certificateDecisionTimeout = .seconds(Int64.max)
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: nil, configuration: configuration)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: nil, configuration: configuration)
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: try await alice.nearbyConnectionData(for: bob.myPeerID))
+        #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] && bob.connectedPeers == [alice.myPeerID] })
+        await alice.disconnect()
+        await bob.disconnect()
+    }
 }

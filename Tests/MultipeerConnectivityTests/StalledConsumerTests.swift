@@ -57,29 +57,11 @@ struct StalledConsumerTests {
             }
         }
         child.input.fileHandleForWriting.write(Data("go\n".utf8))
-        let outcome = try await raceDeadline(seconds: Double(60 + count / 8)) { child.readLine() }
+        let outcome = try await withDeadline(seconds: Double(60 + count / 8)) { await child.nextLine() }
         watcher.cancel()
         try await sending.value
         #expect(outcome == "RECEIVED \(count) INTACT")
         #expect(peak.withLock { $0 } < 64 << 10, "the receiver grew by \(peak.withLock { $0 }) KiB")
         await sender.disconnect()
-    }
-}
-
-/// Runs a blocking `body` off the cooperative pool, failing after `seconds`.
-func raceDeadline<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask {
-            await withCheckedContinuation { continuation in
-                Thread.detachNewThread { continuation.resume(returning: body()) }
-            }
-        }
-        group.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            throw CancellationError()
-        }
-        let result = try await group.next()!
-        group.cancelAll()
-        return result
     }
 }

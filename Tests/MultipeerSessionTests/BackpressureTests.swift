@@ -55,12 +55,14 @@ struct BackpressureTests {
         await bob.shutdown()
     }
 
-    /// Whether the engine queued the message; false when the peer's queue is full.
-    static func trySend(_ probe: EngineProbe, _ message: ByteBuffer, to peer: Bytes16) -> Bool {
+    /// Whether the engine queued the message; false when the peer's queue is full. Any other
+    /// refusal (the peer left) is thrown, so a waiting loop cannot spin.
+    static func trySend(_ probe: EngineProbe, _ message: ByteBuffer, to peer: Bytes16) throws -> Bool {
         do {
             try probe.engine.send(message, to: [peer])
             return true
         } catch {
+            guard case .queueFull = error else { throw error }
             return false
         }
     }
@@ -76,7 +78,7 @@ struct BackpressureTests {
         let limit = bob.engine.configuration.maximumQueuedBytesPerPeer
         var mostQueued = 0
         for index in 0..<count {
-            while !Self.trySend(bob, Self.message(index, size: size), to: target) {
+            while try !Self.trySend(bob, Self.message(index, size: size), to: target) {
                 await bob.engine.waitForSendRoom(size, to: [target])
             }
             mostQueued = max(mostQueued, bob.engine.queuedBytes(to: target))

@@ -246,4 +246,28 @@ struct KeepaliveTests {
         #expect(elapsed >= 9_000)
         #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerUnresponsive)])
     }
+
+    /// While the application holds up reading (receive budget), the peer's bytes wait unread, so
+    /// its silence proves nothing; the dead-peer clock runs again once reading resumes. Before,
+    /// an application stalled for 9 s lost the connection as "unresponsive".
+    @Test func aPauseForTheReceiveBudgetIsNotADeadPeer() throws {
+        let pair = try EmbeddedPair()
+        try pair.activate()
+        _ = try EmbeddedPair.events(pair.dialer)
+        try pair.dialer.pipeline.triggerUserOutboundEvent(ConnectionCommand.pauseReading).wait()
+        for _ in 0..<200 {  // 20 s of virtual time, nothing read from the listener
+            pair.loop.advanceTime(by: .milliseconds(100))
+            while try pair.dialer.readOutbound(as: ByteBuffer.self) != nil {}
+        }
+        #expect(pair.dialer.isActive)
+        try pair.dialer.pipeline.triggerUserOutboundEvent(ConnectionCommand.resumeReading).wait()
+        var elapsed = 0
+        while pair.dialer.isActive && elapsed < 20_000 {
+            pair.loop.advanceTime(by: .milliseconds(100))
+            elapsed += 100
+            while try pair.dialer.readOutbound(as: ByteBuffer.self) != nil {}
+        }
+        #expect(elapsed >= 9_000 && elapsed <= 9_500, "declared dead \(elapsed) ms after reading resumed")
+        #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerUnresponsive)])
+    }
 }

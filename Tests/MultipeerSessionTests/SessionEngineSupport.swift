@@ -94,6 +94,10 @@ final class EngineProbe: Sendable {
         }
     }
 
+    func lastState(ofPeer peer: Bytes16) -> PeerConnectionState? {
+        log.withLock { $0.states.last { $0.0 == peer }?.1 }
+    }
+
     func isConnected(to other: EngineProbe) -> Bool { states(of: other).last == .connected }
 
     func lastState(of other: EngineProbe) -> PeerConnectionState? { states(of: other).last }

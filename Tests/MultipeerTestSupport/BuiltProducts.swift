@@ -18,8 +18,17 @@ public enum BuiltProducts {
         return url
     }
 
-    /// Runs a program to completion; returns its exit status and everything it printed.
-    public static func run(_ executable: URL, _ arguments: [String], in directory: URL? = nil) throws -> (status: Int32, output: String) {
+    /// A program that did not finish in the time it was given; it was killed.
+    public struct TimedOut: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Runs a program to completion; returns its exit status and everything it printed. One that
+    /// runs longer than `seconds` is killed and the call throws `TimedOut`, so a hung child
+    /// fails the test instead of hanging it.
+    public static func run(
+        _ executable: URL, _ arguments: [String], in directory: URL? = nil, seconds: Double = 300
+    ) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -28,9 +37,41 @@ public enum BuiltProducts {
         process.standardOutput = output
         process.standardError = output
         try process.run()
+        let watchdog = Watchdog(process)
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { watchdog.fire() }
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
+        guard watchdog.disarm() else {
+            throw TimedOut(description: "\(executable.lastPathComponent) \(arguments.joined(separator: " ")) ran longer than \(seconds) s:\n\(text)")
+        }
         return (process.terminationStatus, text)
+    }
+
+    /// Kills its process when it fires, unless it was disarmed first (the process ended). SIGKILL:
+    /// a child started from a test's thread inherits that thread's blocked signals, SIGTERM
+    /// among them, so `Process.terminate()` does not end it.
+    private final class Watchdog: @unchecked Sendable {
+        private let lock = NSLock()
+        private let process: Process
+        private var state: (armed: Bool, fired: Bool) = (true, false)
+
+        init(_ process: Process) { self.process = process }
+
+        func fire() {
+            lock.withLock {
+                guard state.armed, process.isRunning else { return }
+                state.fired = true
+                kill(process.processIdentifier, SIGKILL)
+            }
+        }
+
+        /// Whether the process ended on its own (the watchdog had not fired).
+        func disarm() -> Bool {
+            lock.withLock {
+                state.armed = false
+                return !state.fired
+            }
+        }
     }
 }
 

@@ -13,7 +13,6 @@ int mp_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version);
 int mp_SSL_CTX_set_max_proto_version(SSL_CTX *ctx, int version);
 int mp_SSL_CTX_get_min_proto_version(SSL_CTX *ctx);
 int mp_SSL_CTX_get_max_proto_version(SSL_CTX *ctx);
-int mp_SSL_CTX_add_extra_chain_cert(SSL_CTX *ctx, X509 *cert);
 int mp_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *cert);
 /// Key exchange groups, colon-separated names such as "X25519:P-256"; 1 on success.
 int mp_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *list);

@@ -1,0 +1,66 @@
+import Foundation
+import Logging
+import MultipeerConnectivity
+import MultipeerTestSupport
+import Synchronization
+import Testing
+
+/// Collects what a logger was told, for tests.
+final class LogCapture: Sendable {
+    private let lines = Mutex<[String]>([])
+    var all: [String] { lines.withLock { $0 } }
+
+    func logger(_ label: String) -> Logger {
+        var logger = Logger(label: label) { _ in CapturingHandler(capture: self) }
+        logger.logLevel = .trace
+        return logger
+    }
+
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+}
+
+struct CapturingHandler: LogHandler {
+    let capture: LogCapture
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        capture.append("\(event.level) \(event.message) \(fields.joined(separator: " "))")
+    }
+}
+
+@Suite("Diagnostics through swift-log", .serialized)
+struct LoggingTests {
+    @Test func refusalsAndEndsAreLoggedWithTheirReasonsAndPayloadsNever() async throws {
+        let capture = LogCapture()
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.logger = capture.logger("alice")
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: nil, configuration: configuration)
+        let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
+        #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] })
+        let marker = "payload-marker-\(UUID().uuidString)"
+        let events = alice.events()  // before the send, so the message cannot slip past it
+        try bob.send(Data(marker.utf8), toPeers: [alice.myPeerID], with: .reliable)
+        _ = try await withDeadline(seconds: 10) {
+            for await event in events { if case .dataReceived = event { break } }
+        }
+        // The same connection data again: single use, so it is refused with its reason.
+        let carol = MCSession(peer: bob.myPeerID, securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        carol.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
+        #expect(try await eventually { capture.all.contains { $0.contains("refused a connection") && $0.contains("unknownToken") } })
+        await bob.disconnect()
+        #expect(try await eventually { capture.all.contains { $0.contains("connection ended") && $0.contains("bob") } })
+        #expect(capture.all.contains { $0.contains("connected") && $0.contains("encrypted=true") })
+        #expect(!capture.all.contains { $0.contains(marker) })
+        await alice.disconnect()
+        await carol.disconnect()
+    }
+}

@@ -1,0 +1,72 @@
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Testing
+
+/// What the application sees when a peer's connection ends or cannot carry what it sends.
+@Suite("Outcomes the application sees", .serialized)
+struct AppVisibleOutcomeTests {
+    let harness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
+
+    /// A peer of the victim, speaking the protocol through ConnectionHandler on a raw channel.
+    func rawPeer(of victim: EngineProbe) async throws -> (WirePeerID, any Channel, EventLog) {
+        let peer = try WirePeerID(identifier: .random(), displayName: "raw")
+        let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
+        let log = EventLog()
+        let configuration = ConnectionConfiguration(
+            role: .dialer, localPeer: peer, encryptionPreference: .required, tls: try TLSContext(identity: nil),
+            purpose: .connectionData, token: data.token)
+        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, log: log)
+        #expect(try await log.wait { $0.established != nil })
+        #expect(try await eventually { victim.lastState(ofPeer: peer.identifier) == .connected })
+        return (peer, channel, log)
+    }
+
+    /// Before, GOODBYE 7 on a connected link emptied connectedPeers at once but the app's last
+    /// state stayed `connected` for the whole handshake deadline (10 s).
+    @Test func goodbyeDuplicateOnAConnectedLinkIsReportedAtOnce() async throws {
+        let victim = try EngineProbe(name: "victim")
+        let (peer, channel, _) = try await rawPeer(of: victim)
+        try await channel.triggerUserOutboundEvent(ConnectionCommand.close(.duplicateConnection)).get()
+        #expect(try await eventually(seconds: 3) {
+            victim.lastState(ofPeer: peer.identifier) == .notConnected(ConnectionError(.peerSaidGoodbye(.duplicateConnection)))
+        })
+        await victim.shutdown()
+    }
+
+    /// Before, a message over 16 MiB closed the connection with no reason for the app.
+    @Test func anOversizedMessageEndsTheConnectionWithItsReason() async throws {
+        let victim = try EngineProbe(name: "victim")
+        let (peer, channel, log) = try await rawPeer(of: victim)
+        let fragment = ByteBuffer(repeating: 0x33, count: WireLimits.maxFramePayload)
+        for _ in 0...(WireLimits.maxMessageSize / WireLimits.maxFramePayload) {
+            channel.write(Frame.message(fragment, isEnd: false), promise: nil)
+        }
+        channel.flush()
+        #expect(try await eventually(seconds: 10) {
+            guard case .notConnected(let error?) = victim.lastState(ofPeer: peer.identifier),
+                case .protocolViolation(let violation) = error.kind
+            else { return false }
+            return violation.code == .limitExceeded
+        })
+        // (The sender may not read the GOODBYE: closing with its data unread resets the socket.)
+        #expect(try await log.wait { $0.closed != nil })
+        await victim.shutdown()
+    }
+
+    /// Before, an unreliable send to a peer that announced no datagram port reported success and
+    /// the data went nowhere.
+    @Test func unreliableToAPeerWithoutADatagramPortIsRefused() async throws {
+        let victim = try EngineProbe(name: "victim")
+        let (peer, _, _) = try await rawPeer(of: victim)
+        #expect(throws: SessionSendError.datagramsUnsupported([peer.identifier])) {
+            try victim.engine.sendUnreliable(ByteBuffer(string: "lost?"), to: [peer.identifier])
+        }
+        // Reliable messages still go.
+        try victim.engine.send(ByteBuffer(string: "kept"), to: [peer.identifier])
+        await victim.shutdown()
+    }
+}
