@@ -65,8 +65,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private var keepaliveTask: RepeatedTask?
     private var lastReceived = NIODeadline.uptimeNanoseconds(0)
     private var lastPing = NIODeadline.distantPast
-    /// Answers (PONGs) queued while the channel could not take them; past the limit we stop
-    /// reading from a peer that asks faster than it reads, so its requests cannot grow our memory.
+    /// Answers (PONGs, refusals of channels, returned window) queued while the channel could not
+    /// take them; past the limit we stop reading from a peer that asks faster than it reads, so
+    /// its requests cannot grow our memory.
     private var replyBacklog = 0
     private var readsHeldForReplies = false
     private var readsHeldForReceiver = false

@@ -845,10 +845,6 @@ final class EngineState {
     }
 }
 
-extension SHA256Digest {
-    static func matches(_ bytes: [UInt8], _ digest: SHA256Digest) -> Bool { bytes == digest.bytes }
-}
-
 extension WireEndpoint {
     init(socketAddress: SocketAddress) throws(WireError) {
         guard let port = socketAddress.port, let port16 = UInt16(exactly: port) else {

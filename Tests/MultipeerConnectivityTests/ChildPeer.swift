@@ -29,14 +29,15 @@ final class ChildPeer: @unchecked Sendable {
             }
         }
         guard let data = lines["DATA"].flatMap(Self.bytes), let peer = lines["PEER"].flatMap(Self.bytes) else {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             throw MCError(.unavailable, reason: "the child peer printed no connection data")
         }
         self.data = Data(data)
         self.peer = try MCPeerID(wireRepresentation: Data(peer))
     }
 
-    func stop() { if process.isRunning { process.terminate() } }
+    /// SIGKILL: a child of the test process inherits its blocked signals, SIGTERM among them.
+    func stop() { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
     /// Resident memory of the child in KiB, from /proc.
     var residentKiB: Int? {
