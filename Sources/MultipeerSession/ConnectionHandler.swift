@@ -298,9 +298,14 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private func keepaliveTick(_ policy: KeepalivePolicy, context: ChannelHandlerContext) {
         let now = context.eventLoop.now
         // While our application holds up reading (receive budget), the peer's silence is ours:
-        // its data and PINGs wait unread. The dead-peer clock starts again when reading resumes.
+        // its data and PINGs wait unread, so the dead-peer clock starts again when reading resumes.
+        // We still PING, so that the peer, which reads, keeps seeing us alive.
         if readsHeldForReceiver {
             lastReceived = now
+            if now - lastPing >= policy.interval {
+                lastPing = now
+                perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
+            }
             return
         }
         if now - lastReceived >= policy.deadPeerDeadline {

@@ -76,19 +76,27 @@ struct BackpressureTests {
         let count = 400  // 100 MiB
         let target = alice.peer.identifier
         let limit = bob.engine.configuration.maximumQueuedBytesPerPeer
+        // The reader, on a task of its own, takes messages in bursts: it lets 4 MiB pile up
+        // untaken, then takes them all (the sender's own task must not drive it, or a full
+        // queue would wait for a reader that waits for the sender).
+        let reader = Task {
+            while alice.messages(from: bob).count < count && !Task.isCancelled {
+                alice.holdMessages(true)
+                _ = try await eventually(seconds: 5) { alice.heldBytes >= 4 << 20 || alice.messages(from: bob).count >= count }
+                alice.holdMessages(false)
+                await Task.yield()
+            }
+        }
         var mostQueued = 0
         for index in 0..<count {
             while try !Self.trySend(bob, Self.message(index, size: size), to: target) {
                 await bob.engine.waitForSendRoom(size, to: [target])
             }
             mostQueued = max(mostQueued, bob.engine.queuedBytes(to: target))
-            // The reader takes messages in bursts.
-            if index % 50 == 0 {
-                alice.holdMessages(true)
-            } else if index % 50 == 25 {
-                alice.holdMessages(false)
-            }
         }
+        #expect(try await eventually(seconds: 30) { alice.messages(from: bob).count == count })
+        reader.cancel()
+        _ = try? await reader.value
         alice.holdMessages(false)
         #expect(mostQueued <= limit)
         #expect(try await eventually(seconds: 30) { alice.messages(from: bob).count == count })
