@@ -123,7 +123,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MultipeerWireTests",
-            dependencies: ["MultipeerWire", "WireFuzzChecks", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["MultipeerWire", "WireFuzzChecks", "MultipeerTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "MultipeerCryptoTests",

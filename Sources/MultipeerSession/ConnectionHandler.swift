@@ -300,17 +300,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         // While our application holds up reading (receive budget), the peer's silence is ours:
         // its data and PINGs wait unread, so the dead-peer clock starts again when reading resumes.
         // We still PING, so that the peer, which reads, keeps seeing us alive.
-        if readsHeldForReceiver {
-            lastReceived = now
-            if now - lastPing >= policy.interval {
-                lastPing = now
-                perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
-            }
-            return
-        }
+        if readsHeldForReceiver { lastReceived = now }
         if now - lastReceived >= policy.deadPeerDeadline {
             perform(machine.peerUnresponsive(), context: context)
-        } else if now - lastReceived >= policy.interval && now - lastPing >= policy.interval {
+        } else if (readsHeldForReceiver || now - lastReceived >= policy.interval) && now - lastPing >= policy.interval {
             lastPing = now
             perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
         }

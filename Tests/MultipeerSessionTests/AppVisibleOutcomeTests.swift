@@ -9,20 +9,11 @@ import Testing
 /// What the application sees when a peer's connection ends or cannot carry what it sends.
 @Suite("Outcomes the application sees", .serialized)
 struct AppVisibleOutcomeTests {
-    let harness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
-
-    /// A peer of the victim, speaking the protocol through ConnectionHandler on a raw channel.
+    /// A raw member of the victim, once the victim reports it connected.
     func rawPeer(of victim: EngineProbe) async throws -> (WirePeerID, any Channel, EventLog) {
-        let peer = try WirePeerID(identifier: .random(), displayName: "raw")
-        let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
-        let log = EventLog()
-        let configuration = ConnectionConfiguration(
-            role: .dialer, localPeer: peer, encryptionPreference: .required, tls: try TLSContext(identity: nil),
-            purpose: .connectionData, token: data.token)
-        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, log: log)
-        #expect(try await log.wait { $0.established != nil })
-        #expect(try await eventually { victim.lastState(ofPeer: peer.identifier) == .connected })
-        return (peer, channel, log)
+        let member = try await RawMember.join(victim, name: "raw")
+        #expect(try await eventually { victim.lastState(ofPeer: member.peer.identifier) == .connected })
+        return (member.peer, member.channel, member.log)
     }
 
     /// Before, GOODBYE 7 on a connected link emptied connectedPeers at once but the app's last

@@ -12,22 +12,16 @@ import Testing
 /// without bound (100 MB of PINGs, +1 GB). Now the victim stops reading from such a peer.
 @Suite("Control-frame floods", .serialized)
 struct ControlFloodTests {
-    let harness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
 
     @Test func aPeerThatDoesNotReadItsPongsIsNoLongerRead() async throws {
         // A long dead-peer deadline, so the victim keeps the held connection for the whole test.
         let victim = try EngineProbe(
             name: "victim", preference: .none, keepalive: KeepalivePolicy(interval: .seconds(30), deadPeerDeadline: .seconds(120)))
-        let attacker = try WirePeerID(identifier: .random(), displayName: "flooder")
-        let data = try await victim.engine.connectionData(forPeer: attacker.identifier).get()
-        let log = EventLog()
-        let configuration = ConnectionConfiguration(
-            role: .dialer, localPeer: attacker, encryptionPreference: .none, tls: try TLSContext(identity: nil),
-            purpose: .connectionData, token: data.token)
         // No keepalive on the attacker: on a loaded machine its own dead-peer check must not end
         // the connection before the flood starts.
-        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, keepalive: nil, log: log)
-        #expect(try await log.wait { $0.established?.isEncrypted == false })
+        let member = try await RawMember.join(victim, name: "flooder", preference: .none, keepalive: nil)
+        let (attacker, channel) = (member.peer, member.channel)
+        #expect(member.log.established?.isEncrypted == false)
 
         // From here the attacker writes raw plaintext PINGs and never reads.
         try await channel.setOption(.autoRead, value: false).get()

@@ -38,20 +38,6 @@ final class DatagramRecorder: ChannelInboundHandler, Sendable {
     }
 }
 
-/// SplitMix64: fast and seeded, so a storm of junk can be made again from the seed a failure prints.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Sends genuine datagrams from `socket` until `receiver` has delivered each one's message (a copy
 /// lost on the way is sent again; a second copy of one that arrived is a replay, which is dropped).
 /// One socket's datagrams reach another in order on loopback, so once they are in, everything
@@ -197,7 +183,7 @@ struct DatagramOverUDPTests {
         // Alice's socket never queues more than that), and the last one after all the junk.
         let checkpoints = 1_000..<1_100
         let seed = UInt64.random(in: 0 ... .max)
-        var generator = SplitMix64(seed: seed)
+        var generator = SeededGenerator(seed: seed)
         var nextCheckpoint = checkpoints.lowerBound
         for index in 0..<20_000 {
             let junk = Self.junk(
@@ -252,7 +238,7 @@ struct DatagramOverUDPTests {
     /// will get later, which a forgery that moved her window would make her refuse.
     static func junk(
         _ index: Int, kind: DatagramHeader.Kind, receiverID: UInt32, genuine: [ByteBuffer], seen: Range<Int>,
-        tooOld: ClosedRange<Int>, notYetSent: Range<Int>, using generator: inout SplitMix64
+        tooOld: ClosedRange<Int>, notYetSent: Range<Int>, using generator: inout SeededGenerator
     ) -> ByteBuffer {
         let other: DatagramHeader.Kind = kind == .sealed ? .plain : .sealed
         let limit = WireLimits.datagramEpochCounterLimit

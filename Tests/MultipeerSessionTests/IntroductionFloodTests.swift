@@ -14,25 +14,6 @@ import Testing
 struct IntroductionFloodTests {
     let harness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
 
-    /// A member that joined by connection data and then writes frames of its choosing.
-    struct HostileMember {
-        let peer: WirePeerID
-        let channel: any Channel
-        let log: EventLog
-    }
-
-    func join(_ victim: EngineProbe, name: String) async throws -> HostileMember {
-        let peer = try WirePeerID(identifier: .random(), displayName: name)
-        let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
-        let log = EventLog()
-        let configuration = ConnectionConfiguration(
-            role: .dialer, localPeer: peer, encryptionPreference: .required, tls: try TLSContext(identity: nil),
-            purpose: .connectionData, token: data.token)
-        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, log: log)
-        #expect(try await log.wait { $0.established != nil })
-        return HostileMember(peer: peer, channel: channel, log: log)
-    }
-
     /// Listeners that accept anyone and answer as the fake peer they were introduced as.
     func fakePeers(_ count: Int, firstByte: UInt8) async throws -> [(WirePeerID, any Channel)] {
         var fakes: [(WirePeerID, any Channel)] = []
@@ -59,8 +40,8 @@ struct IntroductionFloodTests {
     @Test func hostileIntroductionsNeitherBreakTheMemberLimitNorDriveUnboundedDials() async throws {
         var victim = try EngineProbe(name: "victim")
         while victim.peer.identifier.high >> 56 < 0x10 { victim = try EngineProbe(name: "victim") }
-        let first = try await join(victim, name: "mallory")
-        let second = try await join(victim, name: "trudy")
+        let first = try await RawMember.join(victim, name: "mallory")
+        let second = try await RawMember.join(victim, name: "trudy")
         #expect(try await eventually { victim.engine.connectedPeers.count == 2 })
 
         let fakesOfFirst = try await fakePeers(20, firstByte: 1)

@@ -117,3 +117,28 @@ final class EngineProbe: Sendable {
     func shutdown() async { try? await engine.disconnect().get() }
 }
 
+
+/// A member that joined a probe by connection data and speaks through ConnectionHandler on a raw
+/// channel, so a test can write frames of its choosing (or, with the handler removed, bytes).
+struct RawMember {
+    let peer: WirePeerID
+    let channel: any Channel
+    let log: EventLog
+
+    struct NotEstablished: Error {}
+
+    static func join(
+        _ victim: EngineProbe, name: String, preference: WireEncryptionPreference = .required,
+        keepalive: KeepalivePolicy? = KeepalivePolicy(), harness: LoopbackHarness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
+    ) async throws -> RawMember {
+        let peer = try WirePeerID(identifier: .random(), displayName: name)
+        let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
+        let log = EventLog()
+        let configuration = ConnectionConfiguration(
+            role: .dialer, localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: nil),
+            purpose: .connectionData, token: data.token)
+        let channel = try await harness.dial(port: Int(data.endpoints[0].port), configuration: configuration, keepalive: keepalive, log: log)
+        guard try await log.wait(until: { $0.established != nil }) else { throw NotEstablished() }
+        return RawMember(peer: peer, channel: channel, log: log)
+    }
+}

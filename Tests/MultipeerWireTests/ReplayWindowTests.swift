@@ -1,3 +1,4 @@
+import MultipeerTestSupport
 import MultipeerWire
 import Testing
 
