@@ -4,8 +4,10 @@ import MultipeerWire
 extension MCError {
     /// The app-facing reason for a connection that ended; nil for a normal goodbye or our own disconnect.
     init?(connectionError error: ConnectionError) {
-        switch error.kind {
-        case .closedLocally, .peerSaidGoodbye(.normal):
+        switch error.code {
+        case .closedLocally:
+            return nil
+        case .peerSaidGoodbye where error.kind.goodbyeReason == .normal:
             return nil
         case .handshakeTimedOut, .trustTimedOutLocally, .peerUnresponsive:
             self.init(.timedOut, reason: error.description)
@@ -15,8 +17,8 @@ extension MCError {
             // Stale or forged connection data, or someone in between: no certificate handler was
             // asked, so not .cancelled; the connection simply did not happen.
             self.init(.notConnected, reason: error.description)
-        case .peerSaidGoodbye(let reason), .notAdmitted(let reason):
-            self.init(refusal: reason)
+        case .peerSaidGoodbye, .notAdmitted:
+            self.init(refusal: error.kind.goodbyeReason ?? .normal)
         default:
             self.init(.notConnected, reason: error.description)
         }

@@ -245,23 +245,23 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .unreliable: try engine.sendUnreliable(message, to: peers)
             }
         } catch {
-            switch error {
+            let names = peerIDs.filter { error.peers.contains($0.wire.identifier) }.map(\.displayName).joined(separator: ", ")
+            switch error.code {
             case .noPeers: throw MCError(.invalidParameter, reason: "no peers given")
-            case .messageTooLarge(let size):
+            case .messageTooLarge:
                 let limit = mode == .reliable ? WireLimits.maxMessageSize : engine.configuration.maximumDatagramMessage
-                throw MCError(.invalidParameter, reason: "\(mode) message of \(size) bytes, at most \(limit)")
-            case .notConnected(let identifiers):
-                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
-                throw MCError(.notConnected, reason: "not connected to \(names.joined(separator: ", "))")
-            case .datagramsUnsupported(let identifiers):
-                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
-                throw MCError(.unsupported, reason: "\(names.joined(separator: ", ")) announced no datagram port: unreliable messages cannot reach it")
-            case .queueFull(let identifiers):
-                let names = peerIDs.filter { identifiers.contains($0.wire.identifier) }.map(\.displayName)
+                throw MCError(.invalidParameter, reason: "\(mode) message of \(error.messageSize ?? 0) bytes, at most \(limit)")
+            case .notConnected:
+                throw MCError(.notConnected, reason: "not connected to \(names)")
+            case .datagramsUnsupported:
+                throw MCError(.unsupported, reason: "\(names) announced no datagram port: unreliable messages cannot reach it")
+            case .queueFull:
                 throw MCError(
                     .unavailable,
-                    reason: "the send queue to \(names.joined(separator: ", ")) is full (\(engine.configuration.maximumQueuedBytesPerPeer) bytes): "
+                    reason: "the send queue to \(names) is full (\(engine.configuration.maximumQueuedBytesPerPeer) bytes): "
                         + "retry once it drains, or use the async send, which waits")
+            default:
+                throw MCError(.unknown, reason: error.description)
             }
         }
     }

@@ -3,84 +3,142 @@ import MultipeerWire
 
 /// Why a connection to a peer ended or never became connected.
 public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Kind: Hashable, Sendable {
+    /// What happened, with the details that go with it. A struct rather than an enum, so that new
+    /// kinds can be added without breaking callers: switch over `code`.
+    public struct Kind: Hashable, Sendable {
+        public let code: Code
+        /// The GOODBYE reason, for `notAdmitted` and `peerSaidGoodbye`.
+        public let goodbyeReason: GoodbyeReason?
+        /// The broken rule, for `protocolViolation`.
+        public let wireError: WireError?
+        /// OpenSSL's complaint, for `tls`.
+        public let securityError: SecurityError?
+        /// The peer's answer, for `trustRejectedByPeer`.
+        public let trustDecision: TrustDecision?
+        /// The broken rule in words, for `flowControlViolation`.
+        public let rule: String?
+
+        private init(
+            _ code: Code, goodbyeReason: GoodbyeReason? = nil, wireError: WireError? = nil, securityError: SecurityError? = nil,
+            trustDecision: TrustDecision? = nil, rule: String? = nil
+        ) {
+            self.code = code
+            self.goodbyeReason = goodbyeReason
+            self.wireError = wireError
+            self.securityError = securityError
+            self.trustDecision = trustDecision
+            self.rule = rule
+        }
+
+        public static let versionMismatch = Kind(.versionMismatch)
+        public static let encryptionIncompatible = Kind(.encryptionIncompatible)
+        public static let downgradeDetected = Kind(.downgradeDetected)
+        public static func protocolViolation(_ error: WireError) -> Kind { Kind(.protocolViolation, wireError: error) }
+        public static func tls(_ error: SecurityError) -> Kind { Kind(.tls, securityError: error) }
+        public static let certificateMismatch = Kind(.certificateMismatch)
+        public static let unexpectedPeer = Kind(.unexpectedPeer)
+        public static func flowControlViolation(_ rule: String) -> Kind { Kind(.flowControlViolation, rule: rule) }
+        public static let trustRejectedLocally = Kind(.trustRejectedLocally)
+        public static let trustTimedOutLocally = Kind(.trustTimedOutLocally)
+        public static func trustRejectedByPeer(_ decision: TrustDecision) -> Kind { Kind(.trustRejectedByPeer, trustDecision: decision) }
+        public static func notAdmitted(_ reason: GoodbyeReason) -> Kind { Kind(.notAdmitted, goodbyeReason: reason) }
+        public static func peerSaidGoodbye(_ reason: GoodbyeReason) -> Kind { Kind(.peerSaidGoodbye, goodbyeReason: reason) }
+        public static let connectionClosed = Kind(.connectionClosed)
+        public static let handshakeTimedOut = Kind(.handshakeTimedOut)
+        public static let peerUnresponsive = Kind(.peerUnresponsive)
+        public static let closedLocally = Kind(.closedLocally)
+    }
+
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: Hashable, Sendable {
+            case versionMismatch, encryptionIncompatible, downgradeDetected, protocolViolation, tls
+            case certificateMismatch, unexpectedPeer, flowControlViolation, trustRejectedLocally
+            case trustTimedOutLocally, trustRejectedByPeer, notAdmitted, peerSaidGoodbye, connectionClosed
+            case handshakeTimedOut, peerUnresponsive, closedLocally
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
         /// The peer speaks no protocol version we speak.
-        case versionMismatch
+        public static let versionMismatch = Code(.versionMismatch)
         /// `none` met `required` (docs/PROTOCOL.md §4 rule 1).
-        case encryptionIncompatible
+        public static let encryptionIncompatible = Code(.encryptionIncompatible)
         /// The preambles or identity presence did not match what the peer confirmed: an attacker
         /// changed them, or the peer is broken.
-        case downgradeDetected
+        public static let downgradeDetected = Code(.downgradeDetected)
         /// The peer broke the wire protocol.
-        case protocolViolation(WireError)
-        case tls(SecurityError)
+        public static let protocolViolation = Code(.protocolViolation)
+        public static let tls = Code(.tls)
         /// The listener's TLS certificate is not the one its connection data named (docs/PROTOCOL.md §9.3).
-        case certificateMismatch
+        public static let certificateMismatch = Code(.certificateMismatch)
         /// The listener's HELLO names another peer than the one we dialed (docs/PROTOCOL.md §9.3, §7.4).
-        case unexpectedPeer
+        public static let unexpectedPeer = Code(.unexpectedPeer)
         /// The peer sent more than a window allowed, or pushed a window past its largest value (§7.6).
-        case flowControlViolation(String)
+        public static let flowControlViolation = Code(.flowControlViolation)
         /// Our application rejected the peer's certificate or peer ID.
-        case trustRejectedLocally
+        public static let trustRejectedLocally = Code(.trustRejectedLocally)
         /// Our application did not decide in time.
-        case trustTimedOutLocally
+        public static let trustTimedOutLocally = Code(.trustTimedOutLocally)
         /// The peer's application rejected us, or did not decide in time.
-        case trustRejectedByPeer(TrustDecision)
+        public static let trustRejectedByPeer = Code(.trustRejectedByPeer)
         /// The peer's HELLO was not admitted (unknown token, session full, ...).
-        case notAdmitted(GoodbyeReason)
+        public static let notAdmitted = Code(.notAdmitted)
         /// The peer sent GOODBYE.
-        case peerSaidGoodbye(GoodbyeReason)
+        public static let peerSaidGoodbye = Code(.peerSaidGoodbye)
         /// The transport closed without a GOODBYE.
-        case connectionClosed
+        public static let connectionClosed = Code(.connectionClosed)
         /// The handshake did not finish in time.
-        case handshakeTimedOut
+        public static let handshakeTimedOut = Code(.handshakeTimedOut)
         /// Nothing arrived from the peer for the dead-peer deadline.
-        case peerUnresponsive
+        public static let peerUnresponsive = Code(.peerUnresponsive)
         /// We ended it (disconnect).
-        case closedLocally
+        public static let closedLocally = Code(.closedLocally)
+
+        public var description: String { "\(base)" }
     }
 
     public let kind: Kind
 
     public init(_ kind: Kind) { self.kind = kind }
 
+    public var code: Code { kind.code }
+
     /// What we tell the peer in GOODBYE, when the phase allows one.
     var goodbyeReason: GoodbyeReason {
-        switch kind {
-        case .protocolViolation(let error): error.goodbyeReason
+        switch kind.code {
+        case .protocolViolation: kind.wireError?.goodbyeReason ?? .protocolError
         case .downgradeDetected: .downgradeDetected
         case .unexpectedPeer: .protocolError
         case .flowControlViolation: .flowControlError
-        case .notAdmitted(let reason): reason
+        case .notAdmitted: kind.goodbyeReason ?? .normal
         case .handshakeTimedOut, .trustTimedOutLocally, .peerUnresponsive: .timedOut
         case .trustRejectedLocally: .trustRejected
         case .tls: .internalError
         // certificateMismatch ends the connection before any frame (docs/PROTOCOL.md §9.3).
-        case .closedLocally, .connectionClosed, .peerSaidGoodbye, .trustRejectedByPeer, .versionMismatch,
-            .encryptionIncompatible, .certificateMismatch:
-            .normal
+        default: .normal
         }
     }
 
     public var description: String {
-        switch kind {
+        switch kind.code {
         case .versionMismatch: "no common protocol version"
         case .encryptionIncompatible: "encryption preferences incompatible (none with required)"
         case .downgradeDetected: "negotiation was tampered with (downgrade detected)"
-        case .protocolViolation(let error): "peer violated the protocol: \(error)"
-        case .tls(let error): "TLS: \(error)"
+        case .protocolViolation: "peer violated the protocol: \(kind.wireError.map { "\($0)" } ?? "?")"
+        case .tls: "TLS: \(kind.securityError.map { "\($0)" } ?? "?")"
         case .certificateMismatch: "the listener's certificate is not the one its connection data named"
         case .unexpectedPeer: "the listener is not the peer that was dialed (its HELLO names another peer ID)"
-        case .flowControlViolation(let rule): "peer broke flow control: \(rule)"
+        case .flowControlViolation: "peer broke flow control: \(kind.rule ?? "?")"
         case .trustRejectedLocally: "the certificate handler rejected the peer"
         case .trustTimedOutLocally: "the certificate handler did not answer in time"
-        case .trustRejectedByPeer(let decision): "the peer's certificate handler answered \(decision)"
-        case .notAdmitted(let reason): "not admitted: \(reason)"
-        case .peerSaidGoodbye(let reason): "peer said goodbye: \(reason)"
+        case .trustRejectedByPeer: "the peer's certificate handler answered \(kind.trustDecision.map { "\($0)" } ?? "?")"
+        case .notAdmitted: "not admitted: \(kind.goodbyeReason.map { "\($0)" } ?? "?")"
+        case .peerSaidGoodbye: "peer said goodbye: \(kind.goodbyeReason.map { "\($0)" } ?? "?")"
         case .connectionClosed: "connection closed"
         case .handshakeTimedOut: "handshake timed out"
         case .peerUnresponsive: "the peer stopped answering"
         case .closedLocally: "disconnected"
+        default: "\(kind.code)"
         }
     }
 }

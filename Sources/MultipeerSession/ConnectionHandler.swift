@@ -64,7 +64,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private let keepalive: KeepalivePolicy?
     private var keepaliveTask: RepeatedTask?
     private var lastReceived = NIODeadline.uptimeNanoseconds(0)
-    private var lastPing = NIODeadline.distantPast
+    private var keepaliveClock: KeepaliveClock?
     /// Answers (PONGs, refusals of channels, returned window) queued while the channel could not
     /// take them; past the limit we stop reading from a peer that asks faster than it reads, so
     /// its requests cannot grow our memory.
@@ -109,6 +109,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         lastReceived = context.eventLoop.now
+        keepaliveClock?.received(at: lastReceived)
         let repliedBefore = machine.replyByteCount
         perform(machine.receive(unwrapInboundIn(data)), context: context)
         if !context.channel.isWritable {
@@ -285,27 +286,22 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     private func startKeepalive(context: ChannelHandlerContext) {
         guard let keepalive else { return }
-        lastReceived = context.eventLoop.now
+        keepaliveClock = KeepaliveClock(policy: keepalive, now: context.eventLoop.now)
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         keepaliveTask = context.eventLoop.scheduleRepeatedTask(
             initialDelay: keepalive.tick, delay: keepalive.tick
         ) { _ in
             let (handler, context) = loopBound.value
-            handler.keepaliveTick(keepalive, context: context)
+            handler.keepaliveTick(context: context)
         }
     }
 
-    private func keepaliveTick(_ policy: KeepalivePolicy, context: ChannelHandlerContext) {
+    private func keepaliveTick(context: ChannelHandlerContext) {
         let now = context.eventLoop.now
-        // While our application holds up reading (receive budget), the peer's silence is ours:
-        // its data and PINGs wait unread, so the dead-peer clock starts again when reading resumes.
-        // We still PING, so that the peer, which reads, keeps seeing us alive.
-        if readsHeldForReceiver { lastReceived = now }
-        if now - lastReceived >= policy.deadPeerDeadline {
-            perform(machine.peerUnresponsive(), context: context)
-        } else if (readsHeldForReceiver || now - lastReceived >= policy.interval) && now - lastPing >= policy.interval {
-            lastPing = now
-            perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
+        switch keepaliveClock?.tick(now: now, readsHeld: readsHeldForReceiver) {
+        case .peerDead: perform(machine.peerUnresponsive(), context: context)
+        case .ping: perform((try? machine.send(.ping(UInt64(now.uptimeNanoseconds)))) ?? [], context: context)
+        case .nothing, nil: break
         }
     }
 

@@ -32,16 +32,6 @@ public enum ConnectionAction {
     case close(ConnectionError)
 }
 
-/// Why `send(_:)` refused a frame.
-public enum SendRefusal: Error, Hashable, Sendable {
-    case notConnected
-    case invalidFrame(WireError)
-    case tls(SecurityError)
-    /// Stream, resource and window frames: the machine keeps the channel state itself and
-    /// opens no channel yet (docs/PROTOCOL.md §7.6), so a peer would take these as violations.
-    case unsupported(FrameType)
-}
-
 /// One connection's establishment and framing, sans-I/O (docs/PROTOCOL.md §3-§7): preamble,
 /// negotiation, TLS, HELLO with the preamble echo, the trust step, then frames.
 /// Inputs are bytes, the application's trust answer and timeouts; outputs are actions.

@@ -84,15 +84,3 @@ public enum SessionEngineEvent: Sendable {
     /// A peer's connection was refused before its app or ours was asked (session full, stale token).
     case peerRefused(WirePeerID, GoodbyeReason)
 }
-
-/// Why `send` refused a message; it never blocks and never partially sends.
-public enum SessionSendError: Error, Equatable, Sendable {
-    case noPeers
-    /// Identifiers of the peers that are not connected.
-    case notConnected([Bytes16])
-    case messageTooLarge(Int)
-    /// These peers' send queues are full (`maximumQueuedBytesPerPeer`); nothing was sent.
-    case queueFull([Bytes16])
-    /// These peers announced no datagram port, so unreliable messages cannot reach them.
-    case datagramsUnsupported([Bytes16])
-}

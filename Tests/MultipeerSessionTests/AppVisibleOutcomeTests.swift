@@ -39,7 +39,7 @@ struct AppVisibleOutcomeTests {
         channel.flush()
         #expect(try await eventually(seconds: 10) {
             guard case .notConnected(let error?) = victim.lastState(ofPeer: peer.identifier),
-                case .protocolViolation(let violation) = error.kind
+                error.code == .protocolViolation, let violation = error.kind.wireError
             else { return false }
             return violation.code == .limitExceeded
         })

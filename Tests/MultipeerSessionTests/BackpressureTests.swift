@@ -62,7 +62,7 @@ struct BackpressureTests {
             try probe.engine.send(message, to: [peer])
             return true
         } catch {
-            guard case .queueFull = error else { throw error }
+            guard error.code == .queueFull else { throw error }
             return false
         }
     }

@@ -38,6 +38,70 @@ final class DatagramRecorder: ChannelInboundHandler, Sendable {
     }
 }
 
+/// Takes Alice's place as the receiver of Bob's datagrams, so a test can hold them back, replay
+/// and reorder them over real UDP. Bob dials Alice through a TCP relay on 127.0.0.2: he then
+/// addresses her datagrams to 127.0.0.2 at her datagram port (docs/PROTOCOL.md §8: the peer's
+/// address as the connection saw it), where the tap listens; Alice herself listens on 127.0.0.1.
+final class DatagramTap: Sendable {
+    private final class Capture: ChannelInboundHandler, Sendable {
+        typealias InboundIn = AddressedEnvelope<ByteBuffer>
+        let datagrams = Mutex<[ByteBuffer]>([])
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let datagram = unwrapInboundIn(data).data
+            datagrams.withLock { $0.append(datagram) }
+        }
+    }
+
+    private let capture: Capture
+    private let relay: TCPRelay
+    private let socket: any Channel
+
+    /// Connects `bob` to `alice` with the tap in between for Bob's datagrams.
+    static func connect(_ bob: EngineProbe, to alice: EngineProbe) async throws -> DatagramTap {
+        let data = try await alice.engine.connectionData(forPeer: bob.peer.identifier).get()
+        let port = try #require(try await alice.engine.datagramPort.get())
+        let relay = try await TCPRelay(to: Int(data.endpoints[0].port), host: "127.0.0.2")
+        let capture = Capture()
+        let socket = try await DatagramBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.socketOption(.so_rcvbuf), value: 4 << 20)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(capture) }
+            }
+            .bind(host: "127.0.0.2", port: port).get()
+        let tap = DatagramTap(relay: relay, socket: socket, capture: capture)
+        bob.engine.connect(to: try relay.rewrite(data))
+        try #require(try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) })
+        return tap
+    }
+
+    private init(relay: TCPRelay, socket: any Channel, capture: Capture) {
+        self.relay = relay
+        self.socket = socket
+        self.capture = capture
+    }
+
+    var datagrams: [ByteBuffer] { capture.datagrams.withLock { $0 } }
+
+    /// Has `bob` send `count` datagrams (the message of each named by `message`) and waits until
+    /// the tap holds them all, in chunks small enough that no socket buffer on the way overflows.
+    func capture(_ count: Int, from bob: EngineProbe, to alice: EngineProbe, message: (Int) -> String) async throws -> [ByteBuffer] {
+        let start = datagrams.count
+        for chunkStart in stride(from: 0, to: count, by: 200) {
+            let chunkEnd = min(chunkStart + 200, count)
+            for index in chunkStart..<chunkEnd {
+                try bob.engine.sendUnreliable(ByteBuffer(string: message(index)), to: [alice.peer.identifier])
+            }
+            try #require(try await eventually { self.datagrams.count >= start + chunkEnd }, "the tap lost datagrams")
+        }
+        return Array(datagrams[start...])
+    }
+
+    func close() async {
+        try? await socket.close().get()
+        await relay.close()
+    }
+}
+
 /// Sends genuine datagrams from `socket` until `receiver` has delivered each one's message (a copy
 /// lost on the way is sent again; a second copy of one that arrived is a replay, which is dropped).
 /// One socket's datagrams reach another in order on loopback, so once they are in, everything
@@ -142,22 +206,13 @@ struct DatagramOverUDPTests {
         let preference: WireEncryptionPreference = encrypted ? .required : .none
         let alice = try EngineProbe(name: "alice", preference: preference, identity: encrypted ? try Self.pki.peer("alice") : nil)
         let bob = try EngineProbe(name: "bob", preference: preference, identity: encrypted ? try Self.pki.peer("bob") : nil)
-        #expect(try await alice.connect(bob))
+        // Bob's datagrams go to the tap: the test decides which reach Alice, from its socket.
+        let tap = try await DatagramTap.connect(bob, to: alice)
         let kind: DatagramHeader.Kind = encrypted ? .sealed : .plain
-
-        // Bob's datagrams stop at the interceptor: the test decides which reach Alice, from its socket.
         let genuineCount = 8_400
-        let captured = Mutex<[ByteBuffer]>([])
-        bob.engine.outgoingDatagramInterceptor.withLock {
-            $0 = { datagram in
-                captured.withLock { $0.append(datagram) }
-                return false
-            }
-        }
-        for index in 0..<genuineCount { try bob.engine.sendUnreliable(ByteBuffer(string: "g\(index)"), to: [alice.peer.identifier]) }
-        #expect(try await eventually { captured.withLock { $0.count } == genuineCount })
-        let genuine = captured.withLock { $0 }
+        let genuine = try await tap.capture(genuineCount, from: bob, to: alice) { "g\($0)" }
         try #require(genuine.count == genuineCount)
+        #expect(alice.messages(from: bob).isEmpty)
         let headers = try genuine.map { try DatagramHeader.decode(datagram: $0).header }
         // Alice's receiver ID for this connection, as every genuine datagram carries it.
         let receiverID = headers[0].receiverID
@@ -213,9 +268,9 @@ struct DatagramOverUDPTests {
         let replies = try await recorder.arrivalsBeforeMarker(on: attacker, group: group)
         #expect(replies.isEmpty, "the session answered junk \(replies.count) times (seed \(seed))")
 
-        // Genuine traffic still flows: a datagram from Bob's own socket, and a reliable message.
-        bob.engine.outgoingDatagramInterceptor.withLock { $0 = nil }
-        try bob.engine.sendUnreliable(ByteBuffer(string: "after the storm"), to: [alice.peer.identifier])
+        // Genuine traffic still flows: a fresh datagram from Bob, and a reliable message.
+        let afterTheStorm = try await tap.capture(1, from: bob, to: alice) { _ in "after the storm" }
+        try await deliver([(afterTheStorm[0], "after the storm")], from: attacker, to: target, receiver: alice, sender: bob)
         try bob.engine.send(ByteBuffer(string: "reliable too"), to: [alice.peer.identifier])
         #expect(try await eventually {
             Set(alice.messages(from: bob).map { String(buffer: $0) }).isSuperset(of: ["after the storm", "reliable too"])
@@ -223,6 +278,7 @@ struct DatagramOverUDPTests {
         #expect(alice.isConnected(to: bob) && bob.isConnected(to: alice))
         try await attacker.close().get()
         try await group.shutdownGracefully()
+        await tap.close()
         await alice.shutdown()
         await bob.shutdown()
     }
@@ -327,14 +383,10 @@ struct DatagramReplayOverUDPTests {
     @Test func reorderedDatagramsAreAcceptedAndReplaysDropped() async throws {
         let alice = try EngineProbe(name: "alice")
         let bob = try EngineProbe(name: "bob")
-        #expect(try await alice.connect(bob))
-        let captured = Mutex<[ByteBuffer]>([])
-        bob.engine.outgoingDatagramInterceptor.withLock { $0 = { datagram in captured.withLock { $0.append(datagram) }; return false } }
+        let tap = try await DatagramTap.connect(bob, to: alice)
         // The 51st is held back as a sentinel for the end.
-        for index in 0..<51 { try bob.engine.sendUnreliable(ByteBuffer(string: "n\(index)"), to: [alice.peer.identifier]) }
-        #expect(try await eventually { captured.withLock { $0.count } == 51 })
+        let datagrams = try await tap.capture(51, from: bob, to: alice) { "n\($0)" }
         #expect(alice.messages(from: bob).isEmpty)
-        let datagrams = captured.withLock { $0 }
 
         let port = try #require(try await alice.engine.datagramPort.get())
         let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
@@ -359,6 +411,7 @@ struct DatagramReplayOverUDPTests {
         #expect(Set(beforeSentinel) == Set((0..<50).map { "n\($0)" }))
         try await relay.close().get()
         try await group.shutdownGracefully()
+        await tap.close()
         await alice.shutdown()
         await bob.shutdown()
     }

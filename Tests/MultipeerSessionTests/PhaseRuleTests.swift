@@ -37,7 +37,7 @@ struct PhaseRuleTests {
         var bytes = ByteBuffer()
         try Frame.ping(1).encode(into: &bytes)
         let closed = listener.receive(bytes).contains { action in
-            if case .close(let error) = action, case .protocolViolation = error.kind { return true }
+            if case .close(let error) = action, error.code == .protocolViolation { return true }
             return false
         }
         #expect(closed)

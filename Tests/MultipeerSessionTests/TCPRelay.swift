@@ -26,7 +26,11 @@ final class TCPRelay: Sendable {
     /// Connections both of whose ends have closed.
     var finished: Int { counts.finished }
 
-    init(to targetPort: Int, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws {
+    let host: String
+
+    /// Listens on `host` (any loopback address) and forwards to 127.0.0.1 at `targetPort`.
+    init(to targetPort: Int, host: String = "127.0.0.1", group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws {
+        self.host = host
         let counts = Counts()
         self.counts = counts
         server = try await ServerBootstrap(group: group)
@@ -48,7 +52,7 @@ final class TCPRelay: Sendable {
                         throw error
                     }
             }
-            .bind(host: "127.0.0.1", port: 0).get()
+            .bind(host: host, port: 0).get()
         port = server.localAddress!.port!
     }
 
@@ -57,7 +61,7 @@ final class TCPRelay: Sendable {
         try ConnectionData(
             encryptionPreference: data.encryptionPreference, token: data.token, forPeer: data.forPeer, peerID: data.peerID,
             certificateFingerprint: data.certificateFingerprint,
-            endpoints: [WireEndpoint(address: .ipv4(0x7F00_0001), port: UInt16(port))])
+            endpoints: [WireEndpoint(address: .ipv4(host.split(separator: ".").reduce(0) { $0 << 8 | UInt32($1)! }), port: UInt16(port))])
     }
 
     func close() async { try? await server.close().get() }

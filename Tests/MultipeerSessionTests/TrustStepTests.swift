@@ -64,7 +64,7 @@ struct TrustStepTests {
         try Frame.message(ByteBuffer(string: "sneaky"), isEnd: true).encode(into: &frame)
         pair.inject(Array(frame.readableBytesView), fromDialer: true)
         #expect(pair.listenerSide.delivered.isEmpty)
-        guard case .protocolViolation? = pair.listenerSide.closedWith?.kind else {
+        guard pair.listenerSide.closedWith?.code == .protocolViolation else {
             Issue.record("expected a protocol violation, got \(String(describing: pair.listenerSide.closedWith))")
             return
         }

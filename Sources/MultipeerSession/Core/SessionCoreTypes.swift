@@ -1,0 +1,53 @@
+import Logging
+import MultipeerWire
+import NIOCore
+
+/// One connection (dialed or accepted) within a session core.
+public struct LinkID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    let raw: Int
+    public static func < (lhs: LinkID, rhs: LinkID) -> Bool { lhs.raw < rhs.raw }
+    public var description: String { "link \(raw)" }
+}
+
+/// Deferred work the core asks its shell to schedule; handed back through `timerFired`.
+enum SessionTimer: Hashable {
+    /// Dial an introduced peer again: our introduction may have overtaken the peer's.
+    case redialIntroduced(DialPlan, attempt: Int)
+    /// The peer kept its own connection to us and has not said HELLO yet; give up at this point.
+    case awaitPeersConnection(WirePeerID, ConnectionError)
+}
+
+/// What the session core asks its shell to do, in order.
+enum SessionAction {
+    /// Open a TCP connection for `link` and run the handshake the plan describes.
+    case dial(LinkID, DialPlan)
+    case sendFrame(Frame, on: LinkID)
+    /// Say GOODBYE with this reason and close.
+    case close(LinkID, GoodbyeReason)
+    /// End the connection for this error (GOODBYE with its reason; the error is reported).
+    case abort(LinkID, ConnectionError)
+    /// Close the socket; the core has already forgotten the link and reports nothing more.
+    case drop(LinkID)
+    case report(WirePeerID, PeerConnectionState)
+    /// A connection was refused before either app was asked (session full, stale token).
+    case refused(WirePeerID, GoodbyeReason)
+    /// The peer is connected: reliable messages may go to it on this link.
+    case memberJoined(WirePeerID, LinkID, acceptsDatagrams: Bool)
+    /// The peer's active link is gone: nothing more can be sent to it.
+    case memberLeft(Bytes16)
+    case deliver(ByteBuffer, from: WirePeerID, on: LinkID)
+    case schedule(SessionTimer, at: NIODeadline)
+}
+
+/// The session's rules, without sockets.
+struct SessionCoreConfiguration {
+    var localPeer: WirePeerID
+    var handshakeTimeout: TimeAmount
+    var maximumPendingConnections: Int
+    var datagramLimits: DatagramPeerState.Limits
+    var logger: Logger
+
+    /// How often a dial to an introduced peer is retried after `unknownToken`, and how long apart.
+    var introducedDialRetries = 3
+    var introducedDialRetryDelay = TimeAmount.milliseconds(250)
+}

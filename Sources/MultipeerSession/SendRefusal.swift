@@ -1,0 +1,47 @@
+import MultipeerCrypto
+import MultipeerWire
+
+/// Why a connection's `send(_:)` refused a frame. A struct rather than an enum, so that new
+/// reasons can be added without breaking callers: switch over `code`.
+public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: Hashable, Sendable { case notConnected, invalidFrame, tls, unsupported }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
+        public static let notConnected = Code(.notConnected)
+        public static let invalidFrame = Code(.invalidFrame)
+        public static let tls = Code(.tls)
+        /// Stream, resource and window frames: the machine keeps the channel state itself and
+        /// opens no channel yet (docs/PROTOCOL.md §7.6), so a peer would take these as violations.
+        public static let unsupported = Code(.unsupported)
+
+        public var description: String { "\(base)" }
+    }
+
+    public let code: Code
+    public let wireError: WireError?
+    public let securityError: SecurityError?
+    public let frameType: FrameType?
+
+    private init(_ code: Code, wireError: WireError? = nil, securityError: SecurityError? = nil, frameType: FrameType? = nil) {
+        self.code = code
+        self.wireError = wireError
+        self.securityError = securityError
+        self.frameType = frameType
+    }
+
+    public static let notConnected = SendRefusal(.notConnected)
+    public static func invalidFrame(_ error: WireError) -> SendRefusal { SendRefusal(.invalidFrame, wireError: error) }
+    public static func tls(_ error: SecurityError) -> SendRefusal { SendRefusal(.tls, securityError: error) }
+    public static func unsupported(_ type: FrameType) -> SendRefusal { SendRefusal(.unsupported, frameType: type) }
+
+    public var description: String {
+        switch code {
+        case .invalidFrame: "invalid frame: \(wireError.map { "\($0)" } ?? "?")"
+        case .tls: "TLS: \(securityError.map { "\($0)" } ?? "?")"
+        case .unsupported: "unsupported frame \(frameType.map { "\($0)" } ?? "?")"
+        default: "\(code)"
+        }
+    }
+}
