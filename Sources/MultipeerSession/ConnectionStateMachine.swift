@@ -414,12 +414,8 @@ public struct ConnectionStateMachine {
                 return fail(ConnectionError(.unexpectedPeer))
             }
         case .listener:
-            switch hello.purpose {
-            case .answer: return violation("a dialer's HELLO must not have purpose answer")
-            // Invitations need the advertiser's application; they arrive with discovery.
-            case .invitation: return fail(ConnectionError(.notAdmitted(.protocolError)))
-            case .connectionData, .meshIntroduction: break
-            }
+            if hello.purpose == .answer { return violation("a dialer's HELLO must not have purpose answer") }
+            // Whether this purpose, token and peer may join is the session's decision (SessionCore).
             if case .refuse(let reason) = configuration.admission(hello) {
                 return fail(ConnectionError(.notAdmitted(reason)))
             }

@@ -169,7 +169,9 @@ struct ConnectionHarness {
         let listener = ConnectionConfiguration(
             role: .listener, localPeer: listenerPeer,
             encryptionPreference: machineIsListener ? preferences.mine : preferences.theirs, tls: SessionFuzzChecks.tls,
-            listenPort: 40_000, admission: { _ in admission })
+            listenPort: 40_000,
+            // As the session core answers: no invitations until they arrive with discovery.
+            admission: { hello in hello.purpose == .invitation ? .refuse(.protocolError) : admission })
         machine = try! ConnectionStateMachine(configuration: machineIsListener ? listener : dialer)
         counterpart = try! ConnectionStateMachine(configuration: machineIsListener ? dialer : listener)
         mine = MachineObserver(name: machineIsListener ? "listener" : "dialer")

@@ -169,8 +169,11 @@ final class SessionCore {
             guard activeLink[hello.token] != nil, introductions.consume(peer, by: hello.token, now: now) else {
                 return .refuse(.unknownToken)
             }
-        case .invitation, .answer:
-            return .refuse(.unknownToken)
+        case .invitation:
+            // No advertiser takes invitations yet: they arrive with discovery (§7.2).
+            return .refuse(.protocolError)
+        case .answer:
+            return .refuse(.protocolError)  // the connection already treats this as a violation
         }
         for otherID in linkIDs(for: peer) where otherID != id {
             let other = links[otherID]!
