@@ -4,6 +4,8 @@ import NIOCore
 public struct MeshIntroduction: Hashable, Sendable {
     public struct Entry: Hashable, Sendable {
         public let peerID: WirePeerID
+        /// Where the member listens; port 0 (`WireEndpoint.notListening`) when it accepts no
+        /// connections and so dials the members it is introduced to.
         public let endpoint: WireEndpoint
 
         public init(peerID: WirePeerID, endpoint: WireEndpoint) {
@@ -50,7 +52,7 @@ public struct MeshIntroduction: Hashable, Sendable {
         entries.reserveCapacity(count)
         for _ in 0..<count {
             let peerID = try WirePeerID.decode(from: &buffer)
-            entries.append(Entry(peerID: peerID, endpoint: try WireEndpoint.decode(from: &buffer)))
+            entries.append(Entry(peerID: peerID, endpoint: try WireEndpoint.decode(from: &buffer, allowingNotListening: true)))
         }
         return try MeshIntroduction(entries: entries)
     }

@@ -19,6 +19,20 @@ public struct WireEndpoint: Hashable, Sendable, CustomStringConvertible {
         self.port = port
     }
 
+    private init(unchecked address: Address, port: UInt16) {
+        self.address = address
+        self.port = port
+    }
+
+    /// A member that accepts no connections, at the address its introducer sees it at: port 0,
+    /// allowed only in MESH_INTRODUCTION entries (docs/PROTOCOL.md §6.4.5, §7.4).
+    public static func notListening(at address: Address) -> WireEndpoint {
+        WireEndpoint(unchecked: address, port: 0)
+    }
+
+    /// Whether anything can be dialed here (port 0 only ever comes from `notListening`).
+    public var isListening: Bool { port != 0 }
+
     public var encodedLength: Int {
         switch address {
         case .ipv4: 1 + 4 + 2
@@ -38,7 +52,8 @@ public struct WireEndpoint: Hashable, Sendable, CustomStringConvertible {
         buffer.writeInteger(port)
     }
 
-    public static func decode(from buffer: inout ByteBuffer) throws(WireError) -> WireEndpoint {
+    /// `allowingNotListening`: port 0 is valid (MESH_INTRODUCTION entries only).
+    public static func decode(from buffer: inout ByteBuffer, allowingNotListening: Bool = false) throws(WireError) -> WireEndpoint {
         let family = try buffer.readWireInteger(as: UInt8.self, "endpoint family")
         let address: Address
         switch family {
@@ -47,6 +62,7 @@ public struct WireEndpoint: Hashable, Sendable, CustomStringConvertible {
         default: throw WireError(.invalidValue, "endpoint family \(family)")
         }
         let port = try buffer.readWireInteger(as: UInt16.self, "endpoint port")
+        if port == 0 && allowingNotListening { return .notListening(at: address) }
         return try WireEndpoint(address: address, port: port)
     }
 

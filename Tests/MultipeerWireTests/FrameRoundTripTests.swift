@@ -139,6 +139,23 @@ struct FrameRoundTripTests {
         }
     }
 
+    /// Port 0 in a MESH_INTRODUCTION entry introduces a member that does not listen (§6.4.5);
+    /// anywhere else an endpoint's port 0 is invalid (§9.2).
+    @Test func aMemberThatDoesNotListenIsIntroducedWithPortZero() throws {
+        let member = try WirePeerID(identifier: Bytes16(high: 1, low: 2), displayName: "member")
+        let entry = MeshIntroduction.Entry(peerID: member, endpoint: .notListening(at: .ipv4(0x0A00_0002)))
+        let frame = Frame.meshIntroduction(try MeshIntroduction(entries: [entry]))
+        let bytes = try encoded(frame)
+        #expect(bytes.suffix(2) == [0, 0])
+        let decoded = try Frame.decode(exactly: buffer(bytes))
+        #expect(decoded == frame)
+        guard case .meshIntroduction(let introduction) = decoded else { return }
+        #expect(!introduction.entries[0].endpoint.isListening)
+        var standalone = ByteBuffer()
+        entry.endpoint.encode(into: &standalone)
+        #expect(throws: WireError.self) { try WireEndpoint.decode(from: &standalone) }
+    }
+
     @Test func payloadValueTypesRefuseOutOfRangeValues() {
         #expect(throws: WireError.self) { try WirePeerID(identifier: .zero, displayName: "") }
         #expect(throws: WireError.self) { try WirePeerID(identifier: .zero, displayName: String(repeating: "é", count: 32)) }

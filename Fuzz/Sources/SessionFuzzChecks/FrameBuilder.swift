@@ -70,9 +70,11 @@ struct FrameBuilder {
         let count = Int(input.byte() % 8)
         var entries: [MeshIntroduction.Entry] = []
         for _ in 0..<count {
-            guard let peer = peerID(&input), let endpoint = try? WireEndpoint(address: .ipv4(input.integer()), port: input.integer()) else {
-                return nil
-            }
+            guard let peer = peerID(&input) else { return nil }
+            let address = WireEndpoint.Address.ipv4(input.integer())
+            let port: UInt16 = input.integer()
+            // Port 0: a member that does not listen (§6.4.5).
+            let endpoint = port == 0 ? .notListening(at: address) : try! WireEndpoint(address: address, port: port)
             entries.append(MeshIntroduction.Entry(peerID: peer, endpoint: endpoint))
         }
         return (try? MeshIntroduction(entries: entries)).map(Frame.meshIntroduction)

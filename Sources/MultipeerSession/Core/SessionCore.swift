@@ -224,10 +224,11 @@ final class SessionCore {
                 isEncrypted: connection.isEncrypted, weAreDialer: link.dialed, peerReceiverID: hello.datagramReceiverID,
                 limits: configuration.datagramLimits, keySource: datagramKeys)
         }
-        if hello.listenPort != 0, let host = remoteHost,
-            let address = try? SocketAddress(ipAddress: host, port: Int(hello.listenPort))
+        if let host = remoteHost,
+            let seen = try? WireEndpoint(socketAddress: SocketAddress(ipAddress: host, port: Int(max(hello.listenPort, 1))))
         {
-            link.listenEndpoint = try? WireEndpoint(socketAddress: address)
+            // A peer that accepts no connections is still introduced, so that others let it dial them.
+            link.listenEndpoint = hello.listenPort == 0 ? .notListening(at: seen.address) : seen
         }
         activeLink[peer.identifier] = id
         actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
@@ -354,7 +355,8 @@ final class SessionCore {
         for (_, otherID) in others { actions.append(.sendFrame(.meshIntroduction(aboutNewcomer), on: otherID)) }
     }
 
-    /// A connected member introduced peers; of each pair the larger identifier dials.
+    /// A connected member introduced peers. Of each pair the larger identifier dials, unless one
+    /// of the two accepts no connections: then that one dials, and if neither does, neither can.
     private func introduced(_ introduction: MeshIntroduction, by introducer: WirePeerID, now: NIODeadline) {
         for entry in introduction.entries {
             let peer = entry.peerID.identifier
@@ -367,7 +369,12 @@ final class SessionCore {
                 logger.notice("ignored an introduction past the introducer's quota", metadata: ["introducer": introducer.logValue])
                 continue
             }
-            if local > peer && linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
+            let weDial = switch (configuration.acceptsConnections, entry.endpoint.isListening) {
+            case (true, true): local > peer
+            case (false, true): true
+            case (_, false): false
+            }
+            if weDial && linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
                 startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
             }
         }

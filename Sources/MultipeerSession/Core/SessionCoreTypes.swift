@@ -46,6 +46,9 @@ struct SessionCoreConfiguration {
     var maximumPendingConnections: Int
     var datagramLimits: DatagramPeerState.Limits
     var logger: Logger
+    /// Whether we accept connections (our HELLO's listenPort is not 0). A side that does not
+    /// dials every member it is introduced to (docs/PROTOCOL.md §7.4).
+    var acceptsConnections = true
 
     /// How often a dial to an introduced peer is retried after `unknownToken`, and how long apart.
     var introducedDialRetries = 3

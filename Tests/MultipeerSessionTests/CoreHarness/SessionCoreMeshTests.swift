@@ -22,13 +22,15 @@ struct SessionCoreMeshTests {
     }
 
     /// Every pair connected once, with a clean history: `connecting` then `connected`, nothing else.
-    static func expectFullMesh(_ nodes: [VirtualNetwork.Node], sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectFullMesh(
+        _ nodes: [VirtualNetwork.Node], introducedDialsGoDown: Bool = true, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         for node in nodes {
             #expect(node.members.count == nodes.count - 1, "\(node.peer.displayName) has \(node.members.count) members", sourceLocation: sourceLocation)
             #expect(node.openConnections == nodes.count - 1, "\(node.peer.displayName) holds \(node.openConnections) connections", sourceLocation: sourceLocation)
             // Of two introduced peers, only the larger identifier dials (§7.4).
             let introducedDials = node.dials.filter { $0.purpose == .meshIntroduction }
-            #expect(introducedDials.allSatisfy { $0.peer.identifier < node.peer.identifier }, "\(node.peer.displayName) dialed a larger peer", sourceLocation: sourceLocation)
+            #expect(!introducedDialsGoDown || introducedDials.allSatisfy { $0.peer.identifier < node.peer.identifier }, "\(node.peer.displayName) dialed a larger peer", sourceLocation: sourceLocation)
             for other in nodes where other !== node {
                 #expect(node.states(of: other) == [.connecting, .connected], "\(node.peer.displayName) saw \(other.peer.displayName): \(node.states(of: other))", sourceLocation: sourceLocation)
             }
@@ -169,6 +171,41 @@ struct SessionCoreMeshTests {
         network.run(for: .seconds(4))
         #expect(dialer.dials.filter { $0.peer == listener.peer }.count == 1 + network.nodes[0].core.configuration.introducedDialRetries)
         #expect(dialer.lastState(of: listener) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))))
+    }
+
+    /// A member that accepts no connections (HELLO listenPort 0) is introduced with port 0 and
+    /// dials the newcomer itself, whichever identifier is larger (§7.4).
+    @Test(arguments: [true, false])
+    func aMemberThatDoesNotListenDialsTheMembersItIsIntroducedTo(memberIsLarger: Bool) throws {
+        let network = VirtualNetwork(seed: 21)
+        let host = try network.addNode("host", identity: try Self.pki.peer("host"), identifier: Bytes16(high: 5, low: 0))
+        let member = try network.addNode(
+            "member", identity: try Self.pki.peer("member"), acceptsConnections: false,
+            identifier: Bytes16(high: memberIsLarger ? 9 : 1, low: 0))
+        let newcomer = try network.addNode("newcomer", identity: try Self.pki.peer("newcomer"), identifier: Bytes16(high: 3, low: 0))
+        try network.connect(member, to: host)
+        #expect(network.run(until: { Self.isFullMesh([host, member]) }))
+        try network.connect(newcomer, to: host)
+        #expect(network.run(until: { Self.isFullMesh([host, member, newcomer]) }, limit: .seconds(10)))
+        network.run(for: .seconds(12))
+        Self.expectFullMesh(network.nodes, introducedDialsGoDown: false)
+        #expect(member.dials.map(\.peer) == [host.peer, newcomer.peer])
+        #expect(newcomer.dials.map(\.peer) == [host.peer])
+    }
+
+    /// Two members that both accept no connections cannot reach each other: neither dials, and
+    /// neither is reported to the other; each stays connected to the host.
+    @Test func twoMembersThatDoNotListenStayApart() throws {
+        let network = VirtualNetwork(seed: 22)
+        let host = try network.addNode("host", identity: try Self.pki.peer("host"))
+        let first = try network.addNode("first", identity: try Self.pki.peer("first"), acceptsConnections: false)
+        let second = try network.addNode("second", identity: try Self.pki.peer("second"), acceptsConnections: false)
+        try network.connect(first, to: host)
+        try network.connect(second, to: host, after: .milliseconds(500))
+        network.run(for: .seconds(15))
+        #expect(Self.isFullMesh([host, first]) && Self.isFullMesh([host, second]))
+        #expect(first.states(of: second).isEmpty && second.states(of: first).isEmpty)
+        #expect(first.dials.map(\.peer) == [host.peer] && second.dials.map(\.peer) == [host.peer])
     }
 
     /// One seed, one run: the harness is deterministic, so a failure found with a seed replays.

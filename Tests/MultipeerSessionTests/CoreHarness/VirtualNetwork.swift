@@ -46,8 +46,11 @@ final class VirtualNetwork {
         var trustPolicy: ((PeerTrustRequest) -> Bool)? = { _ in true }
         /// False: every byte and datagram to or from this node is lost (a dead or unplugged peer).
         var isReachable = true
-        /// False: dials to this node find nothing listening.
+        /// False: dials to this node find nothing listening (a transient failure; compare
+        /// `acceptsConnections`, which the node announces).
         var isListening = true
+        /// False: the node has no listener at all and says so (HELLO listenPort 0).
+        let acceptsConnections: Bool
         fileprivate(set) var reports: [(peer: WirePeerID, state: PeerConnectionState)] = []
         fileprivate(set) var refusals: [(peer: WirePeerID, reason: GoodbyeReason)] = []
         fileprivate(set) var messages: [(from: Bytes16, message: ByteBuffer)] = []
@@ -56,11 +59,16 @@ final class VirtualNetwork {
         fileprivate var connections: [LinkID: Connection] = [:]
 
         var host: String { "10.0.0.\(index + 1)" }
-        var listenPort: UInt16 { 7000 }
+        var listenPort: UInt16 { acceptsConnections ? 7000 : 0 }
         var datagramPort: UInt16 { 9000 }
-        var endpoint: WireEndpoint { try! WireEndpoint(address: .ipv4(0x0A00_0001 + UInt32(index)), port: listenPort) }
+        /// Where the node listens, or would if it accepted connections.
+        var endpoint: WireEndpoint { try! WireEndpoint(address: .ipv4(0x0A00_0001 + UInt32(index)), port: 7000) }
 
-        init(index: Int, peer: WirePeerID, core: SessionCore, tls: TLSContext, preference: WireEncryptionPreference) {
+        init(
+            index: Int, peer: WirePeerID, core: SessionCore, tls: TLSContext, preference: WireEncryptionPreference,
+            acceptsConnections: Bool
+        ) {
+            self.acceptsConnections = acceptsConnections
             self.index = index
             self.peer = peer
             self.core = core
@@ -89,17 +97,22 @@ final class VirtualNetwork {
 
     /// Adds a node with a fresh identity (or none, for preference `.none`).
     @discardableResult
-    func addNode(_ name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil) throws -> Node {
+    func addNode(
+        _ name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
+        acceptsConnections: Bool = true, identifier: Bytes16? = nil
+    ) throws -> Node {
         var identifierBytes = [UInt8](repeating: 0, count: 16)
         for index in identifierBytes.indices { identifierBytes[index] = UInt8.random(in: 0...255, using: &random) }
-        let peer = try WirePeerID(identifier: Bytes16(bytes: identifierBytes)!, displayName: name)
+        let peer = try WirePeerID(identifier: identifier ?? Bytes16(bytes: identifierBytes)!, displayName: name)
         let logger = Logger(label: "VirtualNetwork", factory: { _ in SwiftLogNoOpLogHandler() })
         let core = SessionCore(
             configuration: SessionCoreConfiguration(
                 localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64,
-                datagramLimits: .init(), logger: logger),
+                datagramLimits: .init(), logger: logger, acceptsConnections: acceptsConnections),
             random: SeededGenerator(seed: random.next()))
-        let node = Node(index: nodes.count, peer: peer, core: core, tls: try TLSContext(identity: identity), preference: preference)
+        let node = Node(
+            index: nodes.count, peer: peer, core: core, tls: try TLSContext(identity: identity), preference: preference,
+            acceptsConnections: acceptsConnections)
         nodes.append(node)
         return node
     }
@@ -260,7 +273,7 @@ final class VirtualNetwork {
         let node = dialer.node
         guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
         let target = nodes.first { node in plan.endpoints.contains(node.endpoint) }
-        guard let target, target.isListening else {
+        guard let target, target.isListening, target.acceptsConnections else {
             // Connection refused: nobody listens there.
             dialer.isClosed = true
             node.core.dialFailed(dialer.link)
