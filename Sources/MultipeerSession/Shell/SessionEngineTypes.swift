@@ -66,14 +66,6 @@ public struct SessionEngineConfiguration: Sendable {
     }
 }
 
-/// A peer's place in the session, as the engine reports it.
-public enum PeerConnectionState: Sendable, Equatable {
-    case connecting
-    case connected
-    /// With the reason when the connection failed or ended for one.
-    case notConnected(ConnectionError?)
-}
-
 public enum SessionEngineEvent: Sendable {
     case peerStateChanged(WirePeerID, PeerConnectionState)
     /// Ask the application; call `answer` once, from any thread.
