@@ -31,6 +31,8 @@ public struct ConnectionData: Hashable, Sendable {
         guard Self.endpointCounts.contains(endpoints.count) else {
             throw WireError(.invalidValue, "connection data with \(endpoints.count) endpoints, allowed 1-\(WireLimits.maxConnectionDataEndpoints)")
         }
+        // Port 0 is only for introductions of members that do not listen (§6.4.5).
+        guard endpoints.allSatisfy(\.isListening) else { throw WireError(.invalidValue, "connection data endpoint with port 0") }
         self.encryptionPreference = encryptionPreference
         self.token = token
         self.forPeer = forPeer

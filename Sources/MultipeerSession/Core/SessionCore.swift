@@ -41,6 +41,9 @@ final class SessionCore {
     private var introductions = IntroductionLedger()
     private var reporter = PeerReporter()
     private var nextLinkID = 1
+    /// Timers scheduled and not yet fired or called off; a firing that is not here is ignored,
+    /// so a disconnect or cancel is final even with timers in flight.
+    private var liveTimers: Set<SessionTimer> = []
     private var actions: [SessionAction] = []
 
     private var local: Bytes16 { configuration.localPeer.identifier }
@@ -53,7 +56,8 @@ final class SessionCore {
 
     /// The actions the last inputs produced, in order.
     func takeActions() -> [SessionAction] {
-        defer { actions.removeAll(keepingCapacity: true) }
+        guard !actions.isEmpty else { return [] }
+        defer { actions = [] }
         return actions
     }
 
@@ -85,6 +89,11 @@ final class SessionCore {
             actions.append(.drop(id))
             if let wirePeer = link?.peer { report(wirePeer, .notConnected(ConnectionError(.closedLocally))) }
         }
+        // A redial or a wait for the peer's own connection is called off too.
+        for timer in liveTimers where timer.peer.identifier == peer {
+            liveTimers.remove(timer)
+            if linkIDs(for: peer).isEmpty { report(timer.peer, .notConnected(ConnectionError(.closedLocally))) }
+        }
     }
 
     /// Ends every connection; each peer the app saw is reported not connected.
@@ -95,6 +104,7 @@ final class SessionCore {
             report(peer, .notConnected(ConnectionError(.closedLocally)))
         }
         links.removeAll()
+        liveTimers.removeAll()
         activeLink.removeAll()
         receiverIDs.removeAll()
         tokens.removeAll()
@@ -129,11 +139,14 @@ final class SessionCore {
 
     /// The receiver ID our HELLO on this link announces (docs/PROTOCOL.md §8): unique among our links.
     func allocateReceiverID(for id: LinkID) -> UInt32 {
+        // A dial that moves on to its next endpoint keeps the ID it had.
+        guard let link = links[id] else { return 0 }  // a forgotten link gets no ID (and no handlers)
+        if link.receiverID != 0 { return link.receiverID }
         while true {
             let candidate = UInt32.random(in: 1 ... .max, using: &random)
             if receiverIDs[candidate] == nil {
                 receiverIDs[candidate] = id
-                links[id]?.receiverID = candidate
+                link.receiverID = candidate
                 return candidate
             }
         }
@@ -153,7 +166,9 @@ final class SessionCore {
         let admission = decideAdmission(hello, on: id, now: now)
         if case .refuse(let reason) = admission {
             logger.notice("refused a connection", metadata: ["peer": hello.peerID.logValue, "reason": "\(reason)"])
-            if reason != .duplicateConnection { actions.append(.refused(hello.peerID, reason)) }
+            // The app hears of refusals a genuine peer can meet (stale data, a full session), not
+            // of duplicates or of protocol misuse, which a stranger could repeat at will.
+            if reason == .unknownToken || reason == .sessionFull { actions.append(.refused(hello.peerID, reason)) }
         }
         return admission
     }
@@ -243,7 +258,8 @@ final class SessionCore {
     }
 
     /// A frame the connection delivered (only after `established`).
-    func received(_ frame: Frame, on id: LinkID, now: NIODeadline) {
+    /// `now` is read only for the frames that need the time (introductions), not per message.
+    func received(_ frame: Frame, on id: LinkID, now: @autoclosure () -> NIODeadline) {
         guard let link = links[id], let peer = link.peer else { return }
         switch frame {
         case .message(let fragment, let isEnd):
@@ -256,7 +272,7 @@ final class SessionCore {
                 actions.append(.abort(id, ConnectionError(.protocolViolation(error))))
             }
         case .meshIntroduction(let introduction) where link.isConnected && activeLink[peer.identifier] == id:
-            introduced(introduction, by: peer, now: now)
+            introduced(introduction, by: peer, now: now())
         default:
             // PONG needs nothing. Stream, resource and window frames never get here: the
             // connection answers them itself (refusal, discard or GOODBYE, §7.6).
@@ -310,19 +326,20 @@ final class SessionCore {
             error == ConnectionError(.peerSaidGoodbye(.unknownToken))
         {
             // Our introduction may have overtaken the one the introducer sent the peer: try again.
-            actions.append(.schedule(.redialIntroduced(plan, attempt: link.attempt + 1), at: now + configuration.introducedDialRetryDelay))
+            schedule(.redialIntroduced(plan, attempt: link.attempt + 1), at: now + configuration.introducedDialRetryDelay)
             return
         }
         if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) && !link.isConnected {
             // The peer kept its own connection to us, which may not have said HELLO here yet:
             // stay "connecting" until it shows up, or until the handshake deadline passes.
-            actions.append(.schedule(.awaitPeersConnection(peer, error), at: now + configuration.handshakeTimeout))
+            schedule(.awaitPeersConnection(peer, error), at: now + configuration.handshakeTimeout)
             return
         }
         report(peer, .notConnected(error))
     }
 
     func timerFired(_ timer: SessionTimer) {
+        guard liveTimers.remove(timer) != nil else { return }
         switch timer {
         case .redialIntroduced(let plan, let attempt):
             let peer = plan.peer.identifier
@@ -381,6 +398,11 @@ final class SessionCore {
     }
 
     // MARK: Helpers
+
+    private func schedule(_ timer: SessionTimer, at deadline: NIODeadline) {
+        liveTimers.insert(timer)
+        actions.append(.schedule(timer, at: deadline))
+    }
 
     private func startDialing(_ plan: DialPlan, attempt: Int = 0) {
         let link = Link(dialed: true, plan: plan)

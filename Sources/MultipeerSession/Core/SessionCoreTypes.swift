@@ -15,6 +15,13 @@ enum SessionTimer: Hashable {
     case redialIntroduced(DialPlan, attempt: Int)
     /// The peer kept its own connection to us and has not said HELLO yet; give up at this point.
     case awaitPeersConnection(WirePeerID, ConnectionError)
+
+    var peer: WirePeerID {
+        switch self {
+        case .redialIntroduced(let plan, _): plan.peer
+        case .awaitPeersConnection(let peer, _): peer
+        }
+    }
 }
 
 /// What the session core asks its shell to do, in order.

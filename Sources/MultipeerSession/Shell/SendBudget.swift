@@ -53,11 +53,16 @@ final class SendBudget: Sendable {
     /// message up to the protocol's limit can be sent.
     func reserve(_ bytes: Int, for peers: [Bytes16]) throws(Refusal) {
         let refusal = slots.withLock { slots -> Refusal? in
-            let unknown = peers.filter { slots[$0] == nil }
-            if !unknown.isEmpty { return .notConnected(unknown) }
-            let full = peers.filter { slots[$0]!.queued > 0 && slots[$0]!.queued + bytes > limitPerPeer }
-            if !full.isEmpty { return .full(full) }
-            for peer in peers { slots[peer]!.queued += bytes }
+            // Checked without building arrays first: this runs for every message sent.
+            var fits = true
+            for peer in peers {
+                guard let queued = slots[peer]?.queued else {
+                    return .notConnected(peers.filter { slots[$0] == nil })
+                }
+                if queued > 0 && queued + bytes > limitPerPeer { fits = false }
+            }
+            guard fits else { return .full(peers.filter { slots[$0]!.queued > 0 && slots[$0]!.queued + bytes > limitPerPeer }) }
+            for peer in peers { slots[peer]?.queued += bytes }
             return nil
         }
         if let refusal { throw refusal }
@@ -66,12 +71,11 @@ final class SendBudget: Sendable {
     /// Bytes handed to the socket (or dropped with a closed link): room for more.
     func release(_ bytes: Int, for peer: Bytes16) {
         let waiters = slots.withLock { slots -> [UnsafeContinuation<Void, Never>] in
-            guard var slot = slots[peer] else { return [] }
-            slot.queued -= bytes
-            let waiters = slot.queued <= limitPerPeer / 2 ? slot.waiters : []
-            if !waiters.isEmpty { slot.waiters = [] }
-            slots[peer] = slot
-            return waiters
+            guard let queued = slots[peer]?.queued else { return [] }
+            slots[peer]?.queued = queued - bytes
+            guard queued - bytes <= limitPerPeer / 2, slots[peer]?.waiters.isEmpty == false else { return [] }
+            defer { slots[peer]?.waiters = [] }
+            return slots[peer]?.waiters ?? []
         }
         for waiter in waiters { waiter.resume() }
     }

@@ -39,7 +39,9 @@ public final class SessionEngine: Sendable {
         let core = SessionCore(configuration: SessionCoreConfiguration(
             localPeer: configuration.localPeer, handshakeTimeout: configuration.handshakeTimeout,
             maximumPendingConnections: configuration.maximumPendingConnections,
-            datagramLimits: configuration.datagramLimits, logger: configuration.logger))
+            datagramLimits: configuration.datagramLimits, logger: configuration.logger,
+            // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
+            acceptsConnections: true))
         state = .makeBoxSendingValue(EngineState(core: core), eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
     }
@@ -345,7 +347,13 @@ public final class SessionEngine: Sendable {
                     let (id, shed) = state.core.inboundAccepted(progress: self.handshakeProgress)
                     if let shed { self.shed(shed) }
                     state.links[id] = EngineState.Link(channel: channel)
-                    try self.installHandlers(on: channel, link: id, role: .listener, plan: nil)
+                    do {
+                        try self.installHandlers(on: channel, link: id, role: .listener, plan: nil)
+                    } catch {
+                        // No connection events will come for this link: forget it now.
+                        self.linkClosed(id, ConnectionError(.connectionClosed))
+                        throw error
+                    }
                 }
             }
             .bind(host: configuration.listenHost, port: 0)
@@ -393,6 +401,8 @@ public final class SessionEngine: Sendable {
 
     private func installHandlers(on channel: any Channel, link id: LinkID, role: ConnectionConfiguration.Role, plan: DialPlan?) throws {
         let state = state.value
+        // A dial cancelled or superseded while connecting: its socket closes when the connect lands.
+        guard state.core.isLive(id) else { throw ChannelError.ioOnClosedChannel }
         let datagramPort = UInt16(state.datagramPort ?? 0)
         let receiverID = datagramPort == 0 ? 0 : state.core.allocateReceiverID(for: id)
         let connectionConfiguration = ConnectionConfiguration(
@@ -458,7 +468,7 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkReceived(_ id: LinkID, _ frame: Frame) {
-        core.received(frame, on: id, now: eventLoop.now)
+        core.received(frame, on: id, now: self.eventLoop.now)
         perform()
     }
 

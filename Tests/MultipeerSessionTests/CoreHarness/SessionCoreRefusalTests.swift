@@ -112,10 +112,16 @@ struct SessionCoreRefusalTests {
         #expect(nodes[0].openConnections == 0)
     }
 
-    /// A mesh-introduction HELLO whose introducer is no member is refused.
-    @Test func anIntroductionByANonMemberIsRefused() throws {
+    /// A mesh-introduction HELLO is refused unless a connected member introduced the dialer:
+    /// here the named introducer is no member, or a member that introduced no one.
+    @Test(arguments: [false, true])
+    func anIntroductionNobodyMadeIsRefused(introducerIsMember: Bool) throws {
         let (network, nodes) = try Mesh.network(seed: 5, size: 3)
         let stranger = nodes[2]
+        if introducerIsMember {
+            try network.connect(nodes[1], to: nodes[0])
+            #expect(network.run(until: { Mesh.isFullMesh([nodes[0], nodes[1]]) }))
+        }
         stranger.core.connect(DialPlan(introduced: nodes[0].peer, by: nodes[1].peer.identifier, at: nodes[0].endpoint))
         network.drain(stranger)
         network.run(for: .seconds(5))
@@ -170,15 +176,43 @@ struct SessionCoreRefusalTests {
         #expect(dialer.states(of: maker) == [.connecting, .notConnected(ConnectionError(.handshakeTimedOut))])
     }
 
-    @Test func cancellingADialReportsOnceAndLeavesNothing() throws {
+    /// Cancelled while the peer's app is deciding: both sides end, each reports once, and
+    /// neither keeps a link.
+    @Test func cancellingADialDuringTheTrustStepEndsItOnBothSides() throws {
         let (network, dialer, maker) = try Self.pair()
-        maker.isReachable = false
+        maker.trustPolicy = nil  // the maker's app never answers
         try network.connect(dialer, to: maker)
-        network.run(for: .seconds(1))
+        #expect(network.run(until: { maker.states(of: dialer) == [.connecting] }))
         network.cancelConnect(dialer, peer: maker)
-        network.run(for: .seconds(20))
+        network.run(for: .seconds(2))
         #expect(dialer.states(of: maker) == [.connecting, .notConnected(ConnectionError(.closedLocally))])
-        #expect(dialer.openConnections == 0)
+        #expect(maker.states(of: dialer) == [.connecting, .notConnected(ConnectionError(.peerSaidGoodbye(.normal)))])
+        #expect(dialer.openConnections == 0 && maker.openConnections == 0)
+        #expect(dialer.core.links.isEmpty && maker.core.links.isEmpty)
+        network.run(for: .seconds(60))  // past every deadline: nothing more is reported
+        #expect(dialer.states(of: maker).count == 2 && maker.states(of: dialer).count == 2)
+    }
+
+    /// A disconnect or cancel while an introduced dial waits for its retry is final: the retry
+    /// never runs and the peer is reported not connected once.
+    @Test(arguments: [false, true])
+    func aPendingRedialIsCalledOffByDisconnectOrCancel(cancel: Bool) throws {
+        let (network, nodes) = try Mesh.network(seed: 11, size: 3)
+        let host = nodes[0]
+        let (listener, dialer) = nodes[1].peer.identifier < nodes[2].peer.identifier ? (nodes[1], nodes[2]) : (nodes[2], nodes[1])
+        try network.connect(listener, to: host)
+        #expect(network.run(until: { Mesh.isFullMesh([host, listener]) }))
+        network.latency[.init(from: host.index, to: listener.index)] = .seconds(5)
+        try network.connect(dialer, to: host)
+        // The refusal has reached the dialer (its link to the listener is gone): a retry is pending.
+        #expect(network.run(until: { listener.refusals.count == 1 && dialer.openConnections == 1 }))
+        #expect(dialer.lastState(of: listener) == .connecting)
+        if cancel { network.cancelConnect(dialer, peer: listener) } else { network.disconnect(dialer) }
+        network.run(for: .seconds(20))
+        #expect(dialer.dials.filter { $0.peer == listener.peer }.count == 1)
+        #expect(dialer.states(of: listener) == [.connecting, .notConnected(ConnectionError(.closedLocally))])
+        #expect(listener.refusals.count == 1)
+        if !cancel { #expect(dialer.core.links.isEmpty && dialer.openConnections == 0) }
     }
 
     /// A peer that disconnects is reported gone by every member; the others stay connected.
@@ -220,6 +254,14 @@ struct SessionCoreRefusalTests {
         let another = try SocketAddress(ipAddress: "10.0.0.99", port: 9000)
         let extra = try #require(network.sealDatagram("from elsewhere", from: sender, to: receiver))
         network.deliverDatagram(extra.0, to: receiver, from: another)
+        network.run(for: .seconds(1))
+        #expect(receiver.messages.count == (encrypted ? 51 : 50))
+        // An unknown receiver ID is dropped before anything else is looked at.
+        let genuineHeader = try DatagramHeader.decode(datagram: sealed[0].0).header
+        var unknown = ByteBuffer()
+        DatagramHeader(kind: genuineHeader.kind, receiverID: genuineHeader.receiverID &+ 1, epoch: 0, counter: 1_000).encode(into: &unknown)
+        unknown.writeBytes([UInt8](repeating: 7, count: 32))
+        network.deliverDatagram(unknown, to: receiver, from: source)
         network.run(for: .seconds(1))
         #expect(receiver.messages.count == (encrypted ? 51 : 50))
         // A flipped bit is dropped on a sealed connection.

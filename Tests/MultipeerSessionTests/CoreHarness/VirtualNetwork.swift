@@ -238,8 +238,9 @@ final class VirtualNetwork {
                 node.dials.append(plan)
                 let connection = Connection(network: self, node: node, link: id, dialPlan: plan)
                 node.connections[id] = connection
-                // The TCP connection completes (or fails) one round trip later.
-                schedule(after: defaultLatency) { self.completeDial(connection, plan: plan) }
+                // The TCP connection completes (or fails) one latency later.
+                let target = nodes.first { plan.endpoints.contains($0.endpoint) }
+                schedule(after: target.map { latency(from: node, to: $0) } ?? defaultLatency) { self.completeDial(connection, plan: plan) }
             case .sendFrame(let frame, let id):
                 node.connections[id]?.send(frame)
             case .close(let id, let reason):
@@ -332,7 +333,6 @@ final class Connection {
     func start() {
         let core = node.core
         let link = link
-        // Called inside the machine's `receive`: the core's other actions run just after it.
         let context = UncheckedBox((node, network))
         let configuration = ConnectionConfiguration(
             role: dialPlan == nil ? .listener : .dialer, localPeer: node.peer, encryptionPreference: node.preference,
@@ -342,8 +342,10 @@ final class Connection {
             expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint,
             admission: { hello in
                 let (node, network) = context.value
+                // As the shell does, the core's other actions (closing a superseded dial) run at once;
+                // they touch other connections, never this one's machine.
                 let admission = node.core.admit(hello, on: link, now: network.now)
-                network.schedule(after: .zero) { network.drain(node) }
+                network.drain(node)
                 return admission
             })
         machine = try! ConnectionStateMachine(configuration: configuration)
