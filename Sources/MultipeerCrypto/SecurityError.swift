@@ -57,7 +57,8 @@ enum OpenSSLErrors {
         return messages.isEmpty ? "" : " (" + messages.joined(separator: "; ") + ")"
     }
 
-    static func clear() { ERR_clear_error() }
+    /// Peeking first: clearing walks the whole queue, and this runs before every TLS read and write.
+    static func clear() { if ERR_peek_error() != 0 { ERR_clear_error() } }
 
     /// True if the last queued error is a PKCS#12 MAC or PEM decryption failure, the signs of a wrong password.
     static func lastIsBadPassword() -> Bool {

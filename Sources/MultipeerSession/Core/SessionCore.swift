@@ -7,7 +7,7 @@ import NIOCore
 /// introductions, the duplicate-connection rule, the member limit), mesh planning and its retries,
 /// which link carries a peer, reassembly and datagram routing, and what the app is told.
 /// Inputs are API commands, connection events, decoded frames and datagrams, each with the time;
-/// outputs are `SessionAction`s, taken with `takeActions()` after every input. Randomness is
+/// outputs are `SessionAction`s, handed out by `forEachAction` after every input. Randomness is
 /// injected; nothing here touches a socket, a clock or a thread.
 final class SessionCore {
     final class Link {
@@ -45,6 +45,7 @@ final class SessionCore {
     /// so a disconnect or cancel is final even with timers in flight.
     private var liveTimers: Set<SessionTimer> = []
     private var actions: [SessionAction] = []
+    private var spareActions: [SessionAction] = []
 
     private var local: Bytes16 { configuration.localPeer.identifier }
     private var logger: Logger { configuration.logger }
@@ -54,11 +55,17 @@ final class SessionCore {
         self.random = random
     }
 
-    /// The actions the last inputs produced, in order.
-    func takeActions() -> [SessionAction] {
-        guard !actions.isEmpty else { return [] }
-        defer { actions = [] }
-        return actions
+    /// Hands out the actions the last inputs produced, in order, reusing their storage (this runs
+    /// for every message). `body` may feed the core again; what that produces is handed out by
+    /// the caller's next drain.
+    func forEachAction(_ body: (SessionAction) -> Void) {
+        guard !actions.isEmpty else { return }
+        var taken = actions
+        actions = spareActions
+        spareActions = []
+        for action in taken { body(action) }
+        taken.removeAll(keepingCapacity: true)
+        if spareActions.capacity == 0 { spareActions = taken }
     }
 
     // MARK: Commands from the API
@@ -258,15 +265,14 @@ final class SessionCore {
     }
 
     /// A frame the connection delivered (only after `established`).
-    /// `now` is read only for the frames that need the time (introductions), not per message.
-    func received(_ frame: Frame, on id: LinkID, now: @autoclosure () -> NIODeadline) {
-        guard let link = links[id], let peer = link.peer else { return }
+    /// Returns a completed message to deliver (the hot path, so not an action); anything else
+    /// comes out as actions. `now` is read only for the frames that need it, not per message.
+    func received(_ frame: Frame, on id: LinkID, now: @autoclosure () -> NIODeadline) -> (ByteBuffer, WirePeerID)? {
+        guard let link = links[id], let peer = link.peer else { return nil }
         switch frame {
         case .message(let fragment, let isEnd):
             do {
-                if let message = try link.assembler.append(fragment, isEnd: isEnd) {
-                    actions.append(.deliver(message, from: peer, on: id))
-                }
+                if let message = try link.assembler.append(fragment, isEnd: isEnd) { return (message, peer) }
             } catch {
                 // The app learns why: a message over the limit is the peer's violation.
                 actions.append(.abort(id, ConnectionError(.protocolViolation(error))))
@@ -278,6 +284,7 @@ final class SessionCore {
             // connection answers them itself (refusal, discard or GOODBYE, §7.6).
             break
         }
+        return nil
     }
 
     /// One UDP datagram from anywhere: the message it carries, or nil when it is dropped.

@@ -42,7 +42,6 @@ enum SessionAction {
     case memberJoined(WirePeerID, LinkID, acceptsDatagrams: Bool)
     /// The peer's active link is gone: nothing more can be sent to it.
     case memberLeft(Bytes16)
-    case deliver(ByteBuffer, from: WirePeerID, on: LinkID)
     case schedule(SessionTimer, at: NIODeadline)
 }
 

@@ -5,9 +5,11 @@ import Synchronization
 /// (docs/PROTOCOL.md §7.6: a receiver limits MESSAGE memory by not reading). Past the limit the
 /// connection stops reading; it reads again once the application has taken half of it.
 /// Charged on the event loop, released from any thread.
+/// Lock-free: it is charged and released once per message, from two threads.
 public final class ReceiveBudget: Sendable {
     public let limit: Int
-    private let state = Mutex<(held: Int, paused: Bool)>((0, false))
+    private let held = Atomic<Int>(0)
+    private let paused = Atomic<Bool>(false)
     private let resumeReading: @Sendable () -> Void
 
     init(limit: Int, resumeReading: @escaping @Sendable () -> Void) {
@@ -15,29 +17,31 @@ public final class ReceiveBudget: Sendable {
         self.resumeReading = resumeReading
     }
 
-    public var heldBytes: Int { state.withLock { $0.held } }
+    public var heldBytes: Int { held.load(ordering: .acquiring) }
 
     /// Whether a datagram of `bytes` may be delivered now (datagrams are dropped, not waited for).
-    func hasRoom(for bytes: Int) -> Bool { state.withLock { $0.held + bytes <= limit } }
+    func hasRoom(for bytes: Int) -> Bool { held.load(ordering: .acquiring) + bytes <= limit }
 
     /// Counts `bytes` as delivered; returns true when the caller must pause reading now.
     func charge(_ bytes: Int) -> Bool {
-        state.withLock { state in
-            state.held += bytes
-            guard state.held > limit, !state.paused else { return false }
-            state.paused = true
-            return true
+        let total = held.add(bytes, ordering: .acquiringAndReleasing).newValue
+        guard total > limit, paused.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return false }
+        // A release that ran before the flag was set saw nothing to resume: if it left little
+        // held, do not pause at all (no later release might come to resume reading).
+        if held.load(ordering: .acquiring) <= limit / 2,
+            paused.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
+        {
+            return false
         }
+        return true
     }
 
     func release(_ bytes: Int) {
-        let resume = state.withLock { state -> Bool in
-            state.held -= bytes
-            guard state.paused, state.held <= limit / 2 else { return false }
-            state.paused = false
-            return true
+        let total = held.subtract(bytes, ordering: .acquiringAndReleasing).newValue
+        if total <= limit / 2, paused.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged {
+            resumeReading()
         }
-        if resume { resumeReading() }
     }
 }
 

@@ -154,7 +154,13 @@ public final class SessionEngine: Sendable {
                         sendBudget.release(frames.reduce(0) { $0 + $1.payloadLength }, for: peer)
                         continue
                     }
-                    link.outbound.append(contentsOf: frames)
+                    if link.outbound.isEmpty, let channel = link.channel, channel.isWritable {
+                        // Nothing waits and the socket takes more: straight to the channel.
+                        for frame in frames { channel.write(frame, promise: nil) }
+                        link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
+                    } else {
+                        link.outbound.append(contentsOf: frames)
+                    }
                     touched[id] = link
                 }
             case .unreliable(let message, let peers):
@@ -181,7 +187,9 @@ public final class SessionEngine: Sendable {
         guard !link.pumping, let channel = link.channel, let peer = link.member?.identifier else { return }
         link.pumping = true
         defer { link.pumping = false }
-        var released = 0
+        var released = link.writtenUnflushed
+        link.writtenUnflushed = 0
+        if released > 0 { channel.flush() }
         while !link.outbound.isEmpty {
             var wrote = false
             while channel.isWritable, let frame = link.outbound.popFirst() {
@@ -230,7 +238,7 @@ public final class SessionEngine: Sendable {
     /// Carries out what the core decided. On the loop; called after every input to the core.
     private func perform() {
         let state = state.value
-        for action in state.core.takeActions() {
+        state.core.forEachAction { action in
             switch action {
             case .dial(let id, let plan):
                 state.links[id] = EngineState.Link()
@@ -258,10 +266,12 @@ public final class SessionEngine: Sendable {
             case .refused(let peer, let reason):
                 onEvent(.peerRefused(peer, reason))
             case .memberJoined(let peer, let id, let acceptsDatagrams):
-                guard let link = state.links[id] else { continue }
+                guard let link = state.links[id] else { return }
                 link.member = peer
                 let channel = link.channel
-                link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) { [weak channel] in
+                // Held strongly (a channel does not refer back to its budget): a weak reference would put
+                // the channel's every retain and release on the slow path.
+                link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) {
                     channel?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
                 }
                 // Room for bulk between writability checks without holding much per peer.
@@ -269,8 +279,6 @@ public final class SessionEngine: Sendable {
                 sendBudget.add(peer, acceptsDatagrams: acceptsDatagrams)
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
-            case .deliver(let message, let peer, let id):
-                onEvent(.messageReceived(message, from: peer, receipt: charge(state.links[id], message.readableBytes)))
             case .schedule(let timer, let deadline):
                 eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
                     core.timerFired(timer)
@@ -468,7 +476,9 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkReceived(_ id: LinkID, _ frame: Frame) {
-        core.received(frame, on: id, now: self.eventLoop.now)
+        if let (message, peer) = core.received(frame, on: id, now: self.eventLoop.now) {
+            onEvent(.messageReceived(message, from: peer, receipt: charge(state.value.links[id], message.readableBytes)))
+        }
         perform()
     }
 
@@ -559,11 +569,14 @@ final class EngineState {
     final class Link {
         var channel: (any Channel)?
         /// The connection's handler, for its handshake progress when connections must be shed.
-        weak var handler: ConnectionHandler?
+        /// Strong: the link goes when the connection closes, and weak references slow refcounting.
+        var handler: ConnectionHandler?
         /// The peer, once connected.
         var member: WirePeerID?
         /// Reliable frames waiting for the socket to take them (bounded by the send budget).
         var outbound = CircularBuffer<Frame>()
+        /// Bytes written straight to the channel (the queue was empty) and not yet flushed.
+        var writtenUnflushed = 0
         var pumping = false
         var receiveBudget: ReceiveBudget?
 

@@ -232,7 +232,7 @@ final class VirtualNetwork {
     // MARK: The shell: carrying out a core's actions
 
     func drain(_ node: Node) {
-        for action in node.core.takeActions() {
+        node.core.forEachAction { action in
             switch action {
             case .dial(let id, let plan):
                 node.dials.append(plan)
@@ -259,8 +259,6 @@ final class VirtualNetwork {
                 node.members.insert(peer.identifier)
             case .memberLeft(let peer):
                 node.members.remove(peer)
-            case .deliver(let message, let peer, _):
-                node.messages.append((peer.identifier, message))
             case .schedule(let timer, let deadline):
                 schedule(at: deadline) {
                     node.core.timerFired(timer)
@@ -433,7 +431,9 @@ final class Connection {
                 keepalive = KeepaliveClock(policy: network.keepalive, now: network.now)
                 scheduleKeepaliveTick()
             case .deliver(let frame):
-                node.core.received(frame, on: link, now: network.now)
+                if let (message, peer) = node.core.received(frame, on: link, now: network.now) {
+                    node.messages.append((peer.identifier, message))
+                }
                 network.drain(node)
             case .close(let error):
                 report([.close(error)])
