@@ -44,6 +44,11 @@ let package = Package(
             name: "MultipeerWire",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
         ),
+        // mDNS / DNS-SD message codec (RFC 1035, 6762, 6763), pure and sans-I/O like MultipeerWire.
+        .target(
+            name: "MultipeerDNS",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(
             name: "MultipeerCrypto",
             dependencies: [
@@ -63,8 +68,19 @@ let package = Package(
             ]
         ),
         .target(
+            name: "MultipeerDiscovery",
+            dependencies: [
+                "MultipeerDNS",
+                "MultipeerWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
             name: "MultipeerConnectivity",
             dependencies: [
+                "MultipeerDiscovery",
                 "MultipeerSession",
                 "MultipeerWire",
                 "MultipeerCrypto",
@@ -117,6 +133,12 @@ let package = Package(
         .executableTarget(name: "fuzz-datagram", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-datagram"),
         .executableTarget(name: "fuzz-connection", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-connection"),
         .target(
+            name: "DNSFuzzChecks",
+            dependencies: ["MultipeerDNS", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Fuzz/Sources/DNSFuzzChecks"
+        ),
+        .executableTarget(name: "fuzz-dns-message", dependencies: ["DNSFuzzChecks"], path: "Fuzz/Sources/fuzz-dns-message"),
+        .target(
             name: "MultipeerTestSupport",
             dependencies: ["MultipeerCrypto"],
             path: "Tests/MultipeerTestSupport"
@@ -124,6 +146,17 @@ let package = Package(
         .testTarget(
             name: "MultipeerWireTests",
             dependencies: ["MultipeerWire", "WireFuzzChecks", "MultipeerTestSupport", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "MultipeerDiscoveryTests",
+            dependencies: [
+                "MultipeerDiscovery", "MultipeerDNS", "MultipeerWire", "MultipeerTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "MultipeerDNSTests",
+            dependencies: ["MultipeerDNS", "DNSFuzzChecks", "MultipeerTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "MultipeerCryptoTests",
