@@ -1,0 +1,95 @@
+import MultipeerDNS
+import NIOCore
+
+/// Multicast DNS constants (RFC 6762).
+public enum MDNS {
+    public static let port: UInt16 = 5353
+    /// 224.0.0.251
+    public static let ipv4Group: UInt32 = 0xE000_00FB
+    /// ff02::fb
+    public static let ipv6Group: [UInt8] = [0xFF, 0x02] + [UInt8](repeating: 0, count: 13) + [0xFB]
+    /// Unique records (SRV, TXT, addresses): RFC 6762 §10.
+    public static let hostRecordTTL: UInt32 = 120
+    /// Shared records (PTR) and TXT.
+    public static let serviceRecordTTL: UInt32 = 4_500
+}
+
+/// An IP address as mDNS records and sockets carry it.
+public enum MDNSAddress: Hashable, Sendable, CustomStringConvertible {
+    /// Host order: 10.0.0.1 is 0x0A000001.
+    case ipv4(UInt32)
+    /// 16 bytes.
+    case ipv6([UInt8])
+
+    public var isIPv6: Bool { if case .ipv6 = self { true } else { false } }
+
+    public var description: String {
+        switch self {
+        case .ipv4(let value): (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0)))) }.joined(separator: ".")
+        case .ipv6(let bytes):
+            stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }.joined(separator: ":")
+        }
+    }
+}
+
+/// A network interface the discovery engine sends and listens on.
+public struct MDNSInterface: Hashable, Sendable {
+    public let index: Int
+    public let name: String
+    public var addresses: [MDNSAddress]
+
+    public init(index: Int, name: String, addresses: [MDNSAddress]) {
+        self.index = index
+        self.name = name
+        self.addresses = addresses
+    }
+}
+
+/// Where a packet came from.
+public struct MDNSSource: Hashable, Sendable {
+    public let address: MDNSAddress
+    public let port: UInt16
+    public let interfaceIndex: Int
+
+    public init(address: MDNSAddress, port: UInt16, interfaceIndex: Int) {
+        self.address = address
+        self.port = port
+        self.interfaceIndex = interfaceIndex
+    }
+}
+
+/// Where a packet goes: the mDNS group on one interface (IPv4 or IPv6), or straight back to a querier.
+public enum MDNSDestination: Hashable, Sendable {
+    case multicast(interfaceIndex: Int, ipv6: Bool)
+    case unicast(MDNSSource)
+}
+
+public struct MDNSPacket: Sendable {
+    public let message: DNSMessage
+    public let destination: MDNSDestination
+}
+
+/// A small deadline-ordered queue of pending work, for the sans-I/O cores.
+struct JobQueue<Job> {
+    private var jobs: [(deadline: NIODeadline, sequence: Int, job: Job)] = []
+    private var sequence = 0
+
+    var nextDeadline: NIODeadline? { jobs.first?.deadline }
+    var count: Int { jobs.count }
+
+    mutating func schedule(_ job: Job, at deadline: NIODeadline) {
+        sequence += 1
+        let item = (deadline: deadline, sequence: sequence, job: job)
+        let position = jobs.firstIndex { ($0.deadline, $0.sequence) > (deadline, sequence) } ?? jobs.endIndex
+        jobs.insert(item, at: position)
+    }
+
+    /// Removes and returns every job due at `now`, in order.
+    mutating func takeDue(now: NIODeadline) -> [Job] {
+        let due = jobs.prefix { $0.deadline <= now }.map(\.job)
+        jobs.removeFirst(due.count)
+        return due
+    }
+
+    mutating func removeAll(where shouldRemove: (Job) -> Bool) { jobs.removeAll { shouldRemove($0.job) } }
+}

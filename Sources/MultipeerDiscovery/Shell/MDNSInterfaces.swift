@@ -1,0 +1,44 @@
+import NIOCore
+
+/// The machine's interfaces as discovery sees them.
+public enum MDNSInterfaces {
+    /// Up, multicast-capable interfaces with an address. `names` picks them by name (for example
+    /// `["lo"]` inside a test's network namespace); nil takes every one but loopback.
+    public static func current(names: [String]? = nil) throws(DiscoveryError) -> [MDNSInterface] {
+        let devices: [NIONetworkDevice]
+        do {
+            devices = try System.enumerateDevices()
+        } catch {
+            throw DiscoveryError(.noInterface, "cannot list network interfaces: \(error)")
+        }
+        var byName: [String: MDNSInterface] = [:]
+        for device in devices where device.multicastSupported {
+            if let names {
+                guard names.contains(device.name) else { continue }
+            } else if device.name == "lo" || device.address.map(isLoopback) == true {
+                continue
+            }
+            guard let address = device.address.flatMap(mdnsAddress) else { continue }
+            var interface = byName[device.name] ?? MDNSInterface(index: device.interfaceIndex, name: device.name, addresses: [])
+            if !interface.addresses.contains(address) { interface.addresses.append(address) }
+            byName[device.name] = interface
+        }
+        return byName.values.sorted { $0.index < $1.index }
+    }
+
+    static func mdnsAddress(_ address: SocketAddress) -> MDNSAddress? {
+        switch address {
+        case .v4(let v4): return .ipv4(UInt32(bigEndian: v4.address.sin_addr.s_addr))
+        case .v6(let v6): return .ipv6(withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) })
+        case .unixDomainSocket: return nil
+        }
+    }
+
+    private static func isLoopback(_ address: SocketAddress) -> Bool {
+        address.ipAddress == "127.0.0.1" || address.ipAddress == "::1"
+    }
+
+    static func socketAddress(_ address: MDNSAddress, port: UInt16) -> SocketAddress? {
+        try? SocketAddress(ipAddress: address.description, port: Int(port))
+    }
+}
