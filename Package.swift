@@ -94,6 +94,7 @@ let package = Package(
             name: "multipeer-demo",
             dependencies: [
                 "MultipeerConnectivity",
+                "MultipeerDiscovery",
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -6,6 +6,9 @@
 //                                  (for tests) serve one session whose connection data is made
 //                                  for PEERID (hex wire representation), print it, wait 60 s;
 //                                  optionally with the open-file limit lowered first
+//   multipeer-demo advertise NAME SERVICE INTERFACE [KEY=VALUE ...] | browse SERVICE INTERFACE
+//                                  (for tests, inside network namespaces) discovery on one
+//                                  interface, printing ADVERTISING / FOUND / LOST lines
 //   multipeer-demo sink PEERID COUNT
 //                                  (for tests) the same, with an application that takes no
 //                                  message until a line arrives on standard input, then checks
@@ -28,10 +31,18 @@ struct Demo {
                 try await servePeer(forHex: arguments[1])
             } else if arguments.first == "sink", arguments.count == 3, let count = Int(arguments[2]) {
                 try await serveSink(forHex: arguments[1], expecting: count)
+            } else if arguments.first == "advertise", arguments.count >= 4 {
+                let info = Dictionary(arguments.dropFirst(4).compactMap { pair -> (String, String)? in
+                    guard let equals = pair.firstIndex(of: "=") else { return nil }
+                    return (String(pair[..<equals]), String(pair[pair.index(after: equals)...]))
+                }, uniquingKeysWith: { first, _ in first })
+                try await advertise(name: arguments[1], service: arguments[2], interface: arguments[3], info: info)
+            } else if arguments.first == "browse", arguments.count == 3 {
+                try await browse(service: arguments[1], interface: arguments[2])
             } else if arguments.isEmpty {
                 try await runDemo()
             } else {
-                fail("usage: multipeer-demo [peer PEERID-HEX [MAX-OPEN-FILES] | sink PEERID-HEX COUNT]")
+                fail("usage: multipeer-demo [peer PEERID-HEX [MAX-OPEN-FILES] | sink PEERID-HEX COUNT | advertise NAME SERVICE INTERFACE [KEY=VALUE ...] | browse SERVICE INTERFACE]")
             }
         } catch {
             fail("\(error)")

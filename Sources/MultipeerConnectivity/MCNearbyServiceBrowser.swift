@@ -1,0 +1,139 @@
+import Foundation
+import MultipeerDiscovery
+import MultipeerWire
+import Synchronization
+
+/// Apple's browser delegate.
+public protocol MCNearbyServiceBrowserDelegate: AnyObject {
+    func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?)
+    func browser(_ browser: MCNearbyServiceBrowser, lostPeer peerID: MCPeerID)
+    /// Optional, as in Apple's protocol.
+    func browser(_ browser: MCNearbyServiceBrowser, didNotStartBrowsingForPeers error: any Error)
+}
+
+extension MCNearbyServiceBrowserDelegate {
+    public func browser(_ browser: MCNearbyServiceBrowser, didNotStartBrowsingForPeers error: any Error) {}
+}
+
+/// Finds peers advertising a service type on the LAN (docs/PROTOCOL.md §12.3), as Apple's class
+/// does, plus `events()`, an async sequence of found and lost peers with their addresses.
+public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
+    /// A found or lost peer, for the Swift-native API.
+    public enum Event: Sendable {
+        case found(MCPeerID, discoveryInfo: [String: String], endpoints: [Endpoint])
+        case lost(MCPeerID)
+    }
+
+    /// Where a found peer listens: an address (as text), its port, and the interface it was seen on.
+    public struct Endpoint: Hashable, Sendable {
+        public let host: String
+        public let port: Int
+        public let interfaceIndex: Int
+    }
+
+    public let myPeerID: MCPeerID
+    public let serviceType: String
+    private let type: ServiceType
+    private let configuration: DiscoveryConfiguration
+    private let delegateLock = NSLock()
+    private weak var storedDelegate: (any MCNearbyServiceBrowserDelegate)?
+    private let delegateQueue: DispatchQueue
+    private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID])>((nil, [:], [:]))
+
+    public weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
+        get { delegateLock.withLock { storedDelegate } }
+        set { delegateLock.withLock { storedDelegate = newValue } }
+    }
+
+    /// Apple's initialiser: an invalid service type stops the program, as Apple's raises.
+    public convenience init(peer myPeerID: MCPeerID, serviceType: String) {
+        do {
+            try self.init(peer: myPeerID, serviceType: serviceType, configuration: DiscoveryConfiguration())
+        } catch {
+            preconditionFailure("MCNearbyServiceBrowser: \(error.reason)")
+        }
+    }
+
+    public init(peer myPeerID: MCPeerID, serviceType: String, configuration: DiscoveryConfiguration) throws(MCError) {
+        do {
+            type = try ServiceType(serviceType)
+        } catch {
+            throw MCError(.invalidParameter, reason: error.description)
+        }
+        self.myPeerID = myPeerID
+        self.serviceType = serviceType
+        self.configuration = configuration
+        delegateQueue = DispatchQueue(label: "MCNearbyServiceBrowser.delegate.\(serviceType)")
+        super.init()
+    }
+
+    /// Found and lost peers from now on, until the browser stops or the stream is dropped.
+    public func events() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(1_024))
+        let id = UUID()
+        state.withLock { $0.streams[id] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.streams.removeValue(forKey: id) } }
+        return stream
+    }
+
+    public func startBrowsingForPeers() {
+        Task {
+            do {
+                try await start()
+            } catch {
+                delegateQueue.async { self.delegate?.browser(self, didNotStartBrowsingForPeers: error) }
+            }
+        }
+    }
+
+    public func stopBrowsingForPeers() {
+        Task { await stop() }
+    }
+
+    public func start() async throws(MCError) {
+        guard state.withLock({ $0.browser }) == nil else { return }
+        let browser = DiscoveryBrowser(localPeer: myPeerID.wire, serviceType: type, configuration: configuration) { [weak self] event in
+            self?.handle(event)
+        }
+        do {
+            try await browser.start()
+        } catch {
+            throw MCError(.unavailable, reason: error.description)
+        }
+        state.withLock { $0.browser = browser }
+    }
+
+    /// Stops browsing; found peers are forgotten without `lostPeer` calls, as Apple's does.
+    public func stop() async {
+        let browser = state.withLock { state in
+            defer {
+                state.browser = nil
+                state.peers.removeAll()
+            }
+            return state.browser
+        }
+        await browser?.stop()
+    }
+
+    private func handle(_ event: DiscoveryBrowser.Event) {
+        switch event {
+        case .found(let found):
+            let (peer, streams) = state.withLock { state -> (MCPeerID, [AsyncStream<Event>.Continuation]) in
+                let peer = state.peers[found.peer.identifier] ?? MCPeerID(wire: found.peer)
+                state.peers[found.peer.identifier] = peer
+                return (peer, Array(state.streams.values))
+            }
+            let endpoints = found.endpoints.map { Endpoint(host: $0.address.description, port: Int($0.port), interfaceIndex: $0.interfaceIndex) }
+            for stream in streams { stream.yield(.found(peer, discoveryInfo: found.discoveryInfo, endpoints: endpoints)) }
+            let info = found.discoveryInfo
+            delegateQueue.async { self.delegate?.browser(self, foundPeer: peer, withDiscoveryInfo: info.isEmpty ? nil : info) }
+        case .lost(let lost):
+            let (peer, streams) = state.withLock { state -> (MCPeerID?, [AsyncStream<Event>.Continuation]) in
+                (state.peers.removeValue(forKey: lost.identifier), Array(state.streams.values))
+            }
+            guard let peer else { return }
+            for stream in streams { stream.yield(.lost(peer)) }
+            delegateQueue.async { self.delegate?.browser(self, lostPeer: peer) }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+import Logging
+import NIOCore
+import NIOPosix
+
+/// Where and how discovery runs.
+public struct DiscoveryConfiguration: Sendable {
+    /// Interface names to use (for example `["lo"]` inside a test's network namespace); nil uses
+    /// every up, multicast-capable interface but loopback.
+    public var interfaceNames: [String]?
+    /// A found peer that stops answering for this long is lost, goodbye or not (docs/PROTOCOL.md §12.3).
+    public var livenessTimeout: TimeAmount
+    public var eventLoop: any EventLoop
+    public var logger: Logger
+
+    public init(
+        interfaceNames: [String]? = nil, livenessTimeout: TimeAmount = .seconds(15),
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        logger: Logger = Logger(label: "MultipeerDiscovery", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) {
+        self.interfaceNames = interfaceNames
+        self.livenessTimeout = livenessTimeout
+        self.eventLoop = eventLoop
+        self.logger = logger
+    }
+}

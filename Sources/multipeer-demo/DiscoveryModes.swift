@@ -1,0 +1,62 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerDiscovery
+
+/// Discovery in a process of its own, for tests that run it inside network namespaces and kill it.
+extension Demo {
+    /// Advertises NAME for SERVICE on INTERFACE until a line `stop` (goodbye, then exit) or the
+    /// end of standard input. Prints `ADVERTISING <identifier> <port>`.
+    static func advertise(name: String, service: String, interface: String, info: [String: String]) async throws {
+        let peer = MCPeerID(displayName: name)
+        let advertiser = try MCNearbyServiceAdvertiser(
+            peer: peer, discoveryInfo: info, serviceType: service, configuration: DiscoveryConfiguration(interfaceNames: [interface]))
+        try await advertiser.start()
+        emit("ADVERTISING \(hex(peer)) \(advertiser.port ?? 0)")
+        _ = readLine()
+        await advertiser.stop()
+        emit("STOPPED")
+    }
+
+    /// Browses for SERVICE on INTERFACE until standard input ends. Prints
+    /// `FOUND <identifier> <display name> <key=value,...> <host:port,...>` and `LOST <identifier>`.
+    static func browse(service: String, interface: String) async throws {
+        var configuration = DiscoveryConfiguration(interfaceNames: [interface])
+        // Tests shorten the wait for a peer that vanished without a goodbye.
+        if let seconds = ProcessInfo.processInfo.environment["MULTIPEER_LIVENESS_SECONDS"].flatMap(Int64.init) {
+            configuration.livenessTimeout = .seconds(seconds)
+        }
+        let browser = try MCNearbyServiceBrowser(peer: MCPeerID(displayName: "browser"), serviceType: service, configuration: configuration)
+        let events = browser.events()
+        try await browser.start()
+        emit("BROWSING")
+        let watcher = Task {
+            for await event in events {
+                switch event {
+                case .found(let peer, let info, let endpoints):
+                    let pairs = info.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+                    emit("FOUND \(hex(peer)) \(peer.displayName) \(pairs.isEmpty ? "-" : pairs) \(endpoints.map { "\($0.host):\($0.port)" }.joined(separator: ","))")
+                case .lost(let peer):
+                    emit("LOST \(hex(peer))")
+                }
+            }
+        }
+        // Blocks a thread of its own, not the cooperative pool the watcher runs on.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                while readLine() != nil {}
+                done.resume()
+            }
+        }
+        watcher.cancel()
+        await browser.stop()
+    }
+
+    /// The peer's 16-byte identifier in hex: bytes 1-16 of its wire representation (docs/PROTOCOL.md §9.1).
+    private static func hex(_ peer: MCPeerID) -> String {
+        peer.wireRepresentation.dropFirst().prefix(16).map { String(format: "%02x", $0) }.joined()
+    }
+
+    private static func emit(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import MultipeerTestSupport
+
+/// Network namespaces a test creates and deletes, joined by veth pairs to a bridge in a hub
+/// namespace, with multicast routed onto each one's link: mDNS traffic that never reaches the
+/// machine's real interfaces. Needs root and iproute2.
+final class NetworkNamespaces: @unchecked Sendable {
+    let names: [String]
+    private let hub: String
+
+    static var available: Bool {
+        getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip")
+    }
+
+    /// `count` namespaces; each has interface `mp0` with address 169.254.<tag>.<n>/24.
+    init(count: Int) throws {
+        let tag = Int(getpid() % 200) + 20
+        let prefix = "mpd\(getpid())x\(UInt16.random(in: 0 ... .max))"
+        hub = "\(prefix)h"
+        names = (1...count).map { "\(prefix)n\($0)" }
+        do {
+            try Self.ip("netns", "add", hub)
+            try Self.ip("netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
+            try Self.ip("netns", "exec", hub, "ip", "link", "set", "br0", "up")
+            for (index, name) in names.enumerated() {
+                try Self.ip("netns", "add", name)
+                try Self.ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
+                try Self.ip("netns", "exec", hub, "ip", "link", "add", "h\(index)", "type", "veth", "peer", "name", "mp0", "netns", name)
+                try Self.ip("netns", "exec", hub, "ip", "link", "set", "h\(index)", "master", "br0", "up")
+                try Self.ip("netns", "exec", name, "ip", "addr", "add", "169.254.\(tag).\(index + 1)/24", "dev", "mp0")
+                try Self.ip("netns", "exec", name, "ip", "link", "set", "mp0", "up", "multicast", "on")
+                try Self.ip("netns", "exec", name, "ip", "route", "add", "224.0.0.0/4", "dev", "mp0")
+            }
+        } catch {
+            remove()
+            throw error
+        }
+    }
+
+    func remove() {
+        for name in names + [hub] { _ = try? Self.ip("netns", "del", name) }
+    }
+
+    deinit { remove() }
+
+    @discardableResult
+    static func ip(_ arguments: String...) throws -> String {
+        let result = try BuiltProducts.run(URL(fileURLWithPath: "/usr/sbin/ip"), arguments, seconds: 20)
+        guard result.status == 0 else {
+            throw CommandFailed(description: "ip \(arguments.joined(separator: " ")) failed: \(result.output)")
+        }
+        return result.output
+    }
+}
+
+/// A `multipeer-demo` discovery mode running inside a namespace; its output read line by line.
+final class NamespacedDemo: @unchecked Sendable {
+    let process = Process()
+    let input = Pipe()
+    let output = Pipe()
+
+    init(in namespace: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+        process.arguments = ["netns", "exec", namespace, try BuiltProducts.executable("multipeer-demo").path] + arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardOutput = output
+        process.standardInput = input
+        try process.run()
+    }
+
+    /// The next line, or nil at the end of output or when `seconds` pass first.
+    func nextLine(within seconds: Double) async -> String? {
+        await withCheckedContinuation { continuation in
+            let once = OnceFlag()
+            Thread.detachNewThread {
+                let line = self.readLine()
+                if once.claim() { continuation.resume(returning: line) }
+            }
+            Thread.detachNewThread {
+                Thread.sleep(forTimeInterval: seconds)
+                if once.claim() { continuation.resume(returning: nil) }
+            }
+        }
+    }
+
+    private func readLine() -> String? {
+        var line = Data()
+        while true {
+            let byte = output.fileHandleForReading.readData(ofLength: 1)
+            guard let first = byte.first else { return line.isEmpty ? nil : String(decoding: line, as: UTF8.self) }
+            if first == 0x0A { return String(decoding: line, as: UTF8.self) }
+            line.append(first)
+        }
+    }
+
+    func send(_ line: String) { input.fileHandleForWriting.write(Data((line + "\n").utf8)) }
+
+    /// SIGKILL: no goodbye can go out. (A child of the test process ignores SIGTERM.)
+    func kill() {
+        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+        // `ip netns exec` replaced itself with the demo, so this is the demo's own PID.
+    }
+
+    deinit {
+        try? input.fileHandleForWriting.close()
+        kill()
+    }
+}
+
+struct CommandFailed: Error, CustomStringConvertible {
+    let description: String
+}
+
+private final class OnceFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var claimed = false
+    func claim() -> Bool { lock.withLock { defer { claimed = true }; return !claimed } }
+}
