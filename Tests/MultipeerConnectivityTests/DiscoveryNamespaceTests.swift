@@ -94,4 +94,46 @@ struct DiscoveryNamespaceTests {
         }
         withExtendedLifetime(advertisers) {}
     }
+
+    // MARK: Interop with python-zeroconf, an independent mDNS stack
+
+    static var zeroconfScript: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/zeroconf_peer.py").path
+    }
+
+    /// python-zeroconf's browser sees our advertiser, with the TXT record of §12.2.
+    @Test func zeroconfFindsOurAdvertiser() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let advertiser = try NamespacedDemo(in: namespaces.names[0], ["advertise", "Alice", Self.service, "mp0", "room=42"])
+        let advertising = try #require(await Self.line(advertiser, startingWith: "ADVERTISING", within: 10))
+        let (identifier, port) = (advertising.split(separator: " ")[1], advertising.split(separator: " ")[2])
+        let browser = try NamespacedDemo(
+            in: namespaces.names[1], program: "python3",
+            [Self.zeroconfScript, "browse", Self.service, namespaces.address(of: 1)])
+        let found = try #require(await Self.line(browser, startingWith: "FOUND", within: 10))
+        let fields = found.split(separator: " ")
+        #expect(fields.count == 4)
+        #expect(fields[1] == "\(identifier)._\(Self.service)._tcp.local.")
+        #expect(fields[2] == port)
+        #expect(fields[3] == "mpcdn=Alice,mpcid=\(identifier),room=42,txtvers=1")
+    }
+
+    /// Our browser finds a peer that python-zeroconf publishes as §12 says, and loses it on its goodbye.
+    @Test func ourBrowserFindsAZeroconfPeer() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let identifier = "00112233445566778899aabbccddeeff"
+        let publisher = try NamespacedDemo(
+            in: namespaces.names[0], program: "python3",
+            [Self.zeroconfScript, "register", "Zed", Self.service, namespaces.address(of: 0), identifier, "7777"])
+        _ = try #require(await Self.line(publisher, startingWith: "REGISTERED", within: 10))
+        let browser = try NamespacedDemo(in: namespaces.names[1], ["browse", Self.service, "mp0"], environment: ["MULTIPEER_LIVENESS_SECONDS": "60"])
+        let found = try #require(await Self.line(browser, startingWith: "FOUND", within: 10))
+        #expect(found == "FOUND \(identifier) Zed from=zeroconf \(namespaces.address(of: 0)):7777")
+        try publisher.input.fileHandleForWriting.close()  // unregisters: goodbye
+        let lost = try #require(await Self.line(browser, startingWith: "LOST", within: 10))
+        #expect(lost == "LOST \(identifier)")
+    }
 }

@@ -7,6 +7,10 @@ import MultipeerTestSupport
 final class NetworkNamespaces: @unchecked Sendable {
     let names: [String]
     private let hub: String
+    private let tag: Int
+
+    /// The address of namespace `index`'s interface `mp0`.
+    func address(of index: Int) -> String { "169.254.\(tag).\(index + 1)" }
 
     static var available: Bool {
         getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip")
@@ -14,7 +18,7 @@ final class NetworkNamespaces: @unchecked Sendable {
 
     /// `count` namespaces; each has interface `mp0` with address 169.254.<tag>.<n>/24.
     init(count: Int) throws {
-        let tag = Int(getpid() % 200) + 20
+        tag = Int(getpid() % 200) + 20
         let prefix = "mpd\(getpid())x\(UInt16.random(in: 0 ... .max))"
         hub = "\(prefix)h"
         names = (1...count).map { "\(prefix)n\($0)" }
@@ -27,7 +31,7 @@ final class NetworkNamespaces: @unchecked Sendable {
                 try Self.ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
                 try Self.ip("netns", "exec", hub, "ip", "link", "add", "h\(index)", "type", "veth", "peer", "name", "mp0", "netns", name)
                 try Self.ip("netns", "exec", hub, "ip", "link", "set", "h\(index)", "master", "br0", "up")
-                try Self.ip("netns", "exec", name, "ip", "addr", "add", "169.254.\(tag).\(index + 1)/24", "dev", "mp0")
+                try Self.ip("netns", "exec", name, "ip", "addr", "add", "\(address(of: index))/24", "dev", "mp0")
                 try Self.ip("netns", "exec", name, "ip", "link", "set", "mp0", "up", "multicast", "on")
                 try Self.ip("netns", "exec", name, "ip", "route", "add", "224.0.0.0/4", "dev", "mp0")
             }
@@ -59,9 +63,10 @@ final class NamespacedDemo: @unchecked Sendable {
     let input = Pipe()
     let output = Pipe()
 
-    init(in namespace: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+    /// Runs `program` (multipeer-demo by default) inside `namespace`.
+    init(in namespace: String, program: String? = nil, _ arguments: [String], environment: [String: String] = [:]) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = ["netns", "exec", namespace, try BuiltProducts.executable("multipeer-demo").path] + arguments
+        process.arguments = ["netns", "exec", namespace, try program ?? BuiltProducts.executable("multipeer-demo").path] + arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardOutput = output
         process.standardInput = input
