@@ -136,4 +136,51 @@ struct DiscoveryNamespaceTests {
         let lost = try #require(await Self.line(browser, startingWith: "LOST", within: 10))
         #expect(lost == "LOST \(identifier)")
     }
+
+    // MARK: Interop with Avahi, the Linux desktop's mDNS stack (a private daemon per namespace)
+
+    static var avahiScript: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/avahi_peer.sh").path
+    }
+
+    /// `avahi-browse -rp` lists our advertiser, resolved, with the TXT record of §12.2.
+    @Test func avahiBrowseListsOurAdvertiser() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let advertiser = try NamespacedDemo(in: namespaces.names[0], ["advertise", "Alice", Self.service, "mp0", "room=42"])
+        let advertising = try #require(await Self.line(advertiser, startingWith: "ADVERTISING", within: 10))
+        let (identifier, port) = (advertising.split(separator: " ")[1], advertising.split(separator: " ")[2])
+        let avahi = try NamespacedDemo(in: namespaces.names[1], program: "bash", [Self.avahiScript, "browse", Self.service])
+        let resolved = try #require(await Self.line(avahi, startingWith: "=;", within: 20))
+        let fields = resolved.split(separator: ";", omittingEmptySubsequences: false)
+        #expect(fields.count == 10, "\(resolved)")
+        guard fields.count == 10 else { return }
+        #expect(fields[3] == identifier && fields[4] == "_\(Self.service)._tcp")
+        #expect(fields[6] == "mpc-\(identifier).local" && fields[7] == Substring(namespaces.address(of: 0)) && fields[8] == port)
+        for pair in ["\"txtvers=1\"", "\"mpcid=\(identifier)\"", "\"mpcdn=Alice\"", "\"room=42\""] {
+            #expect(fields[9].contains(pair), "\(fields[9]) lacks \(pair)")
+        }
+    }
+
+    /// Our browser finds a peer published with `avahi-publish` as §12 says, and loses it when
+    /// Avahi withdraws it.
+    @Test func ourBrowserFindsAnAvahiPeer() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let identifier = "0123456789abcdef0123456789abcdef"
+        let avahi = try NamespacedDemo(
+            in: namespaces.names[0], program: "bash",
+            [Self.avahiScript, "publish", identifier, Self.service, "4243", "txtvers=1", "mpcid=\(identifier)", "mpcdn=Avahi", "from=avahi"])
+        _ = try #require(await Self.line(avahi, startingWith: "PUBLISHED", within: 20))
+        let browser = try NamespacedDemo(in: namespaces.names[1], ["browse", Self.service, "mp0"], environment: ["MULTIPEER_LIVENESS_SECONDS": "60"])
+        let found = try #require(await Self.line(browser, startingWith: "FOUND", within: 10))
+        let fields = found.split(separator: " ")
+        #expect(fields.count == 5)
+        #expect(fields[1] == Substring(identifier) && fields[2] == "Avahi" && fields[3] == "from=avahi")
+        #expect(fields[4].split(separator: ",").contains("\(namespaces.address(of: 0)):4243"))
+        try avahi.input.fileHandleForWriting.close()  // avahi-publish ends: Avahi sends goodbyes
+        let lost = try #require(await Self.line(browser, startingWith: "LOST", within: 10))
+        #expect(lost == "LOST \(identifier)")
+    }
 }

@@ -106,10 +106,20 @@ final class NamespacedDemo: @unchecked Sendable {
         // `ip netns exec` replaced itself with the demo, so this is the demo's own PID.
     }
 
-    deinit {
+    /// Ends the program the polite way (end of its input, so it can say goodbye and clean up
+    /// what it started), and kills it if it has not exited within `seconds`.
+    func finish(within seconds: Double = 5) {
         try? input.fileHandleForWriting.close()
-        kill()
+        let exited = DispatchSemaphore(value: 0)
+        let process = process
+        Thread.detachNewThread {
+            process.waitUntilExit()
+            exited.signal()
+        }
+        if exited.wait(timeout: .now() + seconds) == .timedOut { kill() }
     }
+
+    deinit { finish() }
 }
 
 struct CommandFailed: Error, CustomStringConvertible {
