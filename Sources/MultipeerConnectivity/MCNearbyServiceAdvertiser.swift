@@ -70,25 +70,39 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
 
     private let configuration: DiscoveryConfiguration
     private let running = Mutex<DiscoveryAdvertiser?>(nil)
+    /// Start and stop, from Apple's calls or the async ones, run in order, one at a time.
+    private let sequencer = OperationSequencer()
 
     /// Apple's call: starts in the background; a failure goes to `didNotStartAdvertisingPeer`.
     public func startAdvertisingPeer() {
-        Task {
-            do {
-                try await start()
+        sequencer.submit {
+            do throws(MCError) {
+                try await self.startNow()
             } catch {
-                delegate?.advertiser(self, didNotStartAdvertisingPeer: error)
+                self.delegate?.advertiser(self, didNotStartAdvertisingPeer: error)
             }
         }
     }
 
     public func stopAdvertisingPeer() {
-        Task { await stop() }
+        sequencer.submit { await self.stopNow() }
     }
 
     /// Opens the listener that peers dial to invite us, then advertises its port.
     /// Invitations themselves arrive in a later version: until then a connection is closed at once.
     public func start() async throws(MCError) {
+        let failure = await sequencer.run { () async -> MCError? in
+            do throws(MCError) {
+                try await self.startNow()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    private func startNow() async throws(MCError) {
         guard running.withLock({ $0 }) == nil else { return }
         let channel: any Channel
         do {
@@ -116,6 +130,13 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
 
     /// Says goodbye on the LAN and closes the listener.
     public func stop() async {
+        _ = await sequencer.run { () async -> Bool in
+            await self.stopNow()
+            return true
+        }
+    }
+
+    private func stopNow() async {
         let active = running.withLock { current in defer { current = nil }; return current }
         await active?.stop()
         let channel = listener.withLock { current in defer { current = nil }; return current }

@@ -38,6 +38,8 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private let delegateLock = NSLock()
     private weak var storedDelegate: (any MCNearbyServiceBrowserDelegate)?
     private let delegateQueue: DispatchQueue
+    /// Start and stop, from Apple's calls or the async ones, run in order, one at a time.
+    private let sequencer = OperationSequencer()
     private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID])>((nil, [:], [:]))
 
     public weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
@@ -77,20 +79,32 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     }
 
     public func startBrowsingForPeers() {
-        Task {
-            do {
-                try await start()
+        sequencer.submit {
+            do throws(MCError) {
+                try await self.startNow()
             } catch {
-                delegateQueue.async { self.delegate?.browser(self, didNotStartBrowsingForPeers: error) }
+                self.delegateQueue.async { self.delegate?.browser(self, didNotStartBrowsingForPeers: error) }
             }
         }
     }
 
     public func stopBrowsingForPeers() {
-        Task { await stop() }
+        sequencer.submit { await self.stopNow() }
     }
 
     public func start() async throws(MCError) {
+        let failure = await sequencer.run { () async -> MCError? in
+            do throws(MCError) {
+                try await self.startNow()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    private func startNow() async throws(MCError) {
         guard state.withLock({ $0.browser }) == nil else { return }
         let browser = DiscoveryBrowser(localPeer: myPeerID.wire, serviceType: type, configuration: configuration) { [weak self] event in
             self?.handle(event)
@@ -105,6 +119,13 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
 
     /// Stops browsing; found peers are forgotten without `lostPeer` calls, as Apple's does.
     public func stop() async {
+        _ = await sequencer.run { () async -> Bool in
+            await self.stopNow()
+            return true
+        }
+    }
+
+    private func stopNow() async {
         let browser = state.withLock { state in
             defer {
                 state.browser = nil

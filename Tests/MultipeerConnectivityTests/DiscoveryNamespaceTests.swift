@@ -32,7 +32,7 @@ struct DiscoveryNamespaceTests {
         let browser = try NamespacedDemo(in: namespaces.names[1], ["browse", Self.service, "mp0"], environment: ["MULTIPEER_LIVENESS_SECONDS": "60"])
         _ = try #require(await Self.line(browser, startingWith: "BROWSING", within: 10))
         let browsingSince = Date()
-        let found = try #require(await Self.line(browser, startingWith: "FOUND", within: 5))
+        let found = try #require(await Self.line(browser, startingWith: "FOUND", within: 10))
         // The first query goes out after 20-120 ms; the next one only after a second.
         #expect(Date().timeIntervalSince(browsingSince) < 3, "found after \(Date().timeIntervalSince(browsingSince)) s")
         let fields = found.split(separator: " ")
@@ -62,7 +62,7 @@ struct DiscoveryNamespaceTests {
         let advertiser = try NamespacedDemo(in: namespaces.names[0], ["advertise", "Bob", Self.service, "mp0"])
         let advertising = try #require(await Self.line(advertiser, startingWith: "ADVERTISING", within: 10))
         let identifier = advertising.split(separator: " ")[1]
-        _ = try #require(await Self.line(browser, startingWith: "FOUND \(identifier)", within: 5))
+        _ = try #require(await Self.line(browser, startingWith: "FOUND \(identifier)", within: 10))
         advertiser.kill()
         let killedAt = Date()
         let lost = try #require(await Self.line(browser, startingWith: "LOST", within: 10))
@@ -85,8 +85,9 @@ struct DiscoveryNamespaceTests {
         }
         for namespace in namespaces.names {
             let browser = try NamespacedDemo(in: namespace, ["browse", Self.service, "mp0"])
+            _ = try #require(await Self.line(browser, startingWith: "BROWSING", within: 20))
             var found = Set<Substring>()
-            while found.count < 3, let line = await Self.line(browser, startingWith: "FOUND", within: 5) {
+            while found.count < 3, let line = await Self.line(browser, startingWith: "FOUND", within: 10) {
                 found.insert(line.split(separator: " ")[1])
             }
             // A browser also sees the advertiser in its own namespace (a different peer ID).
@@ -157,7 +158,7 @@ struct DiscoveryNamespaceTests {
         #expect(fields.count == 10, "\(resolved)")
         guard fields.count == 10 else { return }
         #expect(fields[3] == identifier && fields[4] == "_\(Self.service)._tcp")
-        #expect(fields[6] == "mpc-\(identifier).local" && fields[7] == Substring(namespaces.address(of: 0)) && fields[8] == port)
+        #expect(fields[6] == "mpc-\(identifier)-\(Self.service).local" && fields[7] == Substring(namespaces.address(of: 0)) && fields[8] == port)
         for pair in ["\"txtvers=1\"", "\"mpcid=\(identifier)\"", "\"mpcdn=Alice\"", "\"room=42\""] {
             #expect(fields[9].contains(pair), "\(fields[9]) lacks \(pair)")
         }

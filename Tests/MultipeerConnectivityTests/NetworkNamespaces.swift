@@ -71,30 +71,38 @@ final class NamespacedDemo: @unchecked Sendable {
         process.standardOutput = output
         process.standardInput = input
         try process.run()
+        startReading()
     }
 
-    /// The next line, or nil at the end of output or when `seconds` pass first.
+    /// The next line, or nil at the end of output or when `seconds` pass first. One reader
+    /// thread feeds a queue, so a wait that times out never loses a later line.
     func nextLine(within seconds: Double) async -> String? {
         await withCheckedContinuation { continuation in
-            let once = OnceFlag()
-            Thread.detachNewThread {
-                let line = self.readLine()
-                if once.claim() { continuation.resume(returning: line) }
-            }
-            Thread.detachNewThread {
-                Thread.sleep(forTimeInterval: seconds)
-                if once.claim() { continuation.resume(returning: nil) }
-            }
+            Thread.detachNewThread { continuation.resume(returning: self.lines.take(within: seconds)) }
         }
     }
 
-    private func readLine() -> String? {
-        var line = Data()
-        while true {
-            let byte = output.fileHandleForReading.readData(ofLength: 1)
-            guard let first = byte.first else { return line.isEmpty ? nil : String(decoding: line, as: UTF8.self) }
-            if first == 0x0A { return String(decoding: line, as: UTF8.self) }
-            line.append(first)
+    private let lines = LineQueue()
+
+    private func startReading() {
+        let handle = output.fileHandleForReading
+        let lines = lines
+        Thread.detachNewThread {
+            var line = Data()
+            while true {
+                let byte = handle.readData(ofLength: 1)
+                guard let first = byte.first else {
+                    if !line.isEmpty { lines.put(String(decoding: line, as: UTF8.self)) }
+                    lines.finish()
+                    return
+                }
+                if first == 0x0A {
+                    lines.put(String(decoding: line, as: UTF8.self))
+                    line.removeAll()
+                } else {
+                    line.append(first)
+                }
+            }
         }
     }
 
@@ -126,8 +134,33 @@ struct CommandFailed: Error, CustomStringConvertible {
     let description: String
 }
 
-private final class OnceFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var claimed = false
-    func claim() -> Bool { lock.withLock { defer { claimed = true }; return !claimed } }
+/// Lines from a child, waited for with a deadline.
+private final class LineQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var lines: [String] = []
+    private var finished = false
+
+    func put(_ line: String) {
+        condition.withLock {
+            lines.append(line)
+            condition.broadcast()
+        }
+    }
+
+    func finish() {
+        condition.withLock {
+            finished = true
+            condition.broadcast()
+        }
+    }
+
+    func take(within seconds: Double) -> String? {
+        let deadline = Date().addingTimeInterval(seconds)
+        return condition.withLock {
+            while lines.isEmpty && !finished {
+                if !condition.wait(until: deadline) { break }
+            }
+            return lines.isEmpty ? nil : lines.removeFirst()
+        }
+    }
 }

@@ -206,3 +206,76 @@ struct DiscoveryCoreTests {
         #expect(b.found.contains(alice))
     }
 }
+
+@Suite("Discovery cores: the rules a review found untested")
+struct DiscoveryCoreRuleTests {
+    /// Two hosts start advertising the same peer at the same moment: the probe tie-break makes
+    /// exactly one of them rename (RFC 6762 §8.2), and a browser reports the peer once.
+    @Test(arguments: 1...8)
+    func simultaneousProbesForOneNameEndWithOneRename(seed: UInt64) throws {
+        let lan = VirtualLAN(seed: seed)
+        let (a, c, b) = (lan.addNode(), lan.addNode(), lan.addNode())
+        let twin = lan.peer("Twin")
+        try lan.advertise(on: a, peer: twin, port: 7001)
+        try lan.advertise(on: c, peer: twin, port: 7002)
+        lan.run(for: .seconds(10))
+        let renames = (a.advertiserEvents + c.advertiserEvents).filter { if case .renamed = $0 { true } else { false } }
+        #expect(renames.count == 1, "seed \(seed): \(a.advertiserEvents) / \(c.advertiserEvents)")
+        #expect(a.advertisers[0].phase == .running && c.advertisers[0].phase == .running)
+        try lan.browse(on: b)
+        lan.run(for: .seconds(5))
+        #expect(b.found == [twin])
+    }
+
+    /// A goodbye clears every record of the peer from the cache, not only the one it found first.
+    @Test func aGoodbyeLeavesNothingCached() throws {
+        let lan = VirtualLAN(seed: 12)
+        let (a, b) = (lan.addNode(), lan.addNode())
+        try lan.advertise(on: a, peer: lan.peer("Alice"))
+        try lan.browse(on: b)
+        #expect(lan.run(until: { !b.found.isEmpty }, limit: .seconds(5)))
+        #expect(b.browsers[0].cachedRecordCount >= 4)
+        lan.stopAdvertising(on: a)
+        lan.run(for: .seconds(1))
+        #expect(b.found.isEmpty)
+        #expect(b.browsers[0].cachedRecordCount == 0)
+    }
+
+    /// A peer lost to an outage is found again soon after it comes back, although the browser's
+    /// query backoff had grown long by then.
+    @Test func aPeerLostToAnOutageIsFoundAgain() throws {
+        let lan = VirtualLAN(seed: 13)
+        let (a, b) = (lan.addNode(), lan.addNode())
+        let alice = lan.peer("Alice")
+        try lan.advertise(on: a, peer: alice)
+        try lan.browse(on: b)
+        lan.run(for: .seconds(120))  // the PTR backoff is past a minute now
+        #expect(b.found == [alice])
+        a.isReachable = false
+        #expect(lan.run(until: { b.found.isEmpty }, limit: .seconds(30)))
+        a.isReachable = true
+        let back = lan.now
+        #expect(lan.run(until: { b.found == [alice] }, limit: .seconds(30)))
+        #expect(lan.now - back < .seconds(5), "found again after \(lan.now - back)")
+    }
+
+    /// After a flood of spoofed names that never resolve, a new real peer still gets in.
+    @Test func aNewPeerGetsInAfterAFloodOfUnresolvedNames() throws {
+        let lan = VirtualLAN(seed: 14)
+        let b = lan.addNode()
+        var limits = MDNSBrowserCore.Limits()
+        limits.maxInstances = 32
+        try lan.browse(on: b, limits: limits)
+        let service = try ServiceType("chat").serviceName
+        for index in 0..<1_000 {
+            let instance = try service.prepending("spoof\(index)")
+            lan.inject(DNSMessage(isResponse: true, answers: [DNSResourceRecord(name: service, ttl: 4_500, data: .ptr(instance))]), segment: 0, from: .ipv4(0x0A00_0063))
+            if index % 50 == 49 { lan.run(for: .milliseconds(100)) }
+        }
+        lan.run(for: .seconds(6))
+        let a = lan.addNode()
+        let alice = lan.peer("Alice")
+        try lan.advertise(on: a, peer: alice)
+        #expect(lan.run(until: { b.found == [alice] }, limit: .seconds(10)))
+    }
+}

@@ -41,6 +41,14 @@ public struct MDNSAdvertiserCore {
     /// Records waiting for a delayed multicast answer, per interface and family.
     private var pendingAnswers: [PendingKey: [DNSResourceRecord]] = [:]
     private var lastMulticast: [RateKey: NIODeadline] = [:]
+    private var recentConflicts: [NIODeadline] = []
+    /// Unicast answers (QU questions, legacy queriers) sent in the current second: capped, so a
+    /// spoofed query stream cannot turn the responder into an amplifier towards a victim.
+    private var unicastBudget = (second: NIODeadline.uptimeNanoseconds(0), sent: 0)
+    static let unicastAnswersPerSecond = 20
+    /// Interfaces where a probe for one of our names is being answered: sooner than the usual
+    /// once a second (RFC 6762 §6.2 allows 250 ms), so the prober sees the defence in time.
+    private var pendingProbeDefence: Set<PendingKey> = []
 
     private struct PendingKey: Hashable {
         let interfaceIndex: Int
@@ -72,8 +80,10 @@ public struct MDNSAdvertiserCore {
         try! serviceType.serviceName.prepending(Array(DiscoveryTXT.hex(peer.identifier).utf8) + suffixBytes)
     }
 
+    /// One per advertiser (peer and service type), so that one advertiser's goodbye never
+    /// withdraws the address records another still uses.
     public var hostName: DNSName {
-        try! DNSName(labels: [Array("mpc-\(DiscoveryTXT.hex(peer.identifier))".utf8) + suffixBytes, Array("local".utf8)])
+        try! DNSName(labels: [Array("mpc-\(DiscoveryTXT.hex(peer.identifier))-\(serviceType.name)".utf8) + suffixBytes, Array("local".utf8)])
     }
 
     private var suffixBytes: [UInt8] { nameSuffix == 1 ? [] : Array("-\(nameSuffix)".utf8) }
@@ -136,19 +146,29 @@ public struct MDNSAdvertiserCore {
         phase = .stopped
         generation += 1
         pendingAnswers.removeAll()
+        pendingProbeDefence.removeAll()
     }
 
     /// The interfaces changed (one came or went, an address changed): announce on the new set.
     public mutating func updateInterfaces(_ updated: [MDNSInterface], now: NIODeadline) {
         guard updated != interfaces else { return }
         interfaces = updated
+        pendingAnswers.removeAll()
         if phase == .running || phase == .announcing { scheduleAnnouncements(now: now) }
     }
 
     public mutating func received(_ message: DNSMessage, from source: MDNSSource, now: NIODeadline) {
         guard phase != .idle, phase != .stopped else { return }
         if message.isResponse {
-            if conflicts(in: message.answers + message.additionals, source: source) { rename(now: now) }
+            // RFC 6762 §6: responses come from port 5353 or are ignored.
+            guard source.port == MDNS.port, conflicts(in: message.answers + message.additionals, source: source) else { return }
+            if phase == .probing {
+                rename(now: now)
+            } else {
+                // RFC 6762 §9: a conflict after announcing means probing again; only a conflict
+                // found while probing renames.
+                restartProbing(now: now, after: .zero)
+            }
             return
         }
         if phase == .probing {
@@ -188,7 +208,10 @@ public struct MDNSAdvertiserCore {
                 }
             case .respond(let interfaceIndex, let ipv6, let jobGeneration) where jobGeneration == generation:
                 let key = PendingKey(interfaceIndex: interfaceIndex, ipv6: ipv6)
-                if let answers = pendingAnswers.removeValue(forKey: key) { sendMulticast(answers, to: key, now: now, force: false) }
+                let defence = pendingProbeDefence.remove(key) != nil
+                if let answers = pendingAnswers.removeValue(forKey: key) {
+                    sendMulticast(answers, to: key, now: now, force: false, minimumInterval: defence ? .milliseconds(250) : .seconds(1))
+                }
             default:
                 break  // a job of an earlier generation
             }
@@ -213,6 +236,7 @@ public struct MDNSAdvertiserCore {
         phase = .probing
         generation += 1
         pendingAnswers.removeAll()
+        pendingProbeDefence.removeAll()
         jobs.schedule(.probe(round: 0, generation: generation), at: now + delay)
     }
 
@@ -270,7 +294,10 @@ public struct MDNSAdvertiserCore {
     private mutating func rename(now: NIODeadline) {
         nameSuffix += 1
         events.append(.renamed(instanceName))
-        restartProbing(now: now, after: .zero)
+        // RFC 6762 §8.1: after 15 conflicts in 10 s, wait 5 s before each new probe, so a spoofer
+        // cannot keep us renaming at its own pace.
+        recentConflicts = recentConflicts.filter { now - $0 < .seconds(10) } + [now]
+        restartProbing(now: now, after: recentConflicts.count >= 15 ? .seconds(5) : .zero)
     }
 
     // MARK: Answering
@@ -299,6 +326,11 @@ public struct MDNSAdvertiserCore {
         var seen = Set<RecordIdentity>()
         additionals = additionals.filter { seen.insert(RecordIdentity($0)).inserted }
 
+        if source.port != MDNS.port || unicast {
+            if now - unicastBudget.second >= .seconds(1) { unicastBudget = (now, 0) }
+            guard unicastBudget.sent < Self.unicastAnswersPerSecond else { return }
+            unicastBudget.sent += 1
+        }
         if source.port != MDNS.port {
             // Legacy unicast (RFC 6762 §6.7): same ID, the questions repeated, TTL at most 10 s, no cache-flush bit.
             let legacy = { (record: DNSResourceRecord) -> DNSResourceRecord in
@@ -317,6 +349,7 @@ public struct MDNSAdvertiserCore {
             return
         }
         let key = PendingKey(interfaceIndex: source.interfaceIndex, ipv6: ipv6)
+        if query.authorities.contains(where: { $0.name == instanceName || $0.name == hostName }) { pendingProbeDefence.insert(key) }
         let wasPending = pendingAnswers[key] != nil
         pendingAnswers[key, default: []] += (answers + additionals).filter { !(pendingAnswers[key]?.contains($0) ?? false) }
         guard !wasPending else { return }
@@ -329,10 +362,12 @@ public struct MDNSAdvertiserCore {
 
     /// Multicasts records on one interface, leaving out any sent there within the last second
     /// (RFC 6762 §6.2) unless `force` (announcements).
-    private mutating func sendMulticast(_ records: [DNSResourceRecord], to target: PendingKey, now: NIODeadline, force: Bool) {
+    private mutating func sendMulticast(
+        _ records: [DNSResourceRecord], to target: PendingKey, now: NIODeadline, force: Bool, minimumInterval: TimeAmount = .seconds(1)
+    ) {
         let fresh = records.filter { record in
             let key = RateKey(interfaceIndex: target.interfaceIndex, ipv6: target.ipv6, name: record.name, type: record.type)
-            guard force || (lastMulticast[key].map { now - $0 >= .seconds(1) } ?? true) else { return false }
+            guard force || (lastMulticast[key].map { now - $0 >= minimumInterval } ?? true) else { return false }
             return true
         }
         guard !fresh.isEmpty else { return }

@@ -56,11 +56,14 @@ public struct MDNSBrowserCore {
     private var cache: [RecordIdentity: CacheEntry] = [:]
     /// The cache by owner name, so that lookups cost the records of one name, not the whole cache.
     private var byName: [DNSName: Set<RecordIdentity>] = [:]
+    /// Per cached instance (so bounded by the instance cap): when it was last heard of, first seen.
     private var lastHeard: [DNSName: NIODeadline] = [:]
+    private var firstSeen: [DNSName: NIODeadline] = [:]
     private var lastLivenessQuery: [DNSName: NIODeadline] = [:]
     private var lastResolveQuery: [DNSName: (at: NIODeadline, interval: TimeAmount)] = [:]
     private var reported: [Bytes16: FoundPeer] = [:]
     private var queryInterval = TimeAmount.seconds(1)
+    private var lostSinceLastQuery = false
     private var generation = 0
     private var jobs = JobQueue<Job>()
     private var packets: [MDNSPacket] = []
@@ -104,6 +107,7 @@ public struct MDNSBrowserCore {
         cache.removeAll()
         byName.removeAll()
         instanceNames.removeAll()
+        firstSeen.removeAll()
         targetOwners.removeAll()
         instancePeers.removeAll()
         dirty.removeAll()
@@ -130,7 +134,9 @@ public struct MDNSBrowserCore {
     }
 
     public mutating func received(_ message: DNSMessage, from source: MDNSSource, now: NIODeadline) {
-        guard isRunning, message.isResponse, interfaces.contains(where: { $0.index == source.interfaceIndex }) else { return }
+        // RFC 6762 §6: a response from any port but 5353 is silently ignored.
+        guard isRunning, message.isResponse, source.port == MDNS.port, interfaces.contains(where: { $0.index == source.interfaceIndex })
+        else { return }
         // Names before the addresses that depend on them.
         let ordered = (message.answers + message.additionals).sorted { Self.order($0.type) < Self.order($1.type) }
         for record in ordered { take(record, interfaceIndex: source.interfaceIndex, now: now) }
@@ -147,6 +153,14 @@ public struct MDNSBrowserCore {
             case .maintenance(let jobGeneration) where jobGeneration == generation && isRunning:
                 maintain(now: now)
                 jobs.schedule(.maintenance(generation: generation), at: now + Self.maintenanceInterval)
+                if lostSinceLastQuery {
+                    lostSinceLastQuery = false
+                    // Restart the backoff (RFC 6762 §5.2 allows a fresh start on a change).
+                    queryInterval = .seconds(1)
+                    generation += 1
+                    jobs.schedule(.query(generation: generation), at: now + .milliseconds(Int64.random(in: 20...120, using: &random)))
+                    jobs.schedule(.maintenance(generation: generation), at: now + Self.maintenanceInterval)
+                }
             default:
                 break
             }
@@ -226,6 +240,10 @@ public struct MDNSBrowserCore {
         case .ptr(let instance) where identity.name == serviceName:
             instanceNames.remove(instance)
             dirty.insert(instance)
+            lastHeard[instance] = nil
+            firstSeen[instance] = nil
+            lastResolveQuery[instance] = nil
+            lastLivenessQuery[instance] = nil
         case .srv(_, _, _, let target):
             targetOwners[target]?.remove(identity.name)
             if targetOwners[target]?.isEmpty == true { targetOwners[target] = nil }
@@ -256,14 +274,18 @@ public struct MDNSBrowserCore {
     }
 
     private mutating func take(_ record: DNSResourceRecord, interfaceIndex: Int, now: NIODeadline) {
-        guard isRelevant(record) else { return }
         let identity = RecordIdentity(record)
-        for instance in instances(of: record) { lastHeard[instance] = now }
         if record.ttl == 0 {
-            // A goodbye (RFC 6762 §10.1): gone now; `lost` follows at once.
+            // A goodbye (RFC 6762 §10.1): gone now, whether or not what it depended on (the
+            // PTR, say, earlier in the same packet) is still here; `lost` follows at once.
             remove(identity)
             return
         }
+        guard isRelevant(record) else { return }
+        // A TTL above the largest any responder uses for these records would let a spoofer hold
+        // cache places for days (RFC 6762 §10 recommends 75 minutes at most here).
+        var record = record
+        record.ttl = min(record.ttl, MDNS.serviceRecordTTL)
         if record.cacheFlush {
             // RFC 6762 §10.2: other data for this name and type, older than a second, is stale.
             for key in byName[record.name] ?? [] where key.type == record.type && key.recordClass == record.recordClass && key != identity {
@@ -271,12 +293,22 @@ public struct MDNSBrowserCore {
             }
         }
         if cache[identity] == nil {
-            guard cache.count < limits.maxRecords else { return }
-            if record.type == .ptr, case .ptr(let instance) = record.data, !instanceNames.contains(instance) {
-                guard instanceNames.count < limits.maxInstances else { return }
+            if record.type == .ptr, case .ptr(let instance) = record.data, !instanceNames.contains(instance),
+                instanceNames.count >= limits.maxInstances
+            {
+                // Full: an instance that never resolved to a peer makes way (spoofed names that
+                // nobody answers for cannot hold the places of real peers).
+                guard let stale = instanceNames.first(where: { instancePeers[$0] == nil && (now - (firstSeen[$0] ?? now)) > .seconds(5) })
+                else { return }
+                forget(instance: stale)
             }
+            guard cache.count < limits.maxRecords else { return }
         }
         insert(CacheEntry(record: record, receivedAt: now, interfaceIndex: interfaceIndex))
+        for instance in instances(of: record) where instanceNames.contains(instance) {
+            lastHeard[instance] = now
+            if firstSeen[instance] == nil { firstSeen[instance] = now }
+        }
     }
 
     /// The instances a record belongs to.
@@ -306,6 +338,9 @@ public struct MDNSBrowserCore {
         }
         for (identifier, found) in reported.sorted(by: { $0.key < $1.key }) where current[identifier] == nil {
             events.append(.lost(found.peer))
+            // Something changed on the network: ask again soon rather than after a long backoff,
+            // so a peer that comes back (an outage on either side) is found again.
+            lostSinceLastQuery = true
         }
         for (identifier, found) in current.sorted(by: { $0.key < $1.key }) where reported[identifier] == nil {
             events.append(.found(found))
@@ -350,6 +385,20 @@ public struct MDNSBrowserCore {
         let expired = cache.filter { $0.value.expires <= now }.map(\.key)
         for key in expired { remove(key) }
         var questions: [DNSQuestion] = []
+        // Liveness first: a found peer that has been quiet is asked directly, and dropped when it
+        // stays quiet. (First, so that a flood of other questions cannot crowd it out.)
+        for found in reported.values {
+            let heard = lastHeard[found.instance] ?? now
+            let quiet = now - heard
+            if quiet >= limits.livenessTimeout {
+                forget(instance: found.instance)
+            } else if quiet * 3 >= limits.livenessTimeout,
+                lastLivenessQuery[found.instance].map({ (now - $0) * 6 >= limits.livenessTimeout }) ?? true
+            {
+                lastLivenessQuery[found.instance] = now
+                questions.append(DNSQuestion(name: found.instance, type: .srv))
+            }
+        }
         // Refresh at 80 % and 90 % of the TTL (RFC 6762 §5.2), for records of instances we track.
         for (key, entry) in cache where entry.refreshesSent < 2 {
             let fraction = entry.refreshesSent == 0 ? 8 : 9
@@ -369,19 +418,6 @@ public struct MDNSBrowserCore {
             if let target = srvTarget(of: instance)?.target {
                 questions.append(DNSQuestion(name: target, type: .a))
                 questions.append(DNSQuestion(name: target, type: .aaaa))
-            }
-        }
-        // Liveness: ask a found peer that has been quiet, and drop it when it stays quiet.
-        for found in reported.values {
-            let heard = lastHeard[found.instance] ?? now
-            let quiet = now - heard
-            if quiet >= limits.livenessTimeout {
-                forget(instance: found.instance)
-            } else if quiet * 3 >= limits.livenessTimeout,
-                lastLivenessQuery[found.instance].map({ (now - $0) * 3 >= limits.livenessTimeout }) ?? true
-            {
-                lastLivenessQuery[found.instance] = now
-                questions.append(DNSQuestion(name: found.instance, type: .srv))
             }
         }
         var seen = Set<DNSQuestion>()

@@ -10,6 +10,8 @@ public final class DiscoveryAdvertiser: Sendable {
     public let port: UInt16
     private let configuration: DiscoveryConfiguration
     private let driver = Mutex<MDNSDriver<MDNSAdvertiserCore>?>(nil)
+    /// Start and stop run one at a time, in the order they were called.
+    private let sequencer = OperationSequencer()
 
     /// Throws `invalidDiscoveryInfo` for discoveryInfo that does not fit the TXT record.
     public init(
@@ -27,6 +29,18 @@ public final class DiscoveryAdvertiser: Sendable {
     /// Opens the sockets and starts probing; throws when no interface can be used. Calling it
     /// while advertising does nothing.
     public func start() async throws(DiscoveryError) {
+        let outcome = await sequencer.run { () async -> DiscoveryError? in
+            do throws(DiscoveryError) {
+                try await self.startNow()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let outcome { throw outcome }
+    }
+
+    private func startNow() async throws(DiscoveryError) {
         guard driver.withLock({ $0 }) == nil else { return }
         let interfaces = try MDNSInterfaces.current(names: configuration.interfaceNames)
         guard !interfaces.isEmpty else { throw DiscoveryError(.noInterface, "no usable interface among \(configuration.interfaceNames ?? ["(all)"])") }
@@ -48,6 +62,13 @@ public final class DiscoveryAdvertiser: Sendable {
 
     /// Says goodbye (TTL 0 records) and closes the sockets.
     public func stop() async {
+        _ = await sequencer.run { () async -> Bool in
+            await self.stopNow()
+            return true
+        }
+    }
+
+    private func stopNow() async {
         guard let current = driver.withLock({ current in defer { current = nil }; return current }) else { return }
         try? await current.close { core, now in core.stop(now: now) }.get()
     }

@@ -11,6 +11,8 @@ public final class DiscoveryBrowser: Sendable {
     private let configuration: DiscoveryConfiguration
     private let onEvent: @Sendable (Event) -> Void
     private let driver = Mutex<MDNSDriver<MDNSBrowserCore>?>(nil)
+    /// Start and stop run one at a time, in the order they were called.
+    private let sequencer = OperationSequencer()
 
     /// `onEvent` is called on the network thread, for each peer found and lost, in order.
     public init(
@@ -24,6 +26,18 @@ public final class DiscoveryBrowser: Sendable {
     }
 
     public func start() async throws(DiscoveryError) {
+        let outcome = await sequencer.run { () async -> DiscoveryError? in
+            do throws(DiscoveryError) {
+                try await self.startNow()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let outcome { throw outcome }
+    }
+
+    private func startNow() async throws(DiscoveryError) {
         guard driver.withLock({ $0 }) == nil else { return }
         let interfaces = try MDNSInterfaces.current(names: configuration.interfaceNames)
         guard !interfaces.isEmpty else { throw DiscoveryError(.noInterface, "no usable interface among \(configuration.interfaceNames ?? ["(all)"])") }
@@ -46,6 +60,13 @@ public final class DiscoveryBrowser: Sendable {
     }
 
     public func stop() async {
+        _ = await sequencer.run { () async -> Bool in
+            await self.stopNow()
+            return true
+        }
+    }
+
+    private func stopNow() async {
         guard let current = driver.withLock({ current in defer { current = nil }; return current }) else { return }
         try? await current.close { core, _ in core.stop() }.get()
     }

@@ -65,6 +65,8 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
         return DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             .channelOption(.socketOption(.init(rawValue: SO_REUSEPORT)), value: 1)
+            // Room for the largest mDNS message (RFC 6762 §17), so none is cut short.
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 9_000))
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(MDNSInboundHandler(driver: self, interfaceIndex: index))
