@@ -91,15 +91,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     /// Opens the listener that peers dial to invite us, then advertises its port.
     /// Invitations themselves arrive in a later version: until then a connection is closed at once.
     public func start() async throws(MCError) {
-        let failure = await sequencer.run { () async -> MCError? in
-            do throws(MCError) {
-                try await self.startNow()
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let failure { throw failure }
+        try await sequencer.runThrowing { () async throws(MCError) in try await self.startNow() }
     }
 
     private func startNow() async throws(MCError) {
@@ -130,10 +122,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
 
     /// Says goodbye on the LAN and closes the listener.
     public func stop() async {
-        _ = await sequencer.run { () async -> Bool in
-            await self.stopNow()
-            return true
-        }
+        await sequencer.run { await self.stopNow() }
     }
 
     private func stopNow() async {

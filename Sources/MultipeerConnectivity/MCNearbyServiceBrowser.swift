@@ -93,15 +93,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     }
 
     public func start() async throws(MCError) {
-        let failure = await sequencer.run { () async -> MCError? in
-            do throws(MCError) {
-                try await self.startNow()
-                return nil
-            } catch {
-                return error
-            }
-        }
-        if let failure { throw failure }
+        try await sequencer.runThrowing { () async throws(MCError) in try await self.startNow() }
     }
 
     private func startNow() async throws(MCError) {
@@ -119,10 +111,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
 
     /// Stops browsing; found peers are forgotten without `lostPeer` calls, as Apple's does.
     public func stop() async {
-        _ = await sequencer.run { () async -> Bool in
-            await self.stopNow()
-            return true
-        }
+        await sequencer.run { await self.stopNow() }
     }
 
     private func stopNow() async {

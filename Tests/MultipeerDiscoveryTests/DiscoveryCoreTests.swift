@@ -279,3 +279,30 @@ struct DiscoveryCoreRuleTests {
         #expect(lan.run(until: { b.found == [alice] }, limit: .seconds(10)))
     }
 }
+
+extension DiscoveryCoreRuleTests {
+    /// A flood of rival probes and conflicting answers while we probe: one reaction per probe
+    /// round, so the job queue stays small and renames stay few.
+    @Test func aFloodOfRivalProbesAndConflictsAddsNoJobs() throws {
+        let lan = VirtualLAN(seed: 15)
+        let a = lan.addNode()
+        let victim = lan.peer("Victim")
+        try lan.advertise(on: a, peer: victim)
+        for index in 0..<2_000 {
+            // Always aimed at the name the advertiser uses now, renamed or not.
+            let instance = a.advertisers[0].instanceName
+            let rival = DNSResourceRecord(name: instance, ttl: 120, data: .txt([Array("z=\(String(repeating: "z", count: 200))".utf8)]), cacheFlush: true)
+            let message = index % 2 == 0
+                ? DNSMessage(isResponse: false, questions: [DNSQuestion(name: instance, type: .any)], authorities: [rival])
+                : DNSMessage(isResponse: true, isAuthoritative: true, answers: [rival])
+            lan.inject(message, segment: 0, from: .ipv4(0x0A00_0063))
+            if index % 100 == 99 {
+                lan.run(for: .milliseconds(50))
+                #expect(a.advertisers[0].pendingJobCount <= 4, "\(a.advertisers[0].pendingJobCount) jobs")
+            }
+        }
+        let renames = a.advertiserEvents.filter { if case .renamed = $0 { true } else { false } }.count
+        // 2,000 packets over 1 s: at most one reaction per probe round (250 ms apart).
+        #expect(renames <= 8, "\(renames) renames")
+    }
+}

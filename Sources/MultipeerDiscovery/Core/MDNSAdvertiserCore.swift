@@ -42,6 +42,9 @@ public struct MDNSAdvertiserCore {
     private var pendingAnswers: [PendingKey: [DNSResourceRecord]] = [:]
     private var lastMulticast: [RateKey: NIODeadline] = [:]
     private var recentConflicts: [NIODeadline] = []
+    /// A new probe round is scheduled and has not sent its first probe: conflicts and lost
+    /// tie-breaks are not acted on again, so a flood of them adds no jobs and no renames.
+    private var probingDeferred = false
     /// Unicast answers (QU questions, legacy queriers) sent in the current second: capped, so a
     /// spoofed query stream cannot turn the responder into an amplifier towards a victim.
     private var unicastBudget = (second: NIODeadline.uptimeNanoseconds(0), sent: 0)
@@ -161,7 +164,9 @@ public struct MDNSAdvertiserCore {
         guard phase != .idle, phase != .stopped else { return }
         if message.isResponse {
             // RFC 6762 §6: responses come from port 5353 or are ignored.
-            guard source.port == MDNS.port, conflicts(in: message.answers + message.additionals, source: source) else { return }
+            // Until the next probe goes out, another conflict changes nothing: one per probe round.
+            guard source.port == MDNS.port, !probingDeferred, conflicts(in: message.answers + message.additionals, source: source)
+            else { return }
             if phase == .probing {
                 rename(now: now)
             } else {
@@ -172,8 +177,9 @@ public struct MDNSAdvertiserCore {
             return
         }
         if phase == .probing {
-            if lostProbeTieBreak(message, source: source) {
-                // RFC 6762 §8.2: the other prober's data is later; wait a second, then probe again.
+            // RFC 6762 §8.2: the other prober's data is later; wait a second, then probe again.
+            // Once deferred, further probes change nothing (so a probe flood adds no jobs).
+            if !probingDeferred, lostProbeTieBreak(message, source: source) {
                 restartProbing(now: now, after: .seconds(1))
             }
             return
@@ -186,6 +192,7 @@ public struct MDNSAdvertiserCore {
         for job in jobs.takeDue(now: now) {
             switch job {
             case .probe(let round, let jobGeneration) where jobGeneration == generation:
+                probingDeferred = false
                 sendProbes()
                 if round < 2 {
                     jobs.schedule(.probe(round: round + 1, generation: generation), at: now + .milliseconds(250))
@@ -220,6 +227,9 @@ public struct MDNSAdvertiserCore {
 
     public var nextDeadline: NIODeadline? { jobs.nextDeadline }
 
+    /// Jobs waiting, for tests that check a flood does not grow them.
+    var pendingJobCount: Int { jobs.count }
+
     public mutating func takePackets() -> [MDNSPacket] {
         defer { packets = [] }
         return packets
@@ -233,6 +243,7 @@ public struct MDNSAdvertiserCore {
     // MARK: Probing and conflicts
 
     private mutating func restartProbing(now: NIODeadline, after delay: TimeAmount) {
+        probingDeferred = true
         phase = .probing
         generation += 1
         pendingAnswers.removeAll()

@@ -20,6 +20,19 @@ public final class OperationSequencer: Sendable {
         return await task.value
     }
 
+    /// `run` for an operation that throws one error type.
+    public func runThrowing<Failure: Error>(_ operation: @escaping @Sendable () async throws(Failure) -> Void) async throws(Failure) {
+        let outcome = await run { () async -> Result<Void, Failure> in
+            do throws(Failure) {
+                try await operation()
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
+        }
+        try outcome.get()
+    }
+
     /// Submits without waiting (Apple's fire-and-forget start and stop calls).
     public func submit(_ operation: @escaping @Sendable () async -> Void) {
         last.withLock { previous in

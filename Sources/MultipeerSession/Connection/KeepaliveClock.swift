@@ -18,7 +18,6 @@ struct KeepaliveClock {
         lastReceived = now
     }
 
-    var lastActivity: NIODeadline { lastReceived }
 
     mutating func received(at now: NIODeadline) { lastReceived = now }
 

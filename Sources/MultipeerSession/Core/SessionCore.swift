@@ -124,25 +124,19 @@ final class SessionCore {
     /// limit, the one to close first: the least advanced in its handshake and, among those, the
     /// longest silent, so idle and trickling strangers go before peers that are nearly in.
     func inboundAccepted(progress: (LinkID) -> (stage: Int, lastActivity: NIODeadline)) -> (LinkID, shed: LinkID?) {
-        let pending = links.filter { !$0.value.dialed && !$0.value.isConnected }.map(\.key)
-        var shed: LinkID?
-        if pending.count >= configuration.maximumPendingConnections {
-            shed = pendingToShed(among: pending, progress: progress)
-        }
+        let shed = pendingInbound.count >= configuration.maximumPendingConnections ? pendingToShed(progress: progress) : nil
         return (addLink(Link(dialed: false)), shed)
     }
 
-    /// Out of file descriptors: the pending inbound connection to close, if any.
+    /// Out of file descriptors, or at the pending limit: the pending inbound connection to close.
     func pendingToShed(progress: (LinkID) -> (stage: Int, lastActivity: NIODeadline)) -> LinkID? {
-        pendingToShed(among: links.filter { !$0.value.dialed && !$0.value.isConnected }.map(\.key), progress: progress)
-    }
-
-    private func pendingToShed(among pending: [LinkID], progress: (LinkID) -> (stage: Int, lastActivity: NIODeadline)) -> LinkID? {
-        pending.min { first, second in
+        pendingInbound.min { first, second in
             let (a, b) = (progress(first), progress(second))
             return (a.stage, a.lastActivity, first) < (b.stage, b.lastActivity, second)
         }
     }
+
+    private var pendingInbound: [LinkID] { links.filter { !$0.value.dialed && !$0.value.isConnected }.map(\.key) }
 
     /// The receiver ID our HELLO on this link announces (docs/PROTOCOL.md §8): unique among our links.
     func allocateReceiverID(for id: LinkID) -> UInt32 {

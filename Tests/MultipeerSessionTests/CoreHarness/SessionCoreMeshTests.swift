@@ -37,6 +37,16 @@ struct SessionCoreMeshTests {
         }
     }
 
+    /// Every direction between two nodes gets its own latency, 1-40 ms, drawn from `seed`.
+    static func randomizeLatencies(_ network: VirtualNetwork, seed: UInt64) {
+        var generator = SeededGenerator(seed: seed)
+        for from in network.nodes {
+            for to in network.nodes where to !== from {
+                network.latency[.init(from: from.index, to: to.index)] = .milliseconds(Int64.random(in: 1...40, using: &generator))
+            }
+        }
+    }
+
     static func isFullMesh(_ nodes: [VirtualNetwork.Node]) -> Bool {
         nodes.allSatisfy { node in nodes.allSatisfy { $0 === node || node.isConnected(to: $0) } }
     }
@@ -68,12 +78,7 @@ struct SessionCoreMeshTests {
     @Test(arguments: 1...40)
     func sevenPeersJoiningAtOnceFormAFullMesh(seed: UInt64) throws {
         let (network, nodes) = try Self.network(seed: seed, size: 8)
-        var generator = SeededGenerator(seed: seed)
-        for from in nodes {
-            for to in nodes where to !== from {
-                network.latency[.init(from: from.index, to: to.index)] = .milliseconds(Int64.random(in: 1...40, using: &generator))
-            }
-        }
+        Self.randomizeLatencies(network, seed: seed)
         for joiner in nodes.dropFirst() { try network.connect(joiner, to: nodes[0]) }
         #expect(network.run(until: { Self.isFullMesh(nodes) }, limit: .seconds(30)), "seed \(seed)")
         network.run(for: .seconds(12))  // past every retry and handshake deadline
@@ -212,12 +217,7 @@ struct SessionCoreMeshTests {
     @Test func aRunIsAFunctionOfItsSeed() throws {
         func trace(seed: UInt64) throws -> [String] {
             let (network, nodes) = try Self.network(seed: seed, size: 6)
-            var generator = SeededGenerator(seed: seed)
-            for from in nodes {
-                for to in nodes where to !== from {
-                    network.latency[.init(from: from.index, to: to.index)] = .milliseconds(Int64.random(in: 1...40, using: &generator))
-                }
-            }
+            Self.randomizeLatencies(network, seed: seed)
             for joiner in nodes.dropFirst() { try network.connect(joiner, to: nodes[0]) }
             network.run(for: .seconds(15))
             return nodes.flatMap { node in node.reports.map { "\(node.index): \($0.peer.displayName) \($0.state)" } }
