@@ -22,6 +22,8 @@ public enum Frame: Hashable, Sendable {
     case resourceChunk(channel: UInt32, ByteBuffer)
     case resourceComplete(channel: UInt32, sha256: SHA256Digest)
     case resourceCancel(channel: UInt32, reason: ResourceCancelReason)
+    case resourceAccept(channel: UInt32, offset: UInt64)
+    case resourceReceived(channel: UInt32)
 
     public var type: FrameType {
         switch self {
@@ -43,6 +45,8 @@ public enum Frame: Hashable, Sendable {
         case .resourceChunk: .resourceChunk
         case .resourceComplete: .resourceComplete
         case .resourceCancel: .resourceCancel
+        case .resourceAccept: .resourceAccept
+        case .resourceReceived: .resourceReceived
         }
     }
 
@@ -52,7 +56,8 @@ public enum Frame: Hashable, Sendable {
             0
         case .streamOpen(let channel, _), .streamData(let channel, _), .streamClose(let channel),
             .streamReset(let channel, _), .windowUpdate(let channel, _), .resourceOffer(let channel, _),
-            .resourceChunk(let channel, _), .resourceComplete(let channel, _), .resourceCancel(let channel, _):
+            .resourceChunk(let channel, _), .resourceComplete(let channel, _), .resourceCancel(let channel, _),
+            .resourceAccept(let channel, _), .resourceReceived(let channel):
             channel
         }
     }
@@ -70,12 +75,12 @@ public enum Frame: Hashable, Sendable {
         case .invitation(let invitation): invitation.encodedLength
         case .meshIntroduction(let introduction): introduction.encodedLength
         case .goodbye, .streamReset, .resourceCancel: 2
-        case .ping, .pong: 8
+        case .ping, .pong, .resourceAccept: 8
         case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload): payload.readableBytes
         case .streamOpen(_, let name): 1 + name.utf8.count
-        case .streamClose: 0
+        case .streamClose, .resourceReceived: 0
         case .windowUpdate: 4
-        case .resourceOffer(_, let offer): 9 + offer.name.utf8.count
+        case .resourceOffer(_, let offer): ResourceOffer.fixedLength + offer.name.utf8.count
         case .resourceComplete: SHA256Digest.byteCount
         }
     }
@@ -124,6 +129,8 @@ public enum Frame: Hashable, Sendable {
         case .resourceOffer(_, let offer): offer.encode(into: &buffer)
         case .resourceComplete(_, let digest): buffer.writeBytes(digest.bytes)
         case .resourceCancel(_, let reason): buffer.writeInteger(reason.rawValue)
+        case .resourceAccept(_, let offset): buffer.writeInteger(offset)
+        case .resourceReceived: break
         }
         return bulk
     }
@@ -195,6 +202,10 @@ public enum Frame: Hashable, Sendable {
             frame = .resourceComplete(channel: channel, sha256: try SHA256Digest(bytes: digest.readableBytesView))
         case .resourceCancel:
             frame = .resourceCancel(channel: channel, reason: ResourceCancelReason(rawValue: try payload.readWireInteger("RESOURCE_CANCEL reason")))
+        case .resourceAccept:
+            frame = .resourceAccept(channel: channel, offset: try payload.readWireInteger("RESOURCE_ACCEPT offset"))
+        case .resourceReceived:
+            frame = .resourceReceived(channel: channel)
         }
         try payload.requireFullyRead("\(header.type) payload")
         return frame

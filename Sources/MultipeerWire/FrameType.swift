@@ -18,6 +18,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     case resourceChunk = 0x31
     case resourceComplete = 0x32
     case resourceCancel = 0x33
+    case resourceAccept = 0x34
+    case resourceReceived = 0x35
 
     public enum ChannelRule: Sendable {
         case connection, channel, any
@@ -36,12 +38,15 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message:
             .connection
         case .streamOpen, .streamData, .streamClose, .streamReset, .resourceOffer, .resourceChunk,
-            .resourceComplete, .resourceCancel:
+            .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
             .channel
         case .windowUpdate:
             .any
         }
     }
+
+    /// Stream, resource and window frames: the channel layer's (docs/PROTOCOL.md §7.6).
+    public var isChannelFrame: Bool { channelRule != .connection }
 
     public var allowedFlags: UInt8 {
         self == .message ? FrameFlags.endOfMessage : 0
@@ -55,13 +60,13 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .invitation: 6...6 + WireLimits.maxInvitationContext
         case .meshIntroduction: MeshIntroduction.minEncodedLength...MeshIntroduction.maxEncodedLength
         case .goodbye, .streamReset, .resourceCancel: 2...2
-        case .ping, .pong: 8...8
+        case .ping, .pong, .resourceAccept: 8...8
         case .message: 0...WireLimits.maxFramePayload
         case .streamOpen: 1...1 + WireLimits.maxChannelNameBytes
         case .streamData, .resourceChunk: 1...WireLimits.maxFramePayload
-        case .streamClose: 0...0
+        case .streamClose, .resourceReceived: 0...0
         case .windowUpdate: 4...4
-        case .resourceOffer: 9...9 + WireLimits.maxChannelNameBytes
+        case .resourceOffer: ResourceOffer.fixedLength...ResourceOffer.fixedLength + WireLimits.maxChannelNameBytes
         case .resourceComplete: 32...32
         }
     }

@@ -2,27 +2,36 @@ import NIOCore
 
 /// RESOURCE_OFFER (docs/PROTOCOL.md §6.4.14).
 public struct ResourceOffer: Hashable, Sendable {
+    /// size, transfer ID and the name's length byte.
+    static let fixedLength = 8 + 16 + 1
+
     public let size: UInt64
+    /// The sender's name for this content to this receiver; the same when it sends the same
+    /// content again, so an interrupted transfer can resume (§7.8).
+    public let transferID: Bytes16
     public let name: String
 
-    public init(size: UInt64, name: String) throws(WireError) {
+    public init(size: UInt64, transferID: Bytes16, name: String) throws(WireError) {
         guard size <= WireLimits.maxResourceSize else {
             throw WireError(.limitExceeded, "resource of \(size) bytes, at most \(WireLimits.maxResourceSize)")
         }
         try checkString8(name, "resource name", allowed: 0...WireLimits.maxChannelNameBytes)
         self.size = size
+        self.transferID = transferID
         self.name = name
     }
 
     func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(size)
+        buffer.writeBytes16(transferID)
         buffer.writeString8(name)
     }
 
     static func decode(from buffer: inout ByteBuffer) throws(WireError) -> ResourceOffer {
         let size = try buffer.readWireInteger(as: UInt64.self, "RESOURCE_OFFER size")
+        let transferID = try buffer.readWireBytes16("RESOURCE_OFFER transfer ID")
         let name = try buffer.readWireString8("resource name", allowed: 0...WireLimits.maxChannelNameBytes)
-        return try ResourceOffer(size: size, name: name)
+        return try ResourceOffer(size: size, transferID: transferID, name: name)
     }
 }
 

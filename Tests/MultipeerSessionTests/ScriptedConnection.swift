@@ -44,6 +44,16 @@ struct ScriptedConnection {
         apply(machine.receive(bytes))
     }
 
+    /// Sends the frames as the session would; throws the machine's refusal.
+    mutating func send(_ frames: [Frame]) throws(SendRefusal) {
+        for frame in frames { apply(try machine.send(frame)) }
+    }
+
+    mutating func takeDelivered() -> [Frame] {
+        defer { delivered.removeAll() }
+        return delivered
+    }
+
     mutating func takeSent() -> [Frame] {
         defer { sent.removeAll() }
         return sent

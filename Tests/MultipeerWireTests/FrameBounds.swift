@@ -25,10 +25,12 @@ enum FrameBounds {
         case .streamClose: .streamClose(channel: 1)
         case .streamReset: .streamReset(channel: 1, code: .cancelled)
         case .windowUpdate: .windowUpdate(channel: 0, increment: 1)
-        case .resourceOffer: .resourceOffer(channel: 1, try! ResourceOffer(size: 0, name: ""))
+        case .resourceOffer: .resourceOffer(channel: 1, try! ResourceOffer(size: 0, transferID: .zero, name: ""))
         case .resourceChunk: .resourceChunk(channel: 1, ByteBuffer(bytes: [0]))
         case .resourceComplete: .resourceComplete(channel: 1, sha256: try! SHA256Digest(bytes: [UInt8](repeating: 0, count: 32)))
         case .resourceCancel: .resourceCancel(channel: 1, reason: .cancelled)
+        case .resourceAccept: .resourceAccept(channel: 1, offset: 0)
+        case .resourceReceived: .resourceReceived(channel: 1)
         }
     }
 
@@ -50,7 +52,7 @@ enum FrameBounds {
         case .message: return .message(full, isEnd: false)
         case .streamOpen: return .streamOpen(channel: .max, name: longName)
         case .streamData: return .streamData(channel: .max, full)
-        case .resourceOffer: return .resourceOffer(channel: .max, try! ResourceOffer(size: WireLimits.maxResourceSize, name: longName))
+        case .resourceOffer: return .resourceOffer(channel: .max, try! ResourceOffer(size: WireLimits.maxResourceSize, transferID: Bytes16(high: .max, low: .max), name: longName))
         case .resourceChunk: return .resourceChunk(channel: .max, full)
         case .windowUpdate: return .windowUpdate(channel: .max, increment: WireLimits.maxWindow)
         default: return smallest(type)

@@ -131,6 +131,8 @@ struct FrameRoundTripTests {
             .windowUpdate(channel: 0, increment: 0),
             .windowUpdate(channel: 0, increment: WireLimits.maxWindow + 1),
             .resourceCancel(channel: 0, reason: .cancelled),
+            .resourceAccept(channel: 0, offset: 0),
+            .resourceReceived(channel: 0),
         ]
         for frame in refused {
             var out = ByteBuffer()
@@ -168,7 +170,7 @@ struct FrameRoundTripTests {
         #expect(throws: WireError.self) {
             try MeshIntroduction(entries: Array(repeating: .init(peerID: alice, endpoint: try WireEndpoint(address: .ipv4(1), port: 1)), count: 7))
         }
-        #expect(throws: WireError.self) { try ResourceOffer(size: WireLimits.maxResourceSize + 1, name: "") }
+        #expect(throws: WireError.self) { try ResourceOffer(size: WireLimits.maxResourceSize + 1, transferID: .zero, name: "") }
         #expect(throws: WireError.self) { try WireEndpoint(address: .ipv4(1), port: 0) }
         #expect(throws: WireError.self) {
             try Hello(purpose: .answer, preambleEcho: .zero, token: Bytes16(high: 0, low: 1), listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: alice)

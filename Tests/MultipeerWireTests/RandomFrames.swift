@@ -79,7 +79,7 @@ struct RandomFrames {
     }
 
     mutating func frame() -> Frame {
-        switch int(0...17) {
+        switch int(0...19) {
         case 0: return .hello(hello())
         case 1: return .trust(TrustDecision.allCases[int(0...2)])
         case 2:
@@ -104,11 +104,14 @@ struct RandomFrames {
         case 14:
             return .resourceOffer(channel: channel(), try! ResourceOffer(
                 size: UInt64.random(in: 0...WireLimits.maxResourceSize, using: &generator),
+                transferID: Bytes16(high: u64(), low: u64()),
                 name: string(maxBytes: WireLimits.maxChannelNameBytes)))
         case 15: return .resourceChunk(channel: channel(), payload(min: 1))
         case 16:
             return .resourceComplete(channel: channel(), sha256: try! SHA256Digest(bytes: bytes(32).readableBytesView))
-        default: return .resourceCancel(channel: channel(), reason: ResourceCancelReason(rawValue: u16()))
+        case 17: return .resourceCancel(channel: channel(), reason: ResourceCancelReason(rawValue: u16()))
+        case 18: return .resourceAccept(channel: channel(), offset: u64())
+        default: return .resourceReceived(channel: channel())
         }
     }
 }

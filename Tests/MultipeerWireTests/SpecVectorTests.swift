@@ -56,11 +56,14 @@ struct SpecVectorTests {
         "frame-stream-close": .streamClose(channel: 1),
         "frame-stream-reset": .streamReset(channel: 2, code: .cancelled),
         "frame-window-update": .windowUpdate(channel: 0, increment: 65_536),
-        "frame-resource-offer": .resourceOffer(channel: 3, try! ResourceOffer(size: 1 << 20, name: "photo.jpg")),
+        "frame-resource-offer": .resourceOffer(channel: 3, try! ResourceOffer(
+            size: 1 << 20, transferID: Bytes16(high: 0x0001_0203_0405_0607, low: 0x0809_0A0B_0C0D_0E0F), name: "photo.jpg")),
         "frame-resource-chunk": .resourceChunk(channel: 3, buffer([0x00, 0xFF])),
         "frame-resource-complete": .resourceComplete(channel: 3, sha256: try! SHA256Digest(bytes: hexBytes(
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"))),
         "frame-resource-cancel": .resourceCancel(channel: 3, reason: .cancelled),
+        "frame-resource-accept": .resourceAccept(channel: 3, offset: 262_144),
+        "frame-resource-received": .resourceReceived(channel: 3),
     ]
 
     @Test func everyFrameTypeHasAVector() {

@@ -13,7 +13,7 @@ struct FrameBuilder {
     /// nil when the chosen fields break a rule the payload types check on their own.
     func frame(_ input: inout FuzzInput) -> Frame? {
         let type = input.byte()
-        switch type % 18 {
+        switch type % 20 {
         case 0: return hello(&input)
         case 1: return TrustDecision(rawValue: input.byte() % 4).map(Frame.trust)
         case 2:
@@ -35,14 +35,17 @@ struct FrameBuilder {
         case 14:
             let channel = channel(&input)
             let size: UInt64 = input.bool() ? UInt64(input.integer(UInt16.self)) : input.integer()
-            return (try? ResourceOffer(size: size, name: string(&input))).map { .resourceOffer(channel: channel, $0) }
+            let transferID = Bytes16(high: input.integer(), low: input.integer())
+            return (try? ResourceOffer(size: size, transferID: transferID, name: string(&input))).map { .resourceOffer(channel: channel, $0) }
         case 15: return .resourceChunk(channel: channel(&input), ByteBuffer(bytes: input.bytes(upTo: 255)))
         case 16:
             let channel = channel(&input)
             let digest = input.take(32)
             return (try? SHA256Digest(bytes: digest + [UInt8](repeating: 0, count: 32 - digest.count)))
                 .map { .resourceComplete(channel: channel, sha256: $0) }
-        default: return .resourceCancel(channel: channel(&input), reason: ResourceCancelReason(rawValue: UInt16(input.byte())))
+        case 17: return .resourceCancel(channel: channel(&input), reason: ResourceCancelReason(rawValue: UInt16(input.byte())))
+        case 18: return .resourceAccept(channel: channel(&input), offset: input.integer())
+        default: return .resourceReceived(channel: channel(&input))
         }
     }
 

@@ -211,11 +211,23 @@ public struct ConnectionStateMachine {
         return fail(error)
     }
 
-    /// Seals an application frame. Only once connected.
+    /// Seals an application frame. Only once connected. Channel frames are checked against the
+    /// channel rules (docs/PROTOCOL.md §7.6) and update the table; one that breaks them is refused.
     public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
-        if frame.channel != 0 || frame.type == .windowUpdate { throw .unsupported(frame.type) }
+        switch frame.type {
+        case .hello, .trust, .invitation, .invitationResponse, .pong:
+            throw .unsupported(frame.type)
+        case .goodbye, .ping, .message, .meshIntroduction:
+            break
+        case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
+            .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
+            try channels.sending(frame)
+        }
         guard let sealed = try session.transport.seal(frame) else { return [] }
+        // A refusal answers the peer's open: a peer that opens faster than it reads must not
+        // grow our memory with them (the handler stops reading past its reply backlog).
+        if case .streamReset(_, .refused) = frame { replyByteCount += sealed.readableBytes }
         return [.send(sealed)]
     }
 
@@ -390,8 +402,8 @@ public struct ConnectionStateMachine {
             case .message, .meshIntroduction, .pong:
                 return [.deliver(frame)]
             case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
-                .resourceComplete, .resourceCancel:
-                return channelFrame(frame, over: session.transport)
+                .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
+                return channelFrame(frame)
             }
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return []
@@ -424,16 +436,15 @@ public struct ConnectionStateMachine {
         return [.evaluateTrust(PeerTrustRequest(peer: hello.peerID, certificateChain: session.peerChain, hello: hello))]
     }
 
-    /// Stream, resource and window frames, checked against the channel table (docs/PROTOCOL.md §7.6).
-    private mutating func channelFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
+    /// Stream, resource and window frames, checked against the channel table (docs/PROTOCOL.md
+    /// §7.6); the legal ones go to the session, which takes or refuses new channels.
+    private mutating func channelFrame(_ frame: Frame) -> [ConnectionAction] {
         switch channels.received(frame) {
-        case .opened(let channel):
-            // Streams and resources are not implemented yet: every one is refused (STREAM_RESET 3 for
-            // resources too; RESOURCE_CANCEL has no refusal reason).
-            channels.reset(channel)
-            return reply(.streamReset(channel: channel, code: .refused), over: transport)
-        case .forOpenChannel, .handled:
-            // No channel stays open while every one is refused, so nothing is delivered.
+        case .opened, .forOpenChannel:
+            return [.deliver(frame)]
+        case .handled:
+            // A connection window update (the session's to apply) or a frame for an ended channel.
+            if case .windowUpdate(0, _) = frame { return [.deliver(frame)] }
             return []
         case .violation(let error):
             return fail(error)

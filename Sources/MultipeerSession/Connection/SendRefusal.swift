@@ -5,16 +5,18 @@ import MultipeerWire
 /// reasons can be added without breaking callers: switch over `code`.
 public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: Hashable, Sendable { case notConnected, invalidFrame, tls, unsupported }
+        private enum Base: Hashable, Sendable { case notConnected, invalidFrame, tls, unsupported, channelRule }
         private let base: Base
         private init(_ base: Base) { self.base = base }
 
         public static let notConnected = Code(.notConnected)
         public static let invalidFrame = Code(.invalidFrame)
         public static let tls = Code(.tls)
-        /// Stream, resource and window frames: the machine keeps the channel state itself and
-        /// opens no channel yet (docs/PROTOCOL.md §7.6), so a peer would take these as violations.
+        /// Frames only the machine itself sends (HELLO, TRUST, PONG).
         public static let unsupported = Code(.unsupported)
+        /// A channel frame that breaks docs/PROTOCOL.md §7.6 from our side: the peer would take it
+        /// as a violation, so it is not sent.
+        public static let channelRule = Code(.channelRule)
 
         public var description: String { "\(base)" }
     }
@@ -23,9 +25,13 @@ public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
     public let wireError: WireError?
     public let securityError: SecurityError?
     public let frameType: FrameType?
+    public let rule: String?
 
-    private init(_ code: Code, wireError: WireError? = nil, securityError: SecurityError? = nil, frameType: FrameType? = nil) {
+    private init(
+        _ code: Code, wireError: WireError? = nil, securityError: SecurityError? = nil, frameType: FrameType? = nil, rule: String? = nil
+    ) {
         self.code = code
+        self.rule = rule
         self.wireError = wireError
         self.securityError = securityError
         self.frameType = frameType
@@ -35,12 +41,14 @@ public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
     public static func invalidFrame(_ error: WireError) -> SendRefusal { SendRefusal(.invalidFrame, wireError: error) }
     public static func tls(_ error: SecurityError) -> SendRefusal { SendRefusal(.tls, securityError: error) }
     public static func unsupported(_ type: FrameType) -> SendRefusal { SendRefusal(.unsupported, frameType: type) }
+    public static func channelRule(_ rule: String) -> SendRefusal { SendRefusal(.channelRule, rule: rule) }
 
     public var description: String {
         switch code {
         case .invalidFrame: "invalid frame: \(wireError.map { "\($0)" } ?? "?")"
         case .tls: "TLS: \(securityError.map { "\($0)" } ?? "?")"
         case .unsupported: "unsupported frame \(frameType.map { "\($0)" } ?? "?")"
+        case .channelRule: "channel rule: \(rule ?? "?")"
         default: "\(code)"
         }
     }
