@@ -15,10 +15,13 @@ final class EngineProbe: Sendable {
     /// While holding, delivered messages stay untaken (a stalled application), so their bytes
     /// count against the sender's receive budget.
     private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
+    /// Streams and resources the peers opened to us, in order.
+    private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], []))
 
     init(
         name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
         keepalive: KeepalivePolicy = KeepalivePolicy(),
+        channels: ChannelConfiguration = ChannelConfiguration(),
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
@@ -27,7 +30,7 @@ final class EngineProbe: Sendable {
         engine = SessionEngine(
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
-                listenHost: "127.0.0.1", keepalive: keepalive),
+                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) })
         box.withLock { $0 = self }
@@ -61,8 +64,15 @@ final class EngineProbe: Sendable {
             if consumeNow { receipt.consumed() }
         case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
         case .peerRefused(let peer, let reason): log.withLock { $0.refusals.append((peer.identifier, reason)) }
+        case .streamOpened(let reader): channelLog.withLock { $0.streams.append(reader) }
+        case .resourceStarted(let transfer): channelLog.withLock { $0.started.append(transfer) }
+        case .resourceFinished(let transfer, let result): channelLog.withLock { $0.finished.append((transfer, result)) }
         }
     }
+
+    var openedStreams: [ByteStreamReader] { channelLog.withLock { $0.streams } }
+    var startedResources: [ResourceTransfer] { channelLog.withLock { $0.started } }
+    var finishedResources: [(ResourceTransfer, Result<String, TransferError>)] { channelLog.withLock { $0.finished } }
 
     func states(of other: EngineProbe) -> [PeerConnectionState] {
         log.withLock { $0.states.filter { $0.0 == other.peer.identifier }.map(\.1) }

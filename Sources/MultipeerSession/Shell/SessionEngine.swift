@@ -1,8 +1,10 @@
 import Logging
 import MultipeerCrypto
 import MultipeerWire
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// The SwiftNIO shell of a session: one TCP listener, one UDP socket and one secure connection
 /// per peer, all on one event loop. Every decision is the `SessionCore`'s; this keeps sockets,
@@ -11,12 +13,22 @@ import NIOPosix
 public final class SessionEngine: Sendable {
     public let configuration: SessionEngineConfiguration
     public let eventLoop: any EventLoop
-    private let state: NIOLoopBoundBox<EngineState>
-    private let onEvent: @Sendable (SessionEngineEvent) -> Void
+    let state: NIOLoopBoundBox<EngineState>
+    let onEvent: @Sendable (SessionEngineEvent) -> Void
     /// Connected peers and their send queues, readable from any thread, so that `send` can refuse
     /// at once.
-    private let sendBudget: SendBudget
+    let sendBudget: SendBudget
     private let outgoing = SendQueue<Outgoing>()
+    /// Our open channels per peer, readable from any thread, so `openStream` can refuse at once.
+    let channelCounts = ChannelCounts()
+    /// Incoming resources in progress, from every peer.
+    let incomingResources = Atomic<Int>(0)
+    /// Interrupted incoming transfers, for their senders to resume.
+    let resumeStore: ResumeStore
+    /// Reads and writes resource files, off the event loop.
+    let fileIOPool = NIOThreadPool.singleton
+    /// Tests make the resource store fail with this (called before each write, with the offset).
+    let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
 
     private enum Outgoing: Sendable {
         case reliable([Frame], to: [Bytes16])
@@ -44,9 +56,10 @@ public final class SessionEngine: Sendable {
             acceptsConnections: true))
         state = .makeBoxSendingValue(EngineState(core: core), eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
+        resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
     }
 
-    private var core: SessionCore { state.value.core }
+    var core: SessionCore { state.value.core }
 
     public var connectedPeers: [WirePeerID] {
         sendBudget.peers.sorted { $0.identifier < $1.identifier }
@@ -183,7 +196,7 @@ public final class SessionEngine: Sendable {
 
     /// Hands a link's queued frames to its socket while the socket takes them, so unsent data waits
     /// in the bounded queue rather than in the channel. On the loop; runs again when it is writable.
-    private func pump(_ link: EngineState.Link, peer id: LinkID) {
+    func pump(_ link: EngineState.Link, peer id: LinkID) {
         guard !link.pumping, let channel = link.channel, let peer = link.member?.identifier else { return }
         link.pumping = true
         defer { link.pumping = false }
@@ -201,6 +214,8 @@ public final class SessionEngine: Sendable {
             channel.flush()  // may make the channel writable again at once
         }
         if released > 0 { sendBudget.release(released, for: peer) }
+        // Messages first: channel data goes only once none wait.
+        if link.outbound.isEmpty { serveChannels(link, on: channel) }
     }
 
     fileprivate func linkWritable(_ id: LinkID) {
@@ -260,7 +275,10 @@ public final class SessionEngine: Sendable {
             case .abort(let id, let error):
                 state.links[id]?.channel?.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
             case .drop(let id):
-                state.links.removeValue(forKey: id)?.channel?.close(promise: nil)
+                if let link = state.links.removeValue(forKey: id) {
+                    failChannels(of: link)
+                    link.channel?.close(promise: nil)
+                }
             case .report(let peer, let peerState):
                 onEvent(.peerStateChanged(peer, peerState))
             case .refused(let peer, let reason):
@@ -268,6 +286,7 @@ public final class SessionEngine: Sendable {
             case .memberJoined(let peer, let id, let acceptsDatagrams):
                 guard let link = state.links[id] else { return }
                 link.member = peer
+                link.mux = LinkMultiplexer(engine: self, link: id, weAreDialer: link.weAreDialer)
                 let channel = link.channel
                 // Held strongly (a channel does not refer back to its budget): a weak reference would put
                 // the channel's every retain and release on the slow path.
@@ -431,6 +450,7 @@ public final class SessionEngine: Sendable {
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
         state.links[id]?.handler = handler
+        state.links[id]?.weAreDialer = role == .dialer
     }
 
     private func handshakeProgress(_ id: LinkID) -> (stage: Int, lastActivity: NIODeadline) {
@@ -467,6 +487,7 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkEstablished(_ id: LinkID, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
+        state.value.links[id]?.peerFingerprint = connection.certificateChain?.first?.sha256Fingerprint
         core.established(connection, on: id, remoteHost: remote?.ipAddress) { direction, epoch in
             try? tls?.exportKeyingMaterial(
                 label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
@@ -476,6 +497,10 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkReceived(_ id: LinkID, _ frame: Frame) {
+        if frame.type.isChannelFrame {
+            channelFrameReceived(frame, on: id)
+            return
+        }
         if let (message, peer) = core.received(frame, on: id, now: self.eventLoop.now) {
             onEvent(.messageReceived(message, from: peer, receipt: charge(state.value.links[id], message.readableBytes)))
         }
@@ -493,6 +518,7 @@ public final class SessionEngine: Sendable {
     }
 
     fileprivate func linkClosed(_ id: LinkID, _ error: ConnectionError) {
+        if let link = state.value.links[id] { failChannels(of: link) }
         state.value.links[id] = nil
         core.closed(id, error, now: eventLoop.now)
         perform()
@@ -579,6 +605,11 @@ final class EngineState {
         var writtenUnflushed = 0
         var pumping = false
         var receiveBudget: ReceiveBudget?
+        var weAreDialer = false
+        /// The peer's certificate fingerprint once connected; nil without an identity.
+        var peerFingerprint: [UInt8]?
+        /// Streams and resources, once connected.
+        var mux: LinkMultiplexer?
 
         init(channel: (any Channel)? = nil) { self.channel = channel }
     }

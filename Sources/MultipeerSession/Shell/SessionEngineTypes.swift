@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import MultipeerCrypto
 import MultipeerWire
@@ -28,6 +31,8 @@ public struct SessionEngineConfiguration: Sendable {
     /// Message bytes from one peer delivered to the app and not yet taken; past it the session
     /// stops reading from that peer (and drops its datagrams) until the app catches up.
     public var maximumUndeliveredBytesPerPeer: Int
+    /// Streams and resources: buffers, where received files go, what is accepted.
+    public var channels: ChannelConfiguration
     /// Connection life cycle, refusals and their reasons; never keys or payloads.
     public var logger: Logger
 
@@ -46,6 +51,7 @@ public struct SessionEngineConfiguration: Sendable {
         maximumPendingConnections: Int = 64,
         maximumQueuedBytesPerPeer: Int = 32 << 20,
         maximumUndeliveredBytesPerPeer: Int = 8 << 20,
+        channels: ChannelConfiguration = ChannelConfiguration(),
         logger: Logger = Logger(label: "MultipeerSession", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.localPeer = localPeer
@@ -62,6 +68,7 @@ public struct SessionEngineConfiguration: Sendable {
         self.maximumPendingConnections = max(1, maximumPendingConnections)
         self.maximumQueuedBytesPerPeer = max(1, maximumQueuedBytesPerPeer)
         self.maximumUndeliveredBytesPerPeer = max(1, maximumUndeliveredBytesPerPeer)
+        self.channels = channels
         self.logger = logger
     }
 }
@@ -75,4 +82,48 @@ public enum SessionEngineEvent: Sendable {
     case messageReceived(ByteBuffer, from: WirePeerID, receipt: DeliveryReceipt)
     /// A peer's connection was refused before its app or ours was asked (session full, stale token).
     case peerRefused(WirePeerID, GoodbyeReason)
+    /// A peer opened a stream to us; read it (or cancel it) promptly: unread bytes hold its window.
+    case streamOpened(ByteStreamReader)
+    /// A peer's resource is arriving; progress and cancel through the transfer.
+    case resourceStarted(ResourceTransfer)
+    /// An incoming resource ended: the path of the verified file, which now belongs to whoever
+    /// handles the event (move it or remove it), or why it failed (and then no file is left).
+    case resourceFinished(ResourceTransfer, Result<String, TransferError>)
+}
+
+/// Streams and resources (docs/PROTOCOL.md §7.6, §7.8).
+public struct ChannelConfiguration: Sendable {
+    /// Bytes a stream writer holds before `write` waits or takes less.
+    public var streamBufferLimit: Int
+    /// Where incoming resources are written, under names of the session's own making; created
+    /// if missing. The default is a directory of its own under the system's temporary directory.
+    public var resourceDirectory: String
+    /// Larger offers are refused (STREAM_RESET 3).
+    public var maximumIncomingResourceSize: UInt64
+    /// Incoming resources at once, from all peers; more are refused.
+    public var maximumConcurrentIncomingResources: Int
+    /// Interrupted incoming transfers kept for the sender to resume, and for how long.
+    public var resumableTransfers: Int
+    public var resumeLifetime: TimeAmount
+
+    public init(
+        streamBufferLimit: Int = 256 << 10,
+        resourceDirectory: String? = nil,
+        maximumIncomingResourceSize: UInt64 = 16 << 30,
+        maximumConcurrentIncomingResources: Int = 16,
+        resumableTransfers: Int = 16,
+        resumeLifetime: TimeAmount = .minutes(10)
+    ) {
+        self.streamBufferLimit = max(1, streamBufferLimit)
+        self.resourceDirectory = resourceDirectory ?? Self.defaultResourceDirectory()
+        self.maximumIncomingResourceSize = min(maximumIncomingResourceSize, WireLimits.maxResourceSize)
+        self.maximumConcurrentIncomingResources = max(0, maximumConcurrentIncomingResources)
+        self.resumableTransfers = max(0, resumableTransfers)
+        self.resumeLifetime = resumeLifetime
+    }
+
+    static func defaultResourceDirectory() -> String {
+        let base = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        return base + "/swift-multipeer-resources-\(getuid())"
+    }
 }

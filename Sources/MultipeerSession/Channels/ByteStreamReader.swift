@@ -1,0 +1,185 @@
+import MultipeerWire
+import NIOCore
+import Synchronization
+
+/// The reading end of a named byte stream from one peer. Holds at most what the windows let the
+/// peer send (docs/PROTOCOL.md §7.6); window goes back as the application reads, so a reader
+/// that stops reading stops the writer. An `AsyncSequence` of chunks that ends at STREAM_CLOSE
+/// and throws when the stream is reset or the connection lost; or read it by polling
+/// (`read(into:)`). Thread-safe.
+public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
+    public typealias Element = ByteBuffer
+
+    public enum Event: Sendable {
+        case bytesAvailable
+        case endEncountered
+        case failed(TransferError)
+    }
+
+    private struct State {
+        var chunks = CircularBuffer<ByteBuffer>()
+        var buffered = 0
+        var ended = false
+        var failure: TransferError?
+        var waiter: UnsafeContinuation<Void, Never>?
+        var observer: (@Sendable (Event) -> Void)?
+        var cancelled = false
+    }
+
+    public let name: String
+    public let peer: WirePeerID
+    let channel: UInt32
+    private let linkage: any ChannelLinkage
+    private let state = Mutex(State())
+
+    init(name: String, peer: WirePeerID, channel: UInt32, linkage: any ChannelLinkage) {
+        self.name = name
+        self.peer = peer
+        self.channel = channel
+        self.linkage = linkage
+    }
+
+    /// Called with events from the engine's thread (and once at once for what is already there).
+    public func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
+        let pending = state.withLock { state -> Event? in
+            state.observer = observer
+            if let failure = state.failure { return .failed(failure) }
+            if state.buffered > 0 { return .bytesAvailable }
+            return state.ended ? .endEncountered : nil
+        }
+        if let pending { observer?(pending) }
+    }
+
+    public var hasBytesAvailable: Bool { state.withLock { $0.buffered > 0 } }
+    /// Bytes arrived and not yet read: never more than the channel's window (docs/PROTOCOL.md §7.6).
+    public var bufferedByteCount: Int { state.withLock { $0.buffered } }
+    /// The writer closed and every byte has been read.
+    public var isAtEnd: Bool { state.withLock { $0.ended && $0.buffered == 0 } }
+    public var failure: TransferError? { state.withLock { $0.failure } }
+
+    /// Copies up to `buffer.count` bytes; 0 when none are available now (see `isAtEnd`).
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        let copied = state.withLock { state -> Int in
+            var copied = 0
+            while copied < buffer.count, var chunk = state.chunks.first {
+                let count = Swift.min(chunk.readableBytes, buffer.count - copied)
+                chunk.withUnsafeReadableBytes { raw in
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[copied..<copied + count]).copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.prefix(count)))
+                }
+                chunk.moveReaderIndex(forwardBy: count)
+                copied += count
+                if chunk.readableBytes == 0 { state.chunks.removeFirst() } else { state.chunks[state.chunks.startIndex] = chunk }
+            }
+            state.buffered -= copied
+            return copied
+        }
+        if copied > 0 { linkage.channelTaken(copied, on: channel) }
+        return copied
+    }
+
+    /// The next chunk, waiting for one; nil at the end of the stream.
+    public func next() async throws(TransferError) -> ByteBuffer? {
+        while true {
+            let outcome = state.withLock { state -> Result<ByteBuffer?, TransferError>? in
+                if let chunk = state.chunks.popFirst() {
+                    state.buffered -= chunk.readableBytes
+                    return .success(chunk)
+                }
+                if let failure = state.failure { return .failure(failure) }
+                return state.ended ? .success(nil) : nil
+            }
+            switch outcome {
+            case .success(let chunk?):
+                linkage.channelTaken(chunk.readableBytes, on: channel)
+                return chunk
+            case .success(nil):
+                return nil
+            case .failure(let error):
+                throw error
+            case nil:
+                await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                    let now = state.withLock { state -> Bool in
+                        if !state.chunks.isEmpty || state.ended || state.failure != nil { return true }
+                        state.waiter = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            }
+        }
+    }
+
+    /// Stops reading: the writer is told (STREAM_RESET 1) and buffered bytes are dropped.
+    public func cancel() {
+        let (send, dropped) = state.withLock { state -> (Bool, Int) in
+            guard !state.ended, state.failure == nil else { return (false, 0) }
+            state.failure = TransferError(.cancelled)
+            state.cancelled = true
+            let dropped = state.buffered
+            state.chunks.removeAll()
+            state.buffered = 0
+            return (true, dropped)
+        }
+        guard send else { return }
+        wake()
+        linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
+        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
+    }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let reader: ByteStreamReader
+        public mutating func next() async throws -> ByteBuffer? { try await reader.next() }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: self) }
+
+    // MARK: The engine's side (on its loop)
+
+    func peerSent(_ frame: Frame) -> Bool {
+        switch frame {
+        case .streamData(_, let data):
+            let accepted = state.withLock { state -> Bool in
+                guard !state.cancelled else { return false }
+                state.chunks.append(data)
+                state.buffered += data.readableBytes
+                return true
+            }
+            if accepted {
+                notify(.bytesAvailable)
+            } else {
+                linkage.channelTaken(data.readableBytes, on: channel)  // dropped: the connection's share goes back
+            }
+            return false
+        case .streamClose:
+            state.withLock { $0.ended = true }
+            notify(.endEncountered)
+            return true
+        case .streamReset(_, let code):
+            failed(TransferError.fromPeerReset(code))
+            return true
+        default:
+            return false
+        }
+    }
+
+    func failed(_ error: TransferError) {
+        let first = state.withLock { state -> Bool in
+            guard !state.ended, state.failure == nil else { return false }
+            state.failure = error
+            return true
+        }
+        if first { notify(.failed(error)) }
+    }
+
+    private func notify(_ event: Event) {
+        wake()
+        state.withLock { $0.observer }?(event)
+    }
+
+    private func wake() {
+        state.withLock { state in
+            defer { state.waiter = nil }
+            return state.waiter
+        }?.resume()
+    }
+}

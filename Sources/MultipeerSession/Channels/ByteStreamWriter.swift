@@ -1,0 +1,204 @@
+import MultipeerWire
+import NIOCore
+import Synchronization
+
+/// The writing end of a named byte stream to one peer (docs/PROTOCOL.md §6.4.9-§6.4.13).
+/// Bytes wait in a bounded buffer until the peer's windows let them go, so a reader that stops
+/// reading stops the writer: `write(_:)` suspends and `write(from:)` takes less.
+/// Thread-safe; the engine drains it on its event loop.
+public final class ByteStreamWriter: Sendable, OutboundChannel {
+    public enum Event: Sendable {
+        /// Room again after a write that did not fit.
+        case spaceAvailable
+        case failed(TransferError)
+    }
+
+    private struct State {
+        var buffer = ByteBuffer()
+        var closeRequested = false
+        var finishSent = false
+        var failure: TransferError?
+        var channel: UInt32?
+        var linkage: (any ChannelLinkage)?
+        var spaceWaiters: [UnsafeContinuation<Void, any Error>] = []
+        var wantsSpaceEvent = false
+        var observer: (@Sendable (Event) -> Void)?
+    }
+
+    public let name: String
+    public let peer: WirePeerID
+    /// Bytes the writer holds before `write` waits; the windows bound what is in flight beyond it.
+    public let bufferLimit: Int
+    private let state = Mutex(State())
+
+    init(name: String, peer: WirePeerID, bufferLimit: Int) {
+        self.name = name
+        self.peer = peer
+        self.bufferLimit = max(1, bufferLimit)
+    }
+
+    /// Called with events from the engine's thread; set it before writing for `spaceAvailable`.
+    public func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
+        state.withLock { $0.observer = observer }
+    }
+
+    /// Whether `write(from:)` would take at least one byte now.
+    public var hasSpaceAvailable: Bool {
+        state.withLock { $0.failure == nil && !$0.closeRequested && $0.buffer.readableBytes < bufferLimit }
+    }
+
+    public var failure: TransferError? { state.withLock { $0.failure } }
+    /// Bytes written and not yet handed to the connection.
+    public var bufferedByteCount: Int { state.withLock { $0.buffer.readableBytes } }
+
+    /// Takes as many bytes as fit now and returns how many (0: no room now, an event follows when
+    /// there is). Throws once the stream failed or was closed.
+    public func write(from bytes: UnsafeRawBufferPointer) throws(TransferError) -> Int {
+        let (taken, linkage, channel) = try state.withLock { state throws(TransferError) -> (Int, (any ChannelLinkage)?, UInt32?) in
+            if let failure = state.failure { throw failure }
+            guard !state.closeRequested else { throw TransferError(.invalidParameter, detail: "write after close") }
+            let room = bufferLimit - state.buffer.readableBytes
+            let count = min(room, bytes.count)
+            guard count > 0 else {
+                state.wantsSpaceEvent = true
+                return (0, nil, nil)
+            }
+            let wasEmpty = state.buffer.readableBytes == 0
+            state.buffer.writeBytes(UnsafeRawBufferPointer(rebasing: bytes.prefix(count)))
+            return (count, wasEmpty ? state.linkage : nil, state.channel)
+        }
+        if let linkage, let channel { linkage.channelReady(channel) }
+        return taken
+    }
+
+    /// Writes all of `bytes`, waiting while the buffer is full. Throws if the stream fails
+    /// (reset by the peer, connection lost) or was closed.
+    public func write(_ bytes: ByteBuffer) async throws(TransferError) {
+        var remaining = bytes
+        while remaining.readableBytes > 0 {
+            let taken = try remaining.withUnsafeReadableBytes { raw throws(TransferError) in try write(from: raw) }
+            remaining.moveReaderIndex(forwardBy: taken)
+            if taken == 0 { try await waitForSpace() }
+        }
+    }
+
+    public func write(_ bytes: some Sequence<UInt8>) async throws(TransferError) {
+        try await write(ByteBuffer(bytes: Array(bytes)))
+    }
+
+    private func waitForSpace() async throws(TransferError) {
+        do {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                let resumeNow: Result<Void, TransferError>? = state.withLock { state in
+                    if let failure = state.failure { return .failure(failure) }
+                    if state.buffer.readableBytes < bufferLimit { return .success(()) }
+                    state.spaceWaiters.append(continuation)
+                    return nil
+                }
+                if let resumeNow { continuation.resume(with: resumeNow) }
+            }
+        } catch let error as TransferError {
+            throw error
+        } catch {
+            throw TransferError(.connectionLost)
+        }
+    }
+
+    /// Ends the stream once buffered bytes are sent (STREAM_CLOSE). Idempotent.
+    public func close() {
+        let wake = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
+            guard !state.closeRequested, state.failure == nil else { return (nil, nil) }
+            state.closeRequested = true
+            return (state.linkage, state.channel)
+        }
+        if let linkage = wake.0, let channel = wake.1 { linkage.channelReady(channel) }
+    }
+
+    /// Abandons the stream (STREAM_RESET 1); buffered bytes are dropped.
+    public func cancel() {
+        let send = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
+            guard state.failure == nil, !state.finishSent else { return (nil, nil) }
+            state.failure = TransferError(.cancelled)
+            state.buffer.clear()
+            return (state.linkage, state.channel)
+        }
+        failWaiters(TransferError(.cancelled), notify: false)
+        if let linkage = send.0, let channel = send.1 {
+            linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
+        }
+    }
+
+    // MARK: The engine's side (on its loop)
+
+    var carriesResource: Bool { false }
+
+    func bind(channel: UInt32, linkage: any ChannelLinkage) -> Bool {
+        let (wanted, ready) = state.withLock { state -> (Bool, Bool) in
+            state.channel = channel
+            state.linkage = linkage
+            return (state.failure == nil, state.buffer.readableBytes > 0 || state.closeRequested)
+        }
+        if wanted && ready { linkage.channelReady(channel) }
+        return wanted
+    }
+
+    func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
+
+    func nextOutput(allowance: Int) -> ChannelOutput {
+        let (output, wakeWaiters) = state.withLock { state -> (ChannelOutput, Bool) in
+            guard state.failure == nil, !state.finishSent else { return (.idle, false) }
+            if state.buffer.readableBytes > 0 {
+                guard allowance > 0 else { return (.blocked, false) }
+                let wasFull = state.buffer.readableBytes >= bufferLimit || state.wantsSpaceEvent
+                let slice = state.buffer.readSlice(length: min(allowance, state.buffer.readableBytes))!
+                if state.buffer.readableBytes == 0 { state.buffer.clear() } else if state.buffer.readerIndex > 1 << 20 { state.buffer.discardReadBytes() }
+                return (.data(slice), wasFull)
+            }
+            if state.closeRequested {
+                state.finishSent = true
+                return (.finish(.streamClose(channel: state.channel ?? 0)), false)
+            }
+            return (.idle, false)
+        }
+        if wakeWaiters { spaceFreed() }
+        return output
+    }
+
+    private func spaceFreed() {
+        let (waiters, observer) = state.withLock { state -> ([UnsafeContinuation<Void, any Error>], (@Sendable (Event) -> Void)?) in
+            defer { state.spaceWaiters = []; state.wantsSpaceEvent = false }
+            return (state.spaceWaiters, state.wantsSpaceEvent ? state.observer : nil)
+        }
+        for waiter in waiters { waiter.resume() }
+        observer?(.spaceAvailable)
+    }
+
+    func peerSent(_ frame: Frame) -> Bool {
+        switch frame {
+        case .streamReset(_, let code):
+            failed(TransferError.fromPeerReset(code))
+            return true
+        default:
+            return false
+        }
+    }
+
+    func failed(_ error: TransferError) {
+        let first = state.withLock { state -> Bool in
+            guard state.failure == nil, !state.finishSent else { return false }
+            state.failure = error
+            state.buffer.clear()
+            return true
+        }
+        if first { failWaiters(error, notify: true) }
+    }
+
+    private func failWaiters(_ error: TransferError, notify: Bool) {
+        let (waiters, observer) = state.withLock { state in
+            defer { state.spaceWaiters = [] }
+            return (state.spaceWaiters, state.observer)
+        }
+        for waiter in waiters { waiter.resume(throwing: error) }
+        if notify { observer?(.failed(error)) }
+    }
+}

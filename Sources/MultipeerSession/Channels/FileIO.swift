@@ -1,0 +1,111 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import NIOCore
+
+/// Positioned reads and writes on a file descriptor, run on a thread pool (never on an event
+/// loop). Errors carry errno's text, never file contents.
+struct FileIOError: Error, CustomStringConvertible {
+    let operation: String
+    let code: Int32
+    var description: String { "\(operation): \(String(cString: strerror(code)))" }
+}
+
+/// One open file; closed on `close()` or when released.
+final class OpenFile: @unchecked Sendable {
+    private(set) var descriptor: Int32
+
+    private init(descriptor: Int32) { self.descriptor = descriptor }
+
+    deinit { close() }
+
+    static func openForReading(_ path: String) throws(FileIOError) -> (OpenFile, size: UInt64, modified: Int64) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FileIOError(operation: "open", code: errno) }
+        let file = OpenFile(descriptor: descriptor)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw FileIOError(operation: "fstat", code: errno) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw FileIOError(operation: "open (not a regular file)", code: EINVAL) }
+        let modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        return (file, UInt64(info.st_size), modified)
+    }
+
+    /// Creates a new file that did not exist, readable by its owner only.
+    static func create(_ path: String) throws(FileIOError) -> OpenFile {
+        let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw FileIOError(operation: "create", code: errno) }
+        return OpenFile(descriptor: descriptor)
+    }
+
+    static func openForUpdate(_ path: String) throws(FileIOError) -> OpenFile {
+        let descriptor = open(path, O_RDWR | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FileIOError(operation: "open", code: errno) }
+        return OpenFile(descriptor: descriptor)
+    }
+
+    /// Reads exactly `count` bytes at `offset` (fewer only at the end of the file).
+    func read(count: Int, at offset: UInt64) throws(FileIOError) -> ByteBuffer {
+        var buffer = ByteBufferAllocator().buffer(capacity: count)
+        var total = 0
+        while total < count {
+            let got = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count - total) { raw in
+                pread(descriptor, raw.baseAddress, count - total, off_t(offset) + off_t(total))
+            }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw FileIOError(operation: "read", code: errno)
+            }
+            if got == 0 { break }
+            total += got
+        }
+        return buffer
+    }
+
+    func write(_ bytes: ByteBuffer, at offset: UInt64) throws(FileIOError) {
+        var written = 0
+        let count = bytes.readableBytes
+        while written < count {
+            let result = bytes.withUnsafeReadableBytes { raw in
+                pwrite(descriptor, raw.baseAddress! + written, count - written, off_t(offset) + off_t(written))
+            }
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw FileIOError(operation: "write", code: errno)
+            }
+            written += result
+        }
+    }
+
+    func truncate(to length: UInt64) throws(FileIOError) {
+        guard ftruncate(descriptor, off_t(length)) == 0 else { throw FileIOError(operation: "truncate", code: errno) }
+    }
+
+    func sync() throws(FileIOError) {
+        guard fsync(descriptor) == 0 else { throw FileIOError(operation: "fsync", code: errno) }
+    }
+
+    func close() {
+        if descriptor >= 0 {
+            systemClose(descriptor)
+            descriptor = -1
+        }
+    }
+}
+
+private func systemClose(_ descriptor: Int32) {
+    _ = close(descriptor)
+}
+
+enum FileNames {
+    static func remove(_ path: String) {
+        _ = unlink(path)
+    }
+
+    static func size(of path: String) -> UInt64? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return UInt64(info.st_size)
+    }
+}

@@ -1,0 +1,252 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Receives one resource into a file of the session's own naming (docs/PROTOCOL.md §7.8): writes
+/// chunks in order on a thread pool, gives window back as they reach the file, checks the size
+/// and the SHA-256 of the whole content at RESOURCE_COMPLETE, then answers RESOURCE_RECEIVED or
+/// RESOURCE_CANCEL. A failed or cancelled transfer leaves no file; one cut off by a lost
+/// connection is kept for resuming when a store is given.
+final class ResourceReceiver: InboundChannel {
+    /// Chunks are written in batches of about this much.
+    static let writeBatch = 256 * 1024
+
+    private struct State {
+        var pending = CircularBuffer<ByteBuffer>()
+        var pendingBytes = 0
+        var writeInFlight = false
+        /// File length written so far (includes a resumed prefix).
+        var written: UInt64
+        var expectedDigest: SHA256Digest?
+        var result: Result<String, TransferError>?
+        /// Lost connection while a write ran: keep the partial once it lands.
+        var keepWhenIdle: ResumeStore.Key?
+    }
+
+    let channel: UInt32
+    let offer: ResourceOffer
+    let peer: WirePeerID
+    let path: String
+    let startOffset: UInt64
+    private let file: OpenFile
+    private let pool: NIOThreadPool
+    private let eventLoop: any EventLoop
+    private let linkage: any ChannelLinkage
+    private let resumeKey: ResumeStore.Key
+    private let resumeStore: ResumeStore?
+    /// Fed in file order on the pool, one task at a time.
+    private let hasher = SHA256Hasher()
+    private let state: Mutex<State>
+    private let onProgress: @Sendable (UInt64) -> Void
+    private let onCompletion: @Sendable (Result<String, TransferError>) -> Void
+    /// A test's way to make the store fail: called before each write.
+    private let writeFault: (@Sendable (UInt64) throws -> Void)?
+
+    init(
+        channel: UInt32, offer: ResourceOffer, peer: WirePeerID, path: String, file: OpenFile, startOffset: UInt64,
+        pool: NIOThreadPool, eventLoop: any EventLoop, linkage: any ChannelLinkage,
+        resumeKey: ResumeStore.Key, resumeStore: ResumeStore?, writeFault: (@Sendable (UInt64) throws -> Void)?,
+        onProgress: @escaping @Sendable (UInt64) -> Void, onCompletion: @escaping @Sendable (Result<String, TransferError>) -> Void
+    ) {
+        self.channel = channel
+        self.offer = offer
+        self.peer = peer
+        self.path = path
+        self.file = file
+        self.startOffset = startOffset
+        self.pool = pool
+        self.eventLoop = eventLoop
+        self.linkage = linkage
+        self.resumeKey = resumeKey
+        self.resumeStore = resumeStore
+        self.writeFault = writeFault
+        self.onProgress = onProgress
+        self.onCompletion = onCompletion
+        state = Mutex(State(written: startOffset))
+    }
+
+    /// On the loop, once RESOURCE_ACCEPT is sent: hashes a resumed prefix before any new byte.
+    func start() {
+        guard startOffset > 0 else { return }
+        state.withLock { $0.writeInFlight = true }
+        let (file, hasher, length) = (file, hasher, startOffset)
+        pool.runIfActive(eventLoop: eventLoop) { () throws in
+            var position: UInt64 = 0
+            while position < length {
+                let block = try file.read(count: Int(min(UInt64(ResourceSender.readBlock), length - position)), at: position)
+                guard block.readableBytes > 0 else { throw FileIOError(operation: "read (kept file shrank)", code: 5) }
+                block.withUnsafeReadableBytes { hasher.update($0) }
+                position += UInt64(block.readableBytes)
+            }
+        }.whenComplete { [self] result in
+            state.withLock { $0.writeInFlight = false }
+            if case .failure(let error) = result {
+                storageFailed(error)
+            } else {
+                writeMore()
+            }
+        }
+    }
+
+    /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
+    func cancel() {
+        guard state.withLock({ $0.result == nil }) else { return }
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
+        finish(.failure(TransferError(.cancelled)), removeFile: true)
+    }
+
+    // MARK: On the loop
+
+    func peerSent(_ frame: Frame) -> Bool {
+        switch frame {
+        case .resourceChunk(_, let data):
+            let accepted = state.withLock { state -> Bool in
+                guard state.result == nil else { return false }
+                state.pending.append(data)
+                state.pendingBytes += data.readableBytes
+                return true
+            }
+            if accepted { writeMore() } else { linkage.channelTaken(data.readableBytes, on: channel) }
+            return false
+        case .resourceComplete(_, let digest):
+            state.withLock { $0.expectedDigest = digest }
+            verifyIfDone()
+            return false
+        case .resourceCancel(_, let reason):
+            finish(.failure(TransferError.fromPeerCancel(reason)), removeFile: true)
+            return true
+        case .streamReset(_, let code):
+            finish(.failure(TransferError.fromPeerReset(code)), removeFile: true)
+            return true
+        default:
+            return false
+        }
+    }
+
+    func failed(_ error: TransferError) {
+        // Cut off: keep what reached the file, for the same sender to resume.
+        let keepNow = state.withLock { state -> Bool in
+            guard state.result == nil else { return false }
+            if state.writeInFlight {
+                state.keepWhenIdle = resumeKey
+                return false
+            }
+            return true
+        }
+        if keepNow { keepPartial() }
+        finish(.failure(error), removeFile: false)
+    }
+
+    private func keepPartial() {
+        let written = state.withLock { $0.written }
+        if let resumeStore {
+            resumeStore.keep(ResumeStore.Partial(path: path, length: written), for: resumeKey)
+        } else {
+            FileNames.remove(path)
+        }
+    }
+
+    private func writeMore() {
+        let batch = state.withLock { state -> (chunks: [ByteBuffer], at: UInt64)? in
+            guard state.result == nil, !state.writeInFlight, state.pendingBytes > 0 else { return nil }
+            var chunks: [ByteBuffer] = []
+            var bytes = 0
+            while bytes < Self.writeBatch, let chunk = state.pending.popFirst() {
+                chunks.append(chunk)
+                bytes += chunk.readableBytes
+            }
+            state.pendingBytes -= bytes
+            state.writeInFlight = true
+            return (chunks, state.written)
+        }
+        guard let batch else {
+            verifyIfDone()
+            return
+        }
+        let (file, hasher, fault) = (file, hasher, writeFault)
+        pool.runIfActive(eventLoop: eventLoop) { () throws -> Int in
+            var position = batch.at
+            for chunk in batch.chunks {
+                try fault?(position)
+                try file.write(chunk, at: position)
+                chunk.withUnsafeReadableBytes { hasher.update($0) }
+                position += UInt64(chunk.readableBytes)
+            }
+            return Int(position - batch.at)
+        }.whenComplete { [self] result in
+            switch result {
+            case .success(let bytes):
+                let (written, keep) = state.withLock { state -> (UInt64, Bool) in
+                    state.writeInFlight = false
+                    state.written += UInt64(bytes)
+                    defer { state.keepWhenIdle = nil }
+                    return (state.written, state.keepWhenIdle != nil)
+                }
+                if keep {
+                    keepPartial()
+                    return
+                }
+                linkage.channelTaken(bytes, on: channel)
+                onProgress(written)
+                writeMore()
+            case .failure(let error):
+                state.withLock { $0.writeInFlight = false }
+                storageFailed(error)
+            }
+        }
+    }
+
+    private func verifyIfDone() {
+        let check = state.withLock { state -> (SHA256Digest, UInt64)? in
+            guard state.result == nil, !state.writeInFlight, state.pendingBytes == 0, let expected = state.expectedDigest else { return nil }
+            state.writeInFlight = true  // nothing else runs on the file now
+            return (expected, state.written)
+        }
+        guard let (expected, written) = check else { return }
+        guard written == offer.size else {
+            rejectContent(TransferError(.integrityFailure, detail: "\(written) of \(offer.size) bytes arrived"))
+            return
+        }
+        let (file, hasher) = (file, hasher)
+        pool.runIfActive(eventLoop: eventLoop) { () throws -> [UInt8] in
+            try file.sync()
+            return hasher.finalize()
+        }.whenComplete { [self] result in
+            switch result {
+            case .success(let digest) where digest == expected.bytes:
+                linkage.channelSend(.resourceReceived(channel: channel), ends: true)
+                finish(.success(path), removeFile: false)
+            case .success:
+                rejectContent(TransferError(.integrityFailure, detail: "SHA-256 mismatch"))
+            case .failure(let error):
+                storageFailed(error)
+            }
+        }
+    }
+
+    private func rejectContent(_ error: TransferError) {
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure), ends: true)
+        finish(.failure(error), removeFile: true)
+    }
+
+    private func storageFailed(_ error: any Error) {
+        guard state.withLock({ $0.result == nil }) else { return }
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .storageFailure), ends: true)
+        finish(.failure(TransferError(.storageFailure, detail: "\(error)")), removeFile: true)
+    }
+
+    private func finish(_ result: Result<String, TransferError>, removeFile: Bool) {
+        let first = state.withLock { state -> Bool in
+            guard state.result == nil else { return false }
+            state.result = result
+            state.pending.removeAll()
+            state.pendingBytes = 0
+            return true
+        }
+        guard first else { return }
+        if removeFile { FileNames.remove(path) }
+        onCompletion(result)
+    }
+}

@@ -1,0 +1,355 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+import Synchronization
+
+// Streams and resources (docs/PROTOCOL.md §7.6, §7.8): the shell that opens channels, takes or
+// refuses the peer's, feeds the scheduler and returns windows. Decisions about windows and turns
+// are the sans-I/O `ChannelScheduler` and `WindowReturns`; the channel objects hold the data.
+extension SessionEngine {
+    // MARK: Public API (any thread)
+
+    /// Opens a named byte stream to a connected peer. Returns at once; bytes written before the
+    /// channel opens wait in the writer. Throws `notConnected`, `tooManyChannels` (64 of ours
+    /// open to the peer) or `invalidParameter` (a name over 255 bytes).
+    public func openStream(named name: String, to peer: Bytes16) throws(TransferError) -> ByteStreamWriter {
+        guard name.utf8.count <= WireLimits.maxChannelNameBytes else {
+            throw TransferError(.invalidParameter, detail: "stream name of \(name.utf8.count) bytes, at most 255")
+        }
+        guard let wirePeer = sendBudget.peers.first(where: { $0.identifier == peer }) else { throw TransferError(.notConnected) }
+        guard channelCounts.reserve(peer) else { throw TransferError(.tooManyChannels) }
+        let writer = ByteStreamWriter(name: name, peer: wirePeer, bufferLimit: configuration.channels.streamBufferLimit)
+        eventLoop.execute { [self] in openOutbound(writer, to: peer) }
+        return writer
+    }
+
+    /// Sends the regular file at `path` to a connected peer as a resource named `name` (a label:
+    /// the receiver never uses it as a path). `sourceIdentity` names the content for resuming
+    /// (docs/PROTOCOL.md §7.8): the same identity, size and modification time give the same
+    /// transfer ID. Throws at once for an unreadable file, a bad name or size, or an unknown peer.
+    public func sendResource(
+        atPath path: String, named name: String, sourceIdentity: String, modificationTime: Int64? = nil, to peer: Bytes16
+    ) throws(TransferError) -> ResourceTransfer {
+        guard name.utf8.count <= WireLimits.maxChannelNameBytes else {
+            throw TransferError(.invalidParameter, detail: "resource name of \(name.utf8.count) bytes, at most 255")
+        }
+        guard let wirePeer = sendBudget.peers.first(where: { $0.identifier == peer }) else { throw TransferError(.notConnected) }
+        let opened: (file: OpenFile, size: UInt64, modified: Int64)
+        do {
+            opened = try OpenFile.openForReading(path)
+        } catch {
+            throw TransferError(.sourceFailure, detail: "\(error)")
+        }
+        guard opened.size <= WireLimits.maxResourceSize else {
+            throw TransferError(.tooLarge, detail: "\(opened.size) bytes, at most \(WireLimits.maxResourceSize)")
+        }
+        guard channelCounts.reserve(peer) else { throw TransferError(.tooManyChannels) }
+        let transferID = Self.transferID(
+            receiver: peer, sourceIdentity: sourceIdentity, size: opened.size, modified: modificationTime ?? opened.modified)
+        let transfer = ResourceTransfer(name: name, peer: wirePeer, size: opened.size, direction: .outgoing)
+        let sender = ResourceSender(
+            source: .init(file: opened.file, size: opened.size, name: name, transferID: transferID), peer: wirePeer,
+            pool: fileIOPool, eventLoop: eventLoop,
+            onProgress: { transfer.progressed(to: $0) },
+            onCompletion: { result in transfer.finished(result.map { nil }) })
+        transfer.setCancelHandler { sender.cancel() }
+        eventLoop.execute { [self] in openOutbound(sender, to: peer) }
+        return transfer
+    }
+
+    /// docs/PROTOCOL.md §7.8: the first 16 bytes of SHA-256 over a label, the receiver, the
+    /// source's identity, its size and its modification time.
+    static func transferID(receiver: Bytes16, sourceIdentity: String, size: UInt64, modified: Int64) -> Bytes16 {
+        var input = Array("mpcp-resource-id".utf8) + receiver.bytes + Array(sourceIdentity.utf8)
+        input += withUnsafeBytes(of: size.bigEndian, Array.init)
+        input += withUnsafeBytes(of: modified.bigEndian, Array.init)
+        return Bytes16(bytes: SHA256Hasher.digest(input).prefix(16))!
+    }
+
+    // MARK: Our channels (on the loop)
+
+    private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16) {
+        guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
+            let connection = link.channel
+        else {
+            channelCounts.release(peer)
+            source.failed(TransferError(.notConnected))
+            return
+        }
+        guard let channel = mux.scheduler.open() else {
+            channelCounts.release(peer)
+            source.failed(TransferError(.tooManyChannels))
+            return
+        }
+        guard source.bind(channel: channel, linkage: mux) else {
+            // Cancelled before it opened: nothing was sent.
+            mux.scheduler.ended(channel)
+            channelCounts.release(peer)
+            return
+        }
+        mux.outbound[channel] = source
+        writeChannelFrame(source.openingFrame(channel: channel), on: connection, flush: true)
+    }
+
+    /// Serves ready channels one frame each while the socket takes more. On the loop, from `pump`.
+    func serveChannels(_ link: EngineState.Link, on connection: any Channel) {
+        guard let mux = link.mux else { return }
+        var wrote = false
+        while connection.isWritable, let (channel, allowance) = mux.scheduler.next() {
+            guard let source = mux.outbound[channel] else {
+                mux.scheduler.ended(channel)
+                continue
+            }
+            switch source.nextOutput(allowance: allowance) {
+            case .data(let bytes):
+                mux.scheduler.served(channel, .data(bytes.readableBytes))
+                let frame: Frame = source.carriesResource ? .resourceChunk(channel: channel, bytes) : .streamData(channel: channel, bytes)
+                writeChannelFrame(frame, on: connection, flush: false)
+                wrote = true
+            case .finish(let frame):
+                mux.scheduler.served(channel, .idle)
+                writeChannelFrame(frame, on: connection, flush: false)
+                wrote = true
+                if case .streamClose = frame { endOutbound(channel, of: link) }
+            case .idle:
+                mux.scheduler.served(channel, .idle)
+            case .blocked:
+                mux.scheduler.served(channel, .blocked)
+            }
+        }
+        if wrote { connection.flush() }
+    }
+
+    private func endOutbound(_ channel: UInt32, of link: EngineState.Link) {
+        guard let mux = link.mux, mux.outbound.removeValue(forKey: channel) != nil else { return }
+        mux.scheduler.ended(channel)
+        if let peer = link.member?.identifier { channelCounts.release(peer) }
+    }
+
+    private func endInbound(_ channel: UInt32, of link: EngineState.Link) {
+        guard let mux = link.mux, let inbound = mux.inbound.removeValue(forKey: channel) else { return }
+        mux.returns.forget(channel)
+        if inbound is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
+    }
+
+    func channelReady(_ channel: UInt32, on id: LinkID) {
+        guard let link = state.value.links[id], let mux = link.mux else { return }
+        mux.scheduler.markReady(channel)
+        pump(link, peer: id)
+    }
+
+    func channelTaken(_ taken: [UInt32: Int], on id: LinkID) {
+        guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
+        var frames: [Frame] = []
+        for (channel, bytes) in taken {
+            frames += mux.returns.taken(bytes, on: channel, channelOpen: mux.inbound[channel] != nil)
+        }
+        for frame in frames { writeChannelFrame(frame, on: connection, flush: false) }
+        if !frames.isEmpty { connection.flush() }
+    }
+
+    func channelSend(_ frame: Frame, ends: Bool, on id: LinkID) {
+        guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
+        let channel = frame.channel
+        let ours = mux.isOurs(channel)
+        // Only for a channel still open here: a late cancel after the peer's own end sends nothing.
+        guard ours ? mux.outbound[channel] != nil : mux.inbound[channel] != nil else { return }
+        writeChannelFrame(frame, on: connection, flush: true)
+        if ends {
+            if ours { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
+        }
+    }
+
+    private func writeChannelFrame(_ frame: Frame, on connection: any Channel, flush: Bool) {
+        let promise = connection.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenFailure { [logger = configuration.logger] error in
+            // A refusal here is a bug on our side (the peer would have closed): say so loudly.
+            if let refusal = error as? SendRefusal, refusal.code == .channelRule {
+                logger.error("channel frame refused", metadata: ["frame": "\(frame.type)", "why": "\(refusal)"])
+            }
+        }
+        if flush { connection.writeAndFlush(frame, promise: promise) } else { connection.write(frame, promise: promise) }
+    }
+
+    // MARK: The peer's frames (on the loop)
+
+    func channelFrameReceived(_ frame: Frame, on id: LinkID) {
+        guard let link = state.value.links[id], let mux = link.mux, let peer = link.member else { return }
+        let channel = frame.channel
+        switch frame {
+        case .windowUpdate(0, let increment):
+            mux.scheduler.connectionWindowUpdate(increment: increment)
+            pump(link, peer: id)
+        case .windowUpdate(_, let increment):
+            mux.scheduler.windowUpdate(channel, increment: increment)
+            pump(link, peer: id)
+        case .streamOpen(_, let name):
+            let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux)
+            mux.inbound[channel] = reader
+            onEvent(.streamOpened(reader))
+        case .resourceOffer(_, let offer):
+            takeOrRefuse(offer, on: channel, link: link, mux: mux, peer: peer)
+        default:
+            if mux.isOurs(channel) {
+                if let source = mux.outbound[channel], source.peerSent(frame) { endOutbound(channel, of: link) }
+            } else if let sink = mux.inbound[channel] {
+                if sink.peerSent(frame) { endInbound(channel, of: link) }
+            } else if case .streamData(_, let data) = frame {
+                // Delivered before our refusal went out: the connection's share comes back.
+                channelTaken([channel: data.readableBytes], on: id)
+            } else if case .resourceChunk(_, let data) = frame {
+                channelTaken([channel: data.readableBytes], on: id)
+            }
+        }
+    }
+
+    private func takeOrRefuse(_ offer: ResourceOffer, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID) {
+        guard let connection = link.channel else { return }
+        let limits = configuration.channels
+        func refuse(_ why: String) {
+            configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "\(why)"])
+            writeChannelFrame(.streamReset(channel: channel, code: .refused), on: connection, flush: true)
+        }
+        guard offer.size <= limits.maximumIncomingResourceSize else { return refuse("\(offer.size) bytes, over the limit") }
+        guard incomingResources.load(ordering: .relaxed) < limits.maximumConcurrentIncomingResources else {
+            return refuse("too many incoming resources at once")
+        }
+        let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+        let file: OpenFile
+        let path: String
+        var offset: UInt64 = 0
+        do {
+            if let partial = resumeStore.take(key), let kept = try? OpenFile.openForUpdate(partial.path),
+                (try? kept.truncate(to: partial.length)) != nil
+            {
+                (file, path, offset) = (kept, partial.path, partial.length)
+            } else {
+                try Self.makeDirectory(limits.resourceDirectory)
+                path = limits.resourceDirectory + "/.mpcp-" + Bytes16.random().description + ".part"
+                file = try OpenFile.create(path)
+            }
+        } catch {
+            return refuse("cannot store it: \(error)")
+        }
+        incomingResources.add(1, ordering: .relaxed)
+        let transfer = ResourceTransfer(name: offer.name, peer: peer, size: offer.size, direction: .incoming)
+        let receiver = ResourceReceiver(
+            channel: channel, offer: offer, peer: peer, path: path, file: file, startOffset: offset,
+            pool: fileIOPool, eventLoop: eventLoop, linkage: mux, resumeKey: key, resumeStore: resumeStore,
+            writeFault: storageFault.withLockedValue { $0 },
+            onProgress: { transfer.progressed(to: $0) },
+            onCompletion: { [onEvent] result in
+                if transfer.finished(result.map { Optional($0) }) { onEvent(.resourceFinished(transfer, result)) }
+            })
+        transfer.setCancelHandler { receiver.cancel() }
+        mux.inbound[channel] = receiver
+        writeChannelFrame(.resourceAccept(channel: channel, offset: offset), on: connection, flush: true)
+        receiver.start()
+        transfer.progressed(to: offset)
+        onEvent(.resourceStarted(transfer))
+    }
+
+    /// The connection ended: every channel on it fails (incoming resources keep their bytes for resuming).
+    func failChannels(of link: EngineState.Link) {
+        guard let mux = link.mux else { return }
+        let outbound = mux.outbound
+        let inbound = mux.inbound
+        mux.outbound = [:]
+        mux.inbound = [:]
+        link.mux = nil
+        if let peer = link.member?.identifier {
+            for _ in outbound { channelCounts.release(peer) }
+        }
+        for case _ as ResourceReceiver in inbound.values { incomingResources.subtract(1, ordering: .relaxed) }
+        let error = TransferError(.connectionLost)
+        for source in outbound.values { source.failed(error) }
+        for sink in inbound.values { sink.failed(error) }
+    }
+
+    private static func makeDirectory(_ path: String) throws(FileIOError) {
+        var components = ""
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            components += "/" + part
+            if mkdir(components, 0o700) != 0 && errno != EEXIST { throw FileIOError(operation: "mkdir", code: errno) }
+        }
+    }
+}
+
+/// Our open channels per peer (at most 64 each, docs/PROTOCOL.md §7.6), from any thread.
+final class ChannelCounts: Sendable {
+    private let counts = Mutex<[Bytes16: Int]>([:])
+
+    func reserve(_ peer: Bytes16) -> Bool {
+        counts.withLock { counts in
+            guard counts[peer, default: 0] < WireLimits.maxChannelsOpenedPerSide else { return false }
+            counts[peer, default: 0] += 1
+            return true
+        }
+    }
+
+    func release(_ peer: Bytes16) {
+        counts.withLock { counts in
+            let left = counts[peer, default: 0] - 1
+            counts[peer] = left > 0 ? left : nil
+        }
+    }
+
+    func count(for peer: Bytes16) -> Int { counts.withLock { $0[peer, default: 0] } }
+}
+
+/// One connection's channels: the scheduler and window returns (loop-only), the channel objects,
+/// and the hops from their threads onto the loop.
+final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
+    // Loop-only state (the engine touches it on its event loop only).
+    var scheduler: ChannelScheduler
+    var returns = WindowReturns()
+    var outbound: [UInt32: any OutboundChannel] = [:]
+    var inbound: [UInt32: any InboundChannel] = [:]
+
+    private weak var engine: SessionEngine?
+    private let eventLoop: any EventLoop
+    private let link: LinkID
+    private let weAreDialer: Bool
+    /// Bytes taken by readers, gathered from any thread and returned in one hop.
+    private let taken = Mutex<(bytes: [UInt32: Int], scheduled: Bool)>(([:], false))
+
+    init(engine: SessionEngine, link: LinkID, weAreDialer: Bool) {
+        self.engine = engine
+        eventLoop = engine.eventLoop
+        self.link = link
+        self.weAreDialer = weAreDialer
+        scheduler = ChannelScheduler(weAreDialer: weAreDialer)
+    }
+
+    /// Whether we opened `channel` (the dialer opens odd numbers).
+    func isOurs(_ channel: UInt32) -> Bool { (channel % 2 == 1) == weAreDialer }
+
+    func channelReady(_ channel: UInt32) {
+        eventLoop.execute { [weak engine, link] in engine?.channelReady(channel, on: link) }
+    }
+
+    func channelTaken(_ bytes: Int, on channel: UInt32) {
+        let schedule = taken.withLock { taken -> Bool in
+            taken.bytes[channel, default: 0] += bytes
+            defer { taken.scheduled = true }
+            return !taken.scheduled
+        }
+        guard schedule else { return }
+        eventLoop.execute { [weak self] in self?.returnTaken() }
+    }
+
+    private func returnTaken() {
+        let batch = taken.withLock { taken in
+            defer { taken = ([:], false) }
+            return taken.bytes
+        }
+        engine?.channelTaken(batch, on: link)
+    }
+
+    func channelSend(_ frame: Frame, ends: Bool) {
+        eventLoop.execute { [weak engine, link] in engine?.channelSend(frame, ends: ends, on: link) }
+    }
+}

@@ -1,0 +1,171 @@
+import MultipeerCrypto
+import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import Synchronization
+import Testing
+
+/// Named byte streams between two engines over loopback (docs/PROTOCOL.md §6.4.9-§6.4.13, §7.6).
+@Suite("Streams over loopback", .serialized)
+struct StreamChannelTests {
+    static let pki = try! TestPKI()
+
+    static func pair(_ preference: WireEncryptionPreference = .required) async throws -> (EngineProbe, EngineProbe) {
+        let alice = try EngineProbe(name: "alice", preference: preference, identity: try pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", preference: preference, identity: try pki.peer("bob"))
+        try #require(try await alice.connect(bob))
+        return (alice, bob)
+    }
+
+    static func content(_ count: Int, seed: UInt64) -> [UInt8] {
+        var generator = SeededGenerator(seed: seed)
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
+    /// Reads the whole stream with a deadline.
+    static func readAll(_ reader: ByteStreamReader, seconds: Double = 30) async throws -> [UInt8] {
+        try await withDeadline(seconds: seconds) {
+            var bytes: [UInt8] = []
+            for try await chunk in reader { bytes += chunk.readableBytesView }
+            return bytes
+        }
+    }
+
+    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 10 << 20])
+    func streamsArriveByteIdentical(size: Int) async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let content = Self.content(size, seed: UInt64(size))
+        let writer = try alice.engine.openStream(named: "bulk-\(size)", to: bob.peer.identifier)
+        let writing = Task {
+            // Uneven pieces, so frame and buffer boundaries fall everywhere.
+            var generator = SeededGenerator(seed: 7)
+            var offset = 0
+            while offset < content.count {
+                let piece = min(Int.random(in: 1...100_000, using: &generator), content.count - offset)
+                try await writer.write(ByteBuffer(bytes: content[offset..<offset + piece]))
+                offset += piece
+            }
+            writer.close()
+        }
+        try #require(try await eventually { bob.openedStreams.count == 1 })
+        let reader = bob.openedStreams[0]
+        #expect(reader.name == "bulk-\(size)" && reader.peer == alice.peer)
+        let received = try await Self.readAll(reader)
+        try await writing.value
+        #expect(received.count == content.count)
+        #expect(received == content)
+    }
+
+    /// A reader that stops reading stops the writer: the reader holds at most the channel's
+    /// window and the writer at most its buffer; reading again lets everything through.
+    @Test func aStalledReaderStopsTheWriterWithBoundedMemory() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let total = 8 << 20
+        let content = Self.content(total, seed: 3)
+        let writer = try alice.engine.openStream(named: "stall", to: bob.peer.identifier)
+        let written = ManagedCounter()
+        let writing = Task {
+            for start in stride(from: 0, to: total, by: 32_768) {
+                try await writer.write(ByteBuffer(bytes: content[start..<min(start + 32_768, total)]))
+                written.add(32_768)
+            }
+            writer.close()
+        }
+        try #require(try await eventually { bob.openedStreams.count == 1 })
+        let reader = bob.openedStreams[0]
+        // The writer gets no further than the window plus its buffer, and stays there.
+        let bound = Int(WireLimits.initialChannelWindow) + writer.bufferLimit + 32_768
+        try #require(try await eventually { reader.bufferedByteCount == Int(WireLimits.initialChannelWindow) })
+        let stalledAt = written.value
+        #expect(stalledAt <= bound, "wrote \(stalledAt) with nothing read")
+        #expect(writer.bufferedByteCount <= writer.bufferLimit)
+        // Five seconds of nothing read: the writer has not moved and nothing grew.
+        try await Task.sleep(for: .seconds(5))
+        #expect(written.value == stalledAt)
+        #expect(reader.bufferedByteCount <= Int(WireLimits.initialChannelWindow))
+        let received = try await Self.readAll(reader)
+        try await writing.value
+        #expect(received == content)
+    }
+
+    @Test func theWriterCancellingFailsTheReader() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let writer = try alice.engine.openStream(named: "c", to: bob.peer.identifier)
+        try await writer.write(ByteBuffer(bytes: [1, 2, 3]))
+        try #require(try await eventually { bob.openedStreams.first?.hasBytesAvailable == true })
+        writer.cancel()
+        let reader = bob.openedStreams[0]
+        let outcome = try await withDeadline(seconds: 10) { () -> TransferError? in
+            do {
+                for try await _ in reader {}
+                return nil
+            } catch {
+                return error as? TransferError
+            }
+        }
+        #expect(outcome?.code == .cancelledByPeer)
+    }
+
+    @Test func theReaderCancellingFailsTheWriter() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let writer = try alice.engine.openStream(named: "c", to: bob.peer.identifier)
+        try await writer.write(ByteBuffer(bytes: [1]))
+        try #require(try await eventually { bob.openedStreams.count == 1 })
+        bob.openedStreams[0].cancel()
+        try #require(try await eventually { writer.failure != nil })
+        #expect(writer.failure?.code == .cancelledByPeer)
+        await #expect(throws: TransferError.self) { try await writer.write(ByteBuffer(bytes: [2])) }
+    }
+
+    @Test func aLostConnectionFailsBothEnds() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let writer = try alice.engine.openStream(named: "lost", to: bob.peer.identifier)
+        try await writer.write(ByteBuffer(bytes: [1]))
+        try #require(try await eventually { bob.openedStreams.count == 1 })
+        await bob.shutdown()
+        try #require(try await eventually { writer.failure != nil })
+        #expect(writer.failure?.code == .connectionLost)
+        try #require(try await eventually { bob.openedStreams[0].failure != nil })
+        #expect(bob.openedStreams[0].failure?.code == .connectionLost)
+    }
+
+    /// 64 of our channels open to a peer is the limit; a closed one frees its place.
+    @Test func sixtyFourOpenStreamsAreTheLimit() async throws {
+        let (alice, bob) = try await Self.pair(.none)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        var writers: [ByteStreamWriter] = []
+        for index in 0..<WireLimits.maxChannelsOpenedPerSide {
+            writers.append(try alice.engine.openStream(named: "s\(index)", to: bob.peer.identifier))
+        }
+        #expect(throws: TransferError.self) { try alice.engine.openStream(named: "one too many", to: bob.peer.identifier) }
+        writers[0].close()
+        let another = try await withDeadline(seconds: 10) { () -> ByteStreamWriter? in
+            while true {
+                if let writer = try? alice.engine.openStream(named: "again", to: bob.peer.identifier) { return writer }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        #expect(another != nil)
+        try #require(try await eventually { bob.openedStreams.count == 65 })
+    }
+
+    @Test func openingToAStrangerOrWithALongNameIsRefusedAtOnce() async throws {
+        let (alice, bob) = try await Self.pair(.none)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        #expect(throws: TransferError(.notConnected)) { try alice.engine.openStream(named: "x", to: Bytes16.random()) }
+        #expect(throws: TransferError.self) { try alice.engine.openStream(named: String(repeating: "n", count: 256), to: bob.peer.identifier) }
+    }
+}
+
+/// A counter shared with a task.
+final class ManagedCounter: Sendable {
+    private let count = Mutex(0)
+    func add(_ value: Int) { count.withLock { $0 += value } }
+    var value: Int { count.withLock { $0 } }
+}
