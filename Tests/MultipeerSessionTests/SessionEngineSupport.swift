@@ -16,7 +16,7 @@ final class EngineProbe: Sendable {
     /// count against the sender's receive budget.
     private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
     /// Streams and resources the peers opened to us, in order.
-    private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], []))
+    private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], offsets: [UInt64], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], [], []))
 
     init(
         name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
@@ -65,13 +65,19 @@ final class EngineProbe: Sendable {
         case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
         case .peerRefused(let peer, let reason): log.withLock { $0.refusals.append((peer.identifier, reason)) }
         case .streamOpened(let reader): channelLog.withLock { $0.streams.append(reader) }
-        case .resourceStarted(let transfer): channelLog.withLock { $0.started.append(transfer) }
+        case .resourceStarted(let transfer):
+            channelLog.withLock {
+                $0.started.append(transfer)
+                $0.offsets.append(transfer.completedBytes)
+            }
         case .resourceFinished(let transfer, let result): channelLog.withLock { $0.finished.append((transfer, result)) }
         }
     }
 
     var openedStreams: [ByteStreamReader] { channelLog.withLock { $0.streams } }
     var startedResources: [ResourceTransfer] { channelLog.withLock { $0.started } }
+    /// Where each incoming resource started: 0, or the length of a kept prefix it resumed.
+    var resumeOffsets: [UInt64] { channelLog.withLock { $0.offsets } }
     var finishedResources: [(ResourceTransfer, Result<String, TransferError>)] { channelLog.withLock { $0.finished } }
 
     func states(of other: EngineProbe) -> [PeerConnectionState] {

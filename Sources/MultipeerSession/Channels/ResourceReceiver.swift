@@ -21,8 +21,8 @@ final class ResourceReceiver: InboundChannel {
         var written: UInt64
         var expectedDigest: SHA256Digest?
         var result: Result<String, TransferError>?
-        /// Lost connection while a write ran: keep the partial once it lands.
-        var keepWhenIdle: ResumeStore.Key?
+        /// The connection was lost while a write ran: keep the partial once it lands, then report.
+        var failedWhileWriting: TransferError?
     }
 
     let channel: UInt32
@@ -81,8 +81,14 @@ final class ResourceReceiver: InboundChannel {
                 position += UInt64(block.readableBytes)
             }
         }.whenComplete { [self] result in
-            state.withLock { $0.writeInFlight = false }
-            if case .failure(let error) = result {
+            let lost = state.withLock { state -> TransferError? in
+                state.writeInFlight = false
+                return state.failedWhileWriting
+            }
+            if let lost {
+                keepPartial()
+                finish(.failure(lost), removeFile: false)
+            } else if case .failure(let error) = result {
                 storageFailed(error)
             } else {
                 writeMore()
@@ -126,16 +132,18 @@ final class ResourceReceiver: InboundChannel {
     }
 
     func failed(_ error: TransferError) {
-        // Cut off: keep what reached the file, for the same sender to resume.
+        // Cut off: keep what reached the file, for the same sender to resume. The outcome is
+        // reported once the partial is kept, so a resend right after finds it.
         let keepNow = state.withLock { state -> Bool in
-            guard state.result == nil else { return false }
+            guard state.result == nil, state.failedWhileWriting == nil else { return false }
             if state.writeInFlight {
-                state.keepWhenIdle = resumeKey
+                state.failedWhileWriting = error
                 return false
             }
             return true
         }
-        if keepNow { keepPartial() }
+        guard keepNow else { return }
+        keepPartial()
         finish(.failure(error), removeFile: false)
     }
 
@@ -150,7 +158,7 @@ final class ResourceReceiver: InboundChannel {
 
     private func writeMore() {
         let batch = state.withLock { state -> (chunks: [ByteBuffer], at: UInt64)? in
-            guard state.result == nil, !state.writeInFlight, state.pendingBytes > 0 else { return nil }
+            guard state.result == nil, state.failedWhileWriting == nil, !state.writeInFlight, state.pendingBytes > 0 else { return nil }
             var chunks: [ByteBuffer] = []
             var bytes = 0
             while bytes < Self.writeBatch, let chunk = state.pending.popFirst() {
@@ -178,22 +186,30 @@ final class ResourceReceiver: InboundChannel {
         }.whenComplete { [self] result in
             switch result {
             case .success(let bytes):
-                let (written, keep) = state.withLock { state -> (UInt64, Bool) in
+                let (written, failure) = state.withLock { state -> (UInt64, TransferError?) in
                     state.writeInFlight = false
                     state.written += UInt64(bytes)
-                    defer { state.keepWhenIdle = nil }
-                    return (state.written, state.keepWhenIdle != nil)
+                    return (state.written, state.failedWhileWriting)
                 }
-                if keep {
+                if let failure {
                     keepPartial()
+                    finish(.failure(failure), removeFile: false)
                     return
                 }
                 linkage.channelTaken(bytes, on: channel)
                 onProgress(written)
                 writeMore()
             case .failure(let error):
-                state.withLock { $0.writeInFlight = false }
-                storageFailed(error)
+                let lost = state.withLock { state -> TransferError? in
+                    state.writeInFlight = false
+                    return state.failedWhileWriting
+                }
+                if let lost {
+                    keepPartial()  // what landed before the failed write is still whole
+                    finish(.failure(lost), removeFile: false)
+                } else {
+                    storageFailed(error)
+                }
             }
         }
     }

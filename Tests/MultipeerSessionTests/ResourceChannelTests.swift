@@ -1,0 +1,229 @@
+import Foundation
+import MultipeerCrypto
+@testable import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import Synchronization
+import Testing
+
+/// Resources between two engines over loopback (docs/PROTOCOL.md §6.4.14-§6.4.19, §7.8).
+@Suite("Resources over loopback", .serialized)
+struct ResourceChannelTests {
+    static let pki = try! TestPKI()
+
+    /// A directory of the test's own, removed at the end.
+    final class Scratch: Sendable {
+        let path: String
+        init() throws {
+            path = NSTemporaryDirectory() + "mpcp-resource-test-" + UUID().uuidString
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+        var received: String { path + "/received" }
+        func file(_ name: String, _ bytes: [UInt8]) throws -> String {
+            let file = path + "/" + name
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+            return file
+        }
+        /// What the receiver left in its directory.
+        var leftovers: [String] { (try? FileManager.default.contentsOfDirectory(atPath: received)) ?? [] }
+    }
+
+    static func pair(
+        _ scratch: Scratch, receiver: (inout ChannelConfiguration) -> Void = { _ in }
+    ) async throws -> (EngineProbe, EngineProbe) {
+        var channels = ChannelConfiguration(resourceDirectory: scratch.received)
+        receiver(&channels)
+        let alice = try EngineProbe(name: "alice", identity: try pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try pki.peer("bob"), channels: channels)
+        try #require(try await alice.connect(bob))
+        return (alice, bob)
+    }
+
+    static func content(_ count: Int, seed: UInt64) -> [UInt8] {
+        var generator = SeededGenerator(seed: seed)
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { raw in
+            // Eight bytes per draw: debug builds are slow at one.
+            for offset in stride(from: 0, to: count, by: 8) {
+                withUnsafeBytes(of: generator.next()) { word in
+                    for index in 0..<min(8, count - offset) { raw[offset + index] = word[index] }
+                }
+            }
+        }
+        return bytes
+    }
+
+    static func outcome(_ transfer: ResourceTransfer, seconds: Double = 60) async throws -> Result<String?, TransferError> {
+        try await withDeadline(seconds: seconds) { await transfer.result() }
+    }
+
+    static func send(_ path: String, name: String = "file", from alice: EngineProbe, to bob: EngineProbe, modified: Int64? = nil) throws -> ResourceTransfer {
+        try alice.engine.sendResource(atPath: path, named: name, sourceIdentity: "file://" + path, modificationTime: modified, to: bob.peer.identifier)
+    }
+
+    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 10 << 20])
+    func resourcesArriveByteIdenticalAndVerified(size: Int) async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let content = Self.content(size, seed: UInt64(size) + 11)
+        let sent = try Self.send(try scratch.file("source", content), name: "photo.jpg", from: alice, to: bob)
+        #expect(sent.size == UInt64(size) && sent.direction == .outgoing)
+        guard case .success = try await Self.outcome(sent) else { Issue.record("send failed: \(String(describing: sent.outcome))"); return }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        let (received, result) = bob.finishedResources[0]
+        #expect(received.name == "photo.jpg" && received.peer == alice.peer && received.size == UInt64(size))
+        let path = try result.get()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
+        #expect(received.completedBytes == UInt64(size) && sent.completedBytes == UInt64(size))
+        #expect(bob.startedResources.count == 1)
+    }
+
+    /// A resource's name is a label: whatever it says, the file lands in the resource directory
+    /// under a name of the receiver's making, and the name reaches the app unchanged.
+    @Test func namesNeverChooseThePath() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let names = ["../../etc/passwd", "/etc/shadow", "a\u{0}b", "\u{1}\u{7f}\n\r", "..", "", String(repeating: "é", count: 127)]
+        let source = try scratch.file("source", [1, 2, 3])
+        for name in names {
+            let sent = try Self.send(source, name: name, from: alice, to: bob)
+            guard case .success = try await Self.outcome(sent) else { Issue.record("\(name.debugDescription) failed"); continue }
+        }
+        try #require(try await eventually { bob.finishedResources.count == names.count })
+        for ((transfer, result), name) in zip(bob.finishedResources, names) {
+            #expect(transfer.name == name)
+            let path = try result.get()
+            #expect((path as NSString).deletingLastPathComponent == scratch.received, "\(path)")
+            #expect((path as NSString).lastPathComponent.hasPrefix(".mpcp-"))
+        }
+        #expect(!FileManager.default.fileExists(atPath: "/etc/shadow-from-test"))
+    }
+
+    @Test func anOversizedOfferIsRefused() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch) { $0.maximumIncomingResourceSize = 1_000 }
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let sent = try Self.send(try scratch.file("big", Self.content(1_001, seed: 1)), from: alice, to: bob)
+        guard case .failure(let error) = try await Self.outcome(sent) else { Issue.record("an oversized resource went through"); return }
+        #expect(error.code == .refusedByPeer)
+        #expect(bob.startedResources.isEmpty && scratch.leftovers.isEmpty)
+        // One at the limit goes through.
+        let fits = try Self.send(try scratch.file("fits", Self.content(1_000, seed: 2)), from: alice, to: bob)
+        guard case .success = try await Self.outcome(fits) else { Issue.record("a resource at the limit failed"); return }
+    }
+
+    @Test func incomingResourcesAtOnceAreCapped() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch) { $0.maximumConcurrentIncomingResources = 1 }
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let first = try Self.send(try scratch.file("one", Self.content(8 << 20, seed: 3)), from: alice, to: bob)
+        try #require(try await eventually { bob.startedResources.count == 1 })
+        let second = try Self.send(try scratch.file("two", [1]), from: alice, to: bob)
+        guard case .failure(let error) = try await Self.outcome(second) else { Issue.record("a second resource was taken"); return }
+        #expect(error.code == .refusedByPeer)
+        guard case .success = try await Self.outcome(first) else { Issue.record("the first failed"); return }
+    }
+
+    /// Cancelling from either side at random offsets stops both sides with a cancellation
+    /// and leaves no partial file.
+    @Test(arguments: [(1 as UInt64, true), (2, false), (3, true), (4, false)])
+    func cancellingFromEitherSideStopsBoth(seed: UInt64, senderCancels: Bool) async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 16 << 20
+        var generator = SeededGenerator(seed: seed)
+        let cutAt = UInt64.random(in: 1...UInt64(size / 2), using: &generator)
+        let sent = try Self.send(try scratch.file("source", Self.content(size, seed: seed)), from: alice, to: bob)
+        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= cutAt })
+        if senderCancels { sent.cancel() } else { bob.startedResources[0].cancel() }
+        guard case .failure(let senderError) = try await Self.outcome(sent) else { Issue.record("the transfer went through"); return }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        guard case .failure(let receiverError) = bob.finishedResources[0].1 else { Issue.record("received despite the cancel"); return }
+        #expect(senderError.code == (senderCancels ? .cancelled : .cancelledByPeer))
+        #expect(receiverError.code == (senderCancels ? .cancelledByPeer : .cancelled))
+        try #require(try await eventually { scratch.leftovers.isEmpty }, "left \(scratch.leftovers)")
+        #expect(bob.engine.resumeStore.count == 0)
+    }
+
+    @Test func aStorageFailureFailsBothSidesAndLeavesNoFile() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        bob.engine.storageFault.withLockedValue {
+            $0 = { offset in if offset >= 1 << 20 { throw FileIOError(operation: "write", code: 28) } }  // ENOSPC
+        }
+        let sent = try Self.send(try scratch.file("source", Self.content(4 << 20, seed: 9)), from: alice, to: bob)
+        guard case .failure(let senderError) = try await Self.outcome(sent) else { Issue.record("stored despite the fault"); return }
+        #expect(senderError.code == .storageFailure && senderError.peerCode == 3)
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        guard case .failure(let receiverError) = bob.finishedResources[0].1 else { Issue.record("reported as stored"); return }
+        #expect(receiverError.code == .storageFailure)
+        try #require(try await eventually { scratch.leftovers.isEmpty }, "left \(scratch.leftovers)")
+    }
+
+    /// Cut the connection at random points, reconnect, send again: the transfer resumes where the
+    /// receiver's file ended, and the result is byte-identical.
+    @Test(arguments: [21 as UInt64, 22, 23])
+    func anInterruptedTransferResumes(seed: UInt64) async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 12 << 20
+        let content = Self.content(size, seed: seed)
+        let source = try scratch.file("source", content)
+        var generator = SeededGenerator(seed: seed)
+        let cutAt = UInt64.random(in: 1 << 20...UInt64(size) - (1 << 20), using: &generator)
+        let first = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= cutAt })
+        await alice.shutdown()
+        guard case .failure(let cut) = try await Self.outcome(first) else { Issue.record("finished before the cut"); return }
+        #expect(cut.code == .connectionLost)
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        #expect(bob.engine.resumeStore.count == 1)
+
+        try #require(try await alice.connect(bob))
+        let second = try Self.send(source, from: alice, to: bob)
+        guard case .success = try await Self.outcome(second) else { Issue.record("the resumed send failed: \(String(describing: second.outcome))"); return }
+        try #require(try await eventually { bob.finishedResources.count == 2 })
+        let resumed = bob.startedResources[1]
+        let path = try bob.finishedResources[1].1.get()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
+        // It started where the first attempt's file ended, not at zero.
+        #expect(bob.resumeOffsets.last ?? 0 >= cutAt - UInt64(ResourceReceiver.writeBatch) * 2, "resumed at \(bob.resumeOffsets)")
+        #expect(resumed.completedBytes == UInt64(size))
+        #expect(bob.engine.resumeStore.count == 0)
+    }
+
+    /// The digest covers the kept prefix too: content that changed under the same transfer ID
+    /// fails the check (no file), and the next attempt starts from zero and succeeds.
+    @Test func aResumeOverChangedContentFailsTheCheckThenStartsOver() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 8 << 20
+        var content = Self.content(size, seed: 5)
+        let source = try scratch.file("source", content)
+        let first = try Self.send(source, from: alice, to: bob, modified: 42)
+        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= 2 << 20 })
+        await alice.shutdown()
+        _ = try await Self.outcome(first)
+        try #require(try await eventually { bob.engine.resumeStore.count == 1 })
+        content[0] ^= 0xFF  // the kept prefix no longer matches
+        _ = try scratch.file("source", content)
+        try #require(try await alice.connect(bob))
+        let second = try Self.send(source, from: alice, to: bob, modified: 42)
+        guard case .failure(let error) = try await Self.outcome(second) else { Issue.record("a mixed file passed the check"); return }
+        #expect(error.code == .integrityFailure)
+        try #require(try await eventually { bob.finishedResources.count == 2 })
+        let third = try Self.send(source, from: alice, to: bob, modified: 42)
+        guard case .success = try await Self.outcome(third) else { Issue.record("the fresh attempt failed"); return }
+        try #require(try await eventually { bob.finishedResources.count == 3 })
+        #expect(bob.resumeOffsets.last == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[2].1.get())) == Data(content))
+    }
+}
