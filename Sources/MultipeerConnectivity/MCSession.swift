@@ -41,15 +41,15 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// Kept for the session's lifetime: executors are referenced unowned by what runs on them.
     private let networkTaskExecutor: AnyObject
 
-    private let delegateBox = DelegateBox()
-    private let delegateQueue: DispatchQueue
-    private let setupError: MCError?
-    private let engine: SessionEngine?
+    let delegateBox = DelegateBox()
+    let delegateQueue: DispatchQueue
+    let setupError: MCError?
+    let engine: SessionEngine?
     /// Peer objects for peers the app named (kept) and for peers the engine reports as connecting
     /// or connected (dropped when they go notConnected): bounded by the app and the member limit.
     private let knownPeers = Mutex<(named: [Bytes16: MCPeerID], active: [Bytes16: MCPeerID])>(([:], [:]))
     /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
-    private let subscribers = Mutex<[EventChannel]>([])
+    let subscribers = Mutex<[EventChannel]>([])
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
 
     public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
@@ -292,6 +292,12 @@ public final class MCSession: NSObject, @unchecked Sendable {
             emit(.dataReceived(data, from: mcPeer(wire)), receipt: receipt)
         case .trustRequested(let request, let answer):
             askTrust(request, answer: answer)
+        case .streamOpened(let reader):
+            streamOpened(reader)
+        case .resourceStarted(let transfer):
+            resourceStarted(transfer)
+        case .resourceFinished(let transfer, let result):
+            resourceFinished(transfer, result)
         }
     }
 
@@ -317,7 +323,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     /// Hands `event` to every `events()` stream and the delegate. A message's receipt is consumed
     /// once each of them has taken it, which is what lets its peer's connection read on.
-    private func emit(_ event: Event, receipt: DeliveryReceipt = .none) {
+    func emit(_ event: Event, receipt: DeliveryReceipt = .none) {
         let channels = subscribers.withLock { $0 }
         let hasDelegate = delegateBox.value != nil
         let consumers = channels.count + (hasDelegate ? 1 : 0)
@@ -332,8 +338,10 @@ public final class MCSession: NSObject, @unchecked Sendable {
             switch event {
             case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
             case .dataReceived(let data, let peer): delegate.session(self, didReceive: data, fromPeer: peer)
-            case .certificateDecided, .connectionFailed, .connectionRefused:
-                break  // Apple's delegate has no such calls; the state change already went out
+            case .certificateDecided, .connectionFailed, .connectionRefused, .streamReceived, .resourceStarted, .resourceReceived:
+                // Apple's delegate has no such calls (the state change already went out), or it
+                // gets them its own way (streams and resources, MCSession+Channels.swift).
+                break
             }
         }
     }
@@ -355,7 +363,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
     var activePeerObjectCount: Int { knownPeers.withLock { $0.active.count } }
 
     /// The app's own MCPeerID object for a peer when it has one, so identity checks with === also hold.
-    private func mcPeer(_ wire: WirePeerID, remember: Bool = true) -> MCPeerID {
+    func mcPeer(_ wire: WirePeerID, remember: Bool = true) -> MCPeerID {
         knownPeers.withLock { known in
             if let peer = known.named[wire.identifier] ?? known.active[wire.identifier] { return peer }
             let peer = MCPeerID(wire: wire)
@@ -379,6 +387,15 @@ extension MCSession {
         /// A peer tried to connect and was turned away before anyone was asked (session full,
         /// stale connection data).
         case connectionRefused(MCPeerID, MCError)
+        /// A peer opened a stream. Delivered here only when the session has no delegate (which
+        /// would get it as an `InputStream`); read it from one task, or cancel it.
+        case streamReceived(MCStreamReader, from: MCPeerID)
+        /// A peer's resource is arriving; watch or cancel it through the progress.
+        case resourceStarted(name: String, from: MCPeerID, progress: Progress)
+        /// A resource arrived and was verified (SHA-256), or failed. Without a delegate the file
+        /// is yours: move it or remove it. With a delegate it is removed after
+        /// `didFinishReceivingResourceWithName` returns, as Apple's is.
+        case resourceReceived(name: String, from: MCPeerID, result: Result<URL, MCError>)
     }
 
     /// A new stream of this session's events from now on; each call gets its own.
@@ -421,7 +438,7 @@ extension MCSession {
 }
 
 /// Holds the weak delegate behind a lock.
-private final class DelegateBox: @unchecked Sendable {
+final class DelegateBox: @unchecked Sendable {
     private let lock = NSLock()
     private weak var delegate: (any MCSessionDelegate)?
     var value: (any MCSessionDelegate)? {

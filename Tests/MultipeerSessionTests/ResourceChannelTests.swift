@@ -178,9 +178,14 @@ struct ResourceChannelTests {
         let source = try scratch.file("source", content)
         var generator = SeededGenerator(seed: seed)
         let cutAt = UInt64.random(in: 1 << 20...UInt64(size) - (1 << 20), using: &generator)
+        // The receiver's store stops at the cut until the connection is gone, so the cut lands
+        // mid-transfer however fast the machine is.
+        let gate = WriteGate(at: cutAt)
+        bob.engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
         let first = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= cutAt })
+        try #require(try await eventually { gate.reached })
         await alice.shutdown()
+        gate.open()
         guard case .failure(let cut) = try await Self.outcome(first) else { Issue.record("finished before the cut"); return }
         #expect(cut.code == .connectionLost)
         try #require(try await eventually { bob.finishedResources.count == 1 })
@@ -194,7 +199,7 @@ struct ResourceChannelTests {
         let path = try bob.finishedResources[1].1.get()
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
         // It started where the first attempt's file ended, not at zero.
-        #expect(bob.resumeOffsets.last ?? 0 >= cutAt - UInt64(ResourceReceiver.writeBatch) * 2, "resumed at \(bob.resumeOffsets)")
+        #expect(bob.resumeOffsets.last ?? 0 >= cutAt, "resumed at \(bob.resumeOffsets)")
         #expect(resumed.completedBytes == UInt64(size))
         #expect(bob.engine.resumeStore.count == 0)
     }
@@ -208,9 +213,12 @@ struct ResourceChannelTests {
         let size = 8 << 20
         var content = Self.content(size, seed: 5)
         let source = try scratch.file("source", content)
+        let gate = WriteGate(at: 2 << 20)
+        bob.engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
         let first = try Self.send(source, from: alice, to: bob, modified: 42)
-        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= 2 << 20 })
+        try #require(try await eventually { gate.reached })
         await alice.shutdown()
+        gate.open()
         _ = try await Self.outcome(first)
         try #require(try await eventually { bob.engine.resumeStore.count == 1 })
         content[0] ^= 0xFF  // the kept prefix no longer matches
@@ -225,5 +233,32 @@ struct ResourceChannelTests {
         try #require(try await eventually { bob.finishedResources.count == 3 })
         #expect(bob.resumeOffsets.last == 0)
         #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[2].1.get())) == Data(content))
+    }
+}
+
+/// Holds the receiver's writes at and after one offset until opened: a cut at a chosen point.
+final class WriteGate: Sendable {
+    let offset: UInt64
+    private let state = Mutex((reached: false, open: false))
+    private let opened = DispatchSemaphore(value: 0)
+
+    init(at offset: UInt64) { self.offset = offset }
+
+    var reached: Bool { state.withLock { $0.reached } }
+
+    /// On the store's thread, before a write at `position`.
+    func pass(_ position: UInt64) {
+        guard position >= offset else { return }
+        let wait = state.withLock { state -> Bool in
+            state.reached = true
+            return !state.open
+        }
+        // Bounded, so a test that fails early never leaves a pool thread stuck.
+        if wait { _ = opened.wait(timeout: .now() + 10) }
+    }
+
+    func open() {
+        state.withLock { $0.open = true }
+        opened.signal()
     }
 }

@@ -63,6 +63,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
                 state.wantsSpaceEvent = true
                 return (0, nil, nil)
             }
+            // A write that filled the buffer is owed an event once there is room again.
+            if state.buffer.readableBytes + count >= bufferLimit { state.wantsSpaceEvent = true }
             let wasEmpty = state.buffer.readableBytes == 0
             state.buffer.writeBytes(UnsafeRawBufferPointer(rebasing: bytes.prefix(count)))
             return (count, wasEmpty ? state.linkage : nil, state.channel)
