@@ -36,6 +36,9 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
+        // Avahi's client library (Debian: libavahi-client-dev), for the system discovery engine.
+        // No pkgConfig: avahi-client.pc's -D_REENTRANT makes SwiftPM warn on every build.
+        .systemLibrary(name: "CAvahiClient"),
         .target(
             name: "CMultipeerShims",
             dependencies: ["CMultipeerOpenSSL", "CMultipeerSodium"]
@@ -70,6 +73,7 @@ let package = Package(
         .target(
             name: "MultipeerDiscovery",
             dependencies: [
+                "CAvahiClient",
                 "MultipeerDNS",
                 "MultipeerWire",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -98,6 +102,7 @@ let package = Package(
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(

@@ -2,7 +2,7 @@
 public struct DiscoveryError: Error, Hashable, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {
-            case invalidServiceType, invalidDiscoveryInfo, invalidPeer, noInterface, socketFailed
+            case invalidServiceType, invalidDiscoveryInfo, invalidPeer, noInterface, socketFailed, systemUnavailable
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -16,6 +16,9 @@ public struct DiscoveryError: Error, Hashable, Sendable, CustomStringConvertible
         public static let noInterface = Code(.noInterface)
         /// The multicast socket could not be opened or joined.
         public static let socketFailed = Code(.socketFailed)
+        /// The system engine was asked for, and avahi-daemon does not answer on the D-Bus system
+        /// bus or refused the request.
+        public static let systemUnavailable = Code(.systemUnavailable)
 
         public var description: String { "\(base)" }
     }

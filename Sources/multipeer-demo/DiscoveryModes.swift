@@ -1,15 +1,18 @@
 import Foundation
+import Logging
 import MultipeerConnectivity
 import MultipeerDiscovery
 
 /// Discovery in a process of its own, for tests that run it inside network namespaces and kill it.
+/// MULTIPEER_DISCOVERY_ENGINE (automatic, embedded or system) picks the engine; a line
+/// `ENGINE <engine>` says which one started.
 extension Demo {
     /// Advertises NAME for SERVICE on INTERFACE until a line `stop` (goodbye, then exit) or the
     /// end of standard input. Prints `ADVERTISING <identifier> <port>`.
     static func advertise(name: String, service: String, interface: String, info: [String: String]) async throws {
         let peer = MCPeerID(displayName: name)
         let advertiser = try MCNearbyServiceAdvertiser(
-            peer: peer, discoveryInfo: info, serviceType: service, configuration: DiscoveryConfiguration(interfaceNames: [interface]))
+            peer: peer, discoveryInfo: info, serviceType: service, configuration: configuration(interface: interface))
         try await advertiser.start()
         emit("ADVERTISING \(hex(peer)) \(advertiser.port ?? 0)")
         _ = readLine()
@@ -20,7 +23,7 @@ extension Demo {
     /// Browses for SERVICE on INTERFACE until standard input ends. Prints
     /// `FOUND <identifier> <display name> <key=value,...> <host:port,...>` and `LOST <identifier>`.
     static func browse(service: String, interface: String) async throws {
-        var configuration = DiscoveryConfiguration(interfaceNames: [interface])
+        var configuration = configuration(interface: interface)
         // Tests shorten the wait for a peer that vanished without a goodbye.
         if let seconds = ProcessInfo.processInfo.environment["MULTIPEER_LIVENESS_SECONDS"].flatMap(Int64.init) {
             configuration.livenessTimeout = .seconds(seconds)
@@ -51,12 +54,37 @@ extension Demo {
         await browser.stop()
     }
 
+    private static func configuration(interface: String) -> DiscoveryConfiguration {
+        var configuration = DiscoveryConfiguration(interfaceNames: [interface], logger: Logger(label: "discovery", factory: { _ in EngineLine() }))
+        if let name = ProcessInfo.processInfo.environment["MULTIPEER_DISCOVERY_ENGINE"] {
+            guard let engine = DiscoveryEngine(name: name) else { fail("MULTIPEER_DISCOVERY_ENGINE: automatic, embedded or system") }
+            configuration.engine = engine
+        }
+        return configuration
+    }
+
     /// The peer's 16-byte identifier in hex: bytes 1-16 of its wire representation (docs/PROTOCOL.md §9.1).
     private static func hex(_ peer: MCPeerID) -> String {
         peer.wireRepresentation.dropFirst().prefix(16).map { String(format: "%02x", $0) }.joined()
     }
 
-    private static func emit(_ line: String) {
+    fileprivate static func emit(_ line: String) {
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+}
+
+/// Prints `ENGINE <engine>` when discovery reports the engine it started on; drops the rest.
+private struct EngineLine: LogHandler {
+    var metadata: Logger.Metadata = [:]
+    var metadataProvider: Logger.MetadataProvider?
+    var logLevel: Logger.Level = .info
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        if let engine = event.metadata?["engine"] { Demo.emit("ENGINE \(engine)") }
     }
 }

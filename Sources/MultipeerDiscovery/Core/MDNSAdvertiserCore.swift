@@ -30,8 +30,7 @@ public struct MDNSAdvertiserCore {
     public private(set) var phase = Phase.idle
     public private(set) var interfaces: [MDNSInterface]
     private let txt: [[UInt8]]
-    /// 1 for the plain names, then 2, 3, ... after conflicts.
-    private var nameSuffix = 1
+    private var naming: InstanceNaming
     /// Bumped when probing restarts or the advertiser stops, so stale jobs do nothing.
     private var generation = 0
     private var jobs = JobQueue<Job>()
@@ -41,7 +40,6 @@ public struct MDNSAdvertiserCore {
     /// Records waiting for a delayed multicast answer, per interface and family.
     private var pendingAnswers: [PendingKey: [DNSResourceRecord]] = [:]
     private var lastMulticast: [RateKey: NIODeadline] = [:]
-    private var recentConflicts: [NIODeadline] = []
     /// A new probe round is scheduled and has not sent its first probe: conflicts and lost
     /// tie-breaks are not acted on again, so a flood of them adds no jobs and no renames.
     private var probingDeferred = false
@@ -75,21 +73,16 @@ public struct MDNSAdvertiserCore {
         self.interfaces = interfaces
         self.random = random
         txt = try DiscoveryTXT.encode(peer, info: discoveryInfo)
+        naming = InstanceNaming(serviceType: serviceType, peer: peer)
     }
 
     // MARK: Names and records
 
-    public var instanceName: DNSName {
-        try! serviceType.serviceName.prepending(Array(DiscoveryTXT.hex(peer.identifier).utf8) + suffixBytes)
-    }
+    public var instanceName: DNSName { naming.instanceName }
 
     /// One per advertiser (peer and service type), so that one advertiser's goodbye never
     /// withdraws the address records another still uses.
-    public var hostName: DNSName {
-        try! DNSName(labels: [Array("mpc-\(DiscoveryTXT.hex(peer.identifier))-\(serviceType.name)".utf8) + suffixBytes, Array("local".utf8)])
-    }
-
-    private var suffixBytes: [UInt8] { nameSuffix == 1 ? [] : Array("-\(nameSuffix)".utf8) }
+    public var hostName: DNSName { naming.hostName }
 
     static let servicesName = try! DNSName("_services._dns-sd._udp.local")
 
@@ -303,12 +296,9 @@ public struct MDNSAdvertiserCore {
     }
 
     private mutating func rename(now: NIODeadline) {
-        nameSuffix += 1
+        let delay = naming.rename(now: now)
         events.append(.renamed(instanceName))
-        // RFC 6762 §8.1: after 15 conflicts in 10 s, wait 5 s before each new probe, so a spoofer
-        // cannot keep us renaming at its own pace.
-        recentConflicts = recentConflicts.filter { now - $0 < .seconds(10) } + [now]
-        restartProbing(now: now, after: recentConflicts.count >= 15 ? .seconds(5) : .zero)
+        restartProbing(now: now, after: delay)
     }
 
     // MARK: Answering

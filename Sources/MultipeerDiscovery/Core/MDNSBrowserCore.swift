@@ -61,7 +61,7 @@ public struct MDNSBrowserCore {
     private var firstSeen: [DNSName: NIODeadline] = [:]
     private var lastLivenessQuery: [DNSName: NIODeadline] = [:]
     private var lastResolveQuery: [DNSName: (at: NIODeadline, interval: TimeAmount)] = [:]
-    private var reported: [Bytes16: FoundPeer] = [:]
+    private var reporter: PeerReporter
     private var queryInterval = TimeAmount.seconds(1)
     private var lostSinceLastQuery = false
     private var generation = 0
@@ -79,13 +79,14 @@ public struct MDNSBrowserCore {
     ) {
         self.serviceType = serviceType
         self.localIdentifier = localIdentifier
+        reporter = PeerReporter(localIdentifier: localIdentifier)
         self.interfaces = interfaces
         self.limits = limits
         self.random = random
     }
 
     /// Peers currently found.
-    public var foundPeers: [FoundPeer] { reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
+    public var foundPeers: [FoundPeer] { reporter.reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
     public var cachedRecordCount: Int { cache.count }
 
     // MARK: Inputs
@@ -114,7 +115,7 @@ public struct MDNSBrowserCore {
         lastHeard.removeAll()
         lastLivenessQuery.removeAll()
         lastResolveQuery.removeAll()
-        reported.removeAll()
+        reporter.removeAll()
     }
 
     public mutating func updateInterfaces(_ updated: [MDNSInterface], now: NIODeadline) {
@@ -330,22 +331,11 @@ public struct MDNSBrowserCore {
             instancePeers[instance] = instanceNames.contains(instance) ? resolved(instance) : nil
         }
         dirty.removeAll(keepingCapacity: true)
-        var current: [Bytes16: FoundPeer] = [:]
-        // One peer under several instance names (a renamed twin): the name that sorts first wins.
-        for (instance, peer) in instancePeers where peer.peer.identifier != localIdentifier {
-            if let other = current[peer.peer.identifier], !instance.labels[0].lexicographicallyPrecedes(other.instance.labels[0]) { continue }
-            current[peer.peer.identifier] = peer
-        }
-        for (identifier, found) in reported.sorted(by: { $0.key < $1.key }) where current[identifier] == nil {
-            events.append(.lost(found.peer))
-            // Something changed on the network: ask again soon rather than after a long backoff,
-            // so a peer that comes back (an outage on either side) is found again.
-            lostSinceLastQuery = true
-        }
-        for (identifier, found) in current.sorted(by: { $0.key < $1.key }) where reported[identifier] == nil {
-            events.append(.found(found))
-        }
-        reported = current
+        let changes = reporter.update(instancePeers)
+        // A loss means something changed on the network: ask again soon rather than after a
+        // long backoff, so a peer that comes back (an outage on either side) is found again.
+        if changes.contains(where: { if case .lost = $0 { true } else { false } }) { lostSinceLastQuery = true }
+        events += changes
     }
 
     private func resolved(_ instance: DNSName) -> FoundPeer? {
@@ -353,16 +343,15 @@ public struct MDNSBrowserCore {
         for entry in records(named: instance) {
             if case .txt(let strings) = entry.record.data { txt = strings }
         }
-        guard let srv = srvTarget(of: instance), let txt, let (peer, info) = DiscoveryTXT.decode(txt) else { return nil }
+        guard let srv = srvTarget(of: instance), let txt else { return nil }
         let endpoints = records(named: srv.target).compactMap { entry -> Endpoint? in
             switch entry.record.data {
             case .a(let value): return Endpoint(address: .ipv4(value), port: srv.port, interfaceIndex: entry.interfaceIndex)
             case .aaaa(let bytes): return Endpoint(address: .ipv6(bytes), port: srv.port, interfaceIndex: entry.interfaceIndex)
             default: return nil
             }
-        }.sorted { ($0.address.isIPv6 ? 1 : 0, $0.address.description) < ($1.address.isIPv6 ? 1 : 0, $1.address.description) }
-        guard !endpoints.isEmpty else { return nil }
-        return FoundPeer(peer: peer, discoveryInfo: info, endpoints: endpoints, instance: instance)
+        }
+        return PeerReporter.peer(instance: instance, txt: txt, endpoints: endpoints)
     }
 
     // MARK: Queries and upkeep
@@ -387,7 +376,7 @@ public struct MDNSBrowserCore {
         var questions: [DNSQuestion] = []
         // Liveness first: a found peer that has been quiet is asked directly, and dropped when it
         // stays quiet. (First, so that a flood of other questions cannot crowd it out.)
-        for found in reported.values {
+        for found in reporter.reported.values {
             let heard = lastHeard[found.instance] ?? now
             let quiet = now - heard
             if quiet >= limits.livenessTimeout {

@@ -1,12 +1,13 @@
 import MultipeerWire
 
-/// Advertises one peer on the LAN (docs/PROTOCOL.md §12.1) until stopped or released.
+/// Advertises one peer on the LAN (docs/PROTOCOL.md §12.1) until stopped or released, on the
+/// engine the configuration picks.
 public final class DiscoveryAdvertiser: Sendable {
     public let peer: WirePeerID
     public let serviceType: ServiceType
     public let discoveryInfo: [String: String]
     public let port: UInt16
-    private let service: MDNSService<MDNSAdvertiserCore>
+    private let service: DiscoveryService
 
     /// Throws `invalidDiscoveryInfo` for discoveryInfo that does not fit the TXT record.
     public init(
@@ -19,23 +20,34 @@ public final class DiscoveryAdvertiser: Sendable {
         self.discoveryInfo = discoveryInfo
         self.port = port
         let logger = configuration.logger
-        service = MDNSService(
-            configuration: configuration,
-            makeCore: { interfaces throws(DiscoveryError) in
-                try MDNSAdvertiserCore(serviceType: serviceType, peer: peer, port: port, discoveryInfo: discoveryInfo, interfaces: interfaces)
+        service = DiscoveryService(
+            configuration: configuration, role: "advertiser",
+            makeEmbedded: {
+                MDNSService(
+                    configuration: configuration,
+                    makeCore: { interfaces throws(DiscoveryError) in
+                        try MDNSAdvertiserCore(serviceType: serviceType, peer: peer, port: port, discoveryInfo: discoveryInfo, interfaces: interfaces)
+                    },
+                    afterInput: { core in
+                        for event in core.takeEvents() { logger.info("advertiser: \(event)") }
+                    },
+                    begin: { core, now in core.start(now: now) },
+                    end: { core, now in core.stop(now: now) })
             },
-            afterInput: { core in
-                for event in core.takeEvents() { logger.info("advertiser: \(event)") }
-            },
-            begin: { core, now in core.start(now: now) },
-            end: { core, now in core.stop(now: now) })
+            makeSystem: { connection, interfaces throws(DiscoveryError) in
+                let core = try SystemAdvertiserCore(serviceType: serviceType, peer: peer, port: port, discoveryInfo: discoveryInfo, interfaces: interfaces)
+                return SystemAdvertiserService(connection: connection, core: core, logger: logger)
+            })
     }
 
-    /// Opens the sockets and starts probing; throws when no interface can be used. Calling it
+    /// Starts advertising (the embedded engine opens its sockets and starts probing; the system
+    /// engine hands the records to avahi-daemon); throws when that cannot be done. Calling it
     /// while advertising does nothing.
     public func start() async throws(DiscoveryError) { try await service.start() }
 
-    /// Says goodbye (TTL 0 records) and closes the sockets. Released while advertising, the
-    /// advertiser says goodbye too.
+    /// Says goodbye (TTL 0 records). Released while advertising, the advertiser says goodbye too.
     public func stop() async { await service.stop() }
+
+    /// `embedded` or `system` while advertising, nil otherwise.
+    public var engine: DiscoveryEngine? { service.engine }
 }

@@ -8,17 +8,21 @@ public struct DiscoveryConfiguration: Sendable {
     /// every up, multicast-capable interface but loopback.
     public var interfaceNames: [String]?
     /// A found peer that stops answering for this long is lost, goodbye or not (docs/PROTOCOL.md §12.3).
+    /// With the system engine a peer gone without a goodbye is lost when Avahi's cache expires it.
     public var livenessTimeout: TimeAmount
+    /// Which mDNS stack runs discovery; chosen again at each start.
+    public var engine: DiscoveryEngine
     public var eventLoop: any EventLoop
     public var logger: Logger
 
     public init(
-        interfaceNames: [String]? = nil, livenessTimeout: TimeAmount = .seconds(15),
+        interfaceNames: [String]? = nil, livenessTimeout: TimeAmount = .seconds(15), engine: DiscoveryEngine = .automatic,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
         logger: Logger = Logger(label: "MultipeerDiscovery", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.interfaceNames = interfaceNames
         self.livenessTimeout = livenessTimeout
+        self.engine = engine
         self.eventLoop = eventLoop
         self.logger = logger
     }

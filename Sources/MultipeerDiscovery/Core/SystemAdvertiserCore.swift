@@ -1,0 +1,94 @@
+import MultipeerWire
+import NIOCore
+
+/// The system engine's advertiser, sans-I/O: what to publish through avahi-daemon, the same
+/// renaming on a collision as the embedded responder (`InstanceNaming`), and what to do when the
+/// daemon comes and goes. Avahi itself probes, announces, answers and says goodbye.
+struct SystemAdvertiserCore {
+    enum Action: Equatable {
+        /// Withdraw what is published (Avahi: reset the entry group).
+        case withdraw
+        case publish(SystemPublication)
+        /// Call `wake()` after this long.
+        case wake(after: TimeAmount)
+    }
+
+    typealias Event = MDNSAdvertiserCore.Event
+
+    private var naming: InstanceNaming
+    private let port: UInt16
+    private let txt: [[UInt8]]
+    private let interfaces: [MDNSInterface]
+    private var daemonRunning = false
+    /// Published (or being probed) under the current names.
+    private var published = false
+    /// A rename is waiting out the conflict throttle.
+    private var deferred = false
+    private var events: [Event] = []
+
+    init(serviceType: ServiceType, peer: WirePeerID, port: UInt16, discoveryInfo: [String: String], interfaces: [MDNSInterface]) throws(DiscoveryError) {
+        naming = InstanceNaming(serviceType: serviceType, peer: peer)
+        self.port = port
+        self.interfaces = interfaces
+        txt = try DiscoveryTXT.encode(peer, info: discoveryInfo)
+    }
+
+    var publication: SystemPublication {
+        SystemPublication(
+            instanceLabel: naming.instanceLabel, serviceType: "_\(naming.serviceType.name)._tcp", hostName: "\(naming.hostLabel).local",
+            port: port, txt: txt, interfaces: interfaces)
+    }
+
+    /// The daemon runs (at start, or back after it went away or re-registered its host name).
+    mutating func daemonRan() -> [Action] {
+        daemonRunning = true
+        guard !published, !deferred else { return [] }
+        published = true
+        return [.publish(publication)]
+    }
+
+    /// The daemon is re-registering its own host name: Avahi wants entries withdrawn until it runs again.
+    mutating func daemonRegistering() -> [Action] {
+        daemonRunning = false
+        guard published else { return [] }
+        published = false
+        return [.withdraw]
+    }
+
+    /// The daemon went away, and what was published with it.
+    mutating func daemonLost() {
+        daemonRunning = false
+        published = false
+    }
+
+    /// Avahi probed and announced the records.
+    mutating func established() {
+        guard published else { return }
+        events.append(.announced)
+    }
+
+    /// Another host holds one of our names: move to the next ones, as the embedded core does.
+    mutating func collision(now: NIODeadline) -> [Action] {
+        guard published else { return [] }
+        let delay = naming.rename(now: now)
+        events.append(.renamed(naming.instanceName))
+        guard delay == .zero else {
+            published = false
+            deferred = true
+            return [.withdraw, .wake(after: delay)]
+        }
+        return [.withdraw, .publish(publication)]
+    }
+
+    /// The conflict throttle's wait is over.
+    mutating func wake() -> [Action] {
+        guard deferred else { return [] }
+        deferred = false
+        return daemonRunning ? daemonRan() : []
+    }
+
+    mutating func takeEvents() -> [Event] {
+        defer { events = [] }
+        return events
+    }
+}
