@@ -1,6 +1,8 @@
-// The project's main job: two peers on this machine connect over real loopback sockets with
-// freshly made identities and required encryption, check each other's certificates, and exchange
-// messages through Apple's API.
+// The project's main job: two peers on this machine find each other over mDNS (when
+// MULTIPEER_DEMO_INTERFACE names an interface to pin discovery to; scripts/demo runs the demo in
+// a network namespace of its own for that), connect over real sockets with freshly made
+// identities and required encryption, check each other's certificates, and exchange a message,
+// datagrams, a stream and a file through Apple's API.
 //   multipeer-demo                 run the demo
 //   multipeer-demo peer PEERID [MAX-OPEN-FILES]
 //                                  (for tests) serve one session whose connection data is made
@@ -16,6 +18,8 @@
 import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
+import MultipeerDiscovery
+import Synchronization
 
 @main
 struct Demo {
@@ -74,6 +78,12 @@ struct Demo {
         let aliceEvents = alice.events()
         let bobEvents = bob.events()
 
+        if let interface = ProcessInfo.processInfo.environment["MULTIPEER_DEMO_INTERFACE"] {
+            try await discover(bob: bob.myPeerID, from: alice.myPeerID, on: interface)
+        } else {
+            print("discovery: skipped (scripts/demo runs it in a network namespace of its own when it can)")
+        }
+
         // Alice makes connection data for Bob; Bob dials her with it (out of band in a real app).
         let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
         print("connection data: \(data.count) bytes from alice for bob")
@@ -111,6 +121,9 @@ struct Demo {
         guard ticks > 0 else { fail("no unreliable datagram arrived") }
         print("bob received \(ticks) of 20 unreliable datagrams (sealed with XChaCha20-Poly1305)")
 
+        try await exchangeStream(from: alice, to: bob, bobEvents: bobEvents)
+        try await exchangeFile(from: bob, to: alice, aliceEvents: aliceEvents)
+
         await bob.disconnect()
         try await within(seconds: 10) {
             for await event in aliceEvents {
@@ -119,6 +132,87 @@ struct Demo {
         }
         print("bob disconnected; alice saw it. Demo passed.")
         await alice.disconnect()
+    }
+
+    /// Bob advertises on `interface` only; Alice browses there and finds him with his discovery info.
+    static func discover(bob: MCPeerID, from alice: MCPeerID, on interface: String) async throws {
+        let configuration = DiscoveryConfiguration(interfaceNames: [interface])
+        let advertiser = try MCNearbyServiceAdvertiser(
+            peer: bob, discoveryInfo: ["app": "multipeer-demo"], serviceType: "mpc-demo", configuration: configuration)
+        let browser = try MCNearbyServiceBrowser(peer: alice, serviceType: "mpc-demo", configuration: configuration)
+        let found = browser.events()
+        try await advertiser.start()
+        try await browser.start()
+        try await within(seconds: 10) {
+            for await event in found {
+                if case .found(let peer, let info, let endpoints) = event, peer == bob {
+                    print("alice found \(peer.displayName) over mDNS on \(interface): discoveryInfo \(info), at \(endpoints.map { "\($0.host):\($0.port)" }.joined(separator: ", "))")
+                    return
+                }
+            }
+        }
+        await browser.stop()
+        await advertiser.stop()
+    }
+
+    /// Alice streams 4 MiB to Bob in pieces; Bob reads it as it comes.
+    static func exchangeStream(from alice: MCSession, to bob: MCSession, bobEvents: MCSession.Events) async throws {
+        var content = Data(count: 4 << 20)
+        for index in content.indices { content[index] = UInt8(truncatingIfNeeded: index &* 13 &+ 1) }
+        let writer = try alice.openStream(named: "telemetry", to: bob.myPeerID)
+        let payload = content
+        let writing = Task {
+            for start in stride(from: 0, to: payload.count, by: 100_000) {
+                try await writer.write(payload[start..<min(start + 100_000, payload.count)])
+            }
+            writer.close()
+        }
+        let received = try await within(seconds: 30) { () -> Data in
+            for await event in bobEvents {
+                guard case .streamReceived(let reader, _) = event else { continue }
+                var bytes = Data()
+                for try await chunk in reader { bytes += chunk }
+                print("bob read stream \"\(reader.name)\": \(bytes.count) bytes")
+                return bytes
+            }
+            throw MCError(.cancelled)
+        }
+        try await writing.value
+        guard received == content else { fail("the stream arrived changed") }
+        print("stream: 4 MiB, byte-identical, flow-controlled")
+    }
+
+    /// Bob sends Alice an 8 MiB file as a resource, with progress; she gets it verified (SHA-256).
+    static func exchangeFile(from bob: MCSession, to alice: MCSession, aliceEvents: MCSession.Events) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("multipeer-demo-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var content = Data(count: 8 << 20)
+        for index in content.indices { content[index] = UInt8(truncatingIfNeeded: index &* 31 &+ 5) }
+        let source = directory.appendingPathComponent("holiday.jpg")
+        try content.write(to: source)
+        let quarters = Mutex(0)
+        try await within(seconds: 30) {
+            try await bob.sendResource(at: source, named: "holiday.jpg", to: alice.myPeerID) { sent, total in
+                let quarter = total > 0 ? Int(sent * 4 / total) : 4
+                let report = quarters.withLock { reported -> Bool in
+                    guard quarter > reported else { return false }
+                    reported = quarter
+                    return true
+                }
+                if report { print("file: \(quarter * 25)% sent (\(sent) of \(total) bytes)") }
+            }
+        }
+        let url = try await within(seconds: 10) { () -> URL in
+            for await event in aliceEvents {
+                guard case .resourceReceived(let name, _, let result) = event, name == "holiday.jpg" else { continue }
+                return try result.get()
+            }
+            throw MCError(.cancelled)
+        }
+        defer { try? FileManager.default.removeItem(at: url) }
+        guard try Data(contentsOf: url) == content else { fail("the file arrived changed") }
+        print("alice received file \"holiday.jpg\": 8 MiB, SHA-256 verified by the session, byte-identical")
     }
 
     static func waitConnected(_ events: MCSession.Events, to peer: MCPeerID, as name: String) async throws {

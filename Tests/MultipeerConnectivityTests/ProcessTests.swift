@@ -11,6 +11,24 @@ struct ProcessTests {
         #expect(text.contains("trusted, comparison code"))
         #expect(text.contains("byte-identical"))
         #expect(text.contains("unreliable datagrams"))
+        #expect(text.contains("stream: 4 MiB, byte-identical"))
+        #expect(text.contains("file: 100% sent") && text.contains("SHA-256 verified"))
+        #expect(text.contains("Demo passed."))
+    }
+
+    /// What scripts/demo does as root: the demo in a namespace of its own, discovery pinned to
+    /// that namespace's loopback.
+    @Test func theDemoFindsItsPeerOverMDNSInANamespaceOfItsOwn() throws {
+        let namespace = "mpdemo-test-\(getpid())"
+        let ip = URL(fileURLWithPath: "/usr/sbin/ip").path
+        try #require(BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "add", namespace]).0 == 0)
+        defer { _ = try? BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "delete", namespace]) }
+        _ = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
+        _ = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
+        let demo = try BuiltProducts.executable("multipeer-demo").path
+        let (status, text) = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "env", "MULTIPEER_DEMO_INTERFACE=lo", demo])
+        #expect(status == 0, "\(text)")
+        #expect(text.contains("alice found bob over mDNS on lo"))
         #expect(text.contains("Demo passed."))
     }
 
