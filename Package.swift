@@ -36,9 +36,10 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
-        // Avahi's client library (Debian: libavahi-client-dev), for the system discovery engine.
-        // No pkgConfig: avahi-client.pc's -D_REENTRANT makes SwiftPM warn on every build.
-        .systemLibrary(name: "CAvahiClient"),
+        // Avahi's client library for the system discovery engine, loaded with dlopen on first use
+        // and never linked, so that programs start on machines without Avahi. Its headers
+        // (Debian: libavahi-client-dev) are needed to build.
+        .target(name: "CAvahiClient", linkerSettings: [.linkedLibrary("dl", .when(platforms: [.linux]))]),
         .target(
             name: "CMultipeerShims",
             dependencies: ["CMultipeerOpenSSL", "CMultipeerSodium"]
@@ -187,6 +188,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                // An HTTP server on loopback for resources fetched from http: URLs.
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
     ],

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import MultipeerSession
 import Synchronization
 
@@ -89,30 +92,65 @@ extension MCSession {
         _ url: URL, named name: String, to peer: MCPeerID, observer: (@Sendable (Int64, Int64) -> Void)? = nil
     ) throws(MCError) -> (Progress, Task<MCError?, Never>) {
         guard let engine else { throw setupError ?? MCError(.unknown) }
-        guard url.isFileURL else {
-            throw MCError(.unsupported, reason: "resource URL scheme \(url.scheme ?? "none"); file URLs are sent directly")
+        guard url.isFileURL || ["http", "https"].contains(url.scheme?.lowercased() ?? "") else {
+            throw MCError(.invalidParameter, reason: "resource URL scheme \(url.scheme ?? "none"): file, http or https")
         }
-        let transfer: ResourceTransfer
+        guard engine.connectedPeers.contains(where: { $0.identifier == peer.wire.identifier }) else {
+            throw MCError(.notConnected, reason: "not connected to \(peer.displayName)")
+        }
+        let progress = Progress(totalUnitCount: url.isFileURL ? 0 : -1)
+        let pending = PendingResource()
+        progress.cancellationHandler = { pending.cancel() }
+        if url.isFileURL {
+            let transfer = try send(url.path, named: name, identity: url.absoluteString, to: peer, on: engine)
+            pending.started(transfer, progress: progress, observer: observer)
+            return (progress, Task { await pending.outcome() })
+        }
+        // A remote resource is fetched to a file first, then sent like any other.
+        let task = Task<MCError?, Never> { [weak self] in
+            let downloaded: URL
+            do {
+                downloaded = try await Self.download(url)
+            } catch {
+                return (error as? MCError) ?? MCError(.unavailable, reason: "fetching \(url): \(error)")
+            }
+            defer { try? FileManager.default.removeItem(at: downloaded) }
+            guard let self, !Task.isCancelled else { return MCError(.cancelled, reason: "cancelled while fetching \(url)") }
+            do throws(MCError) {
+                // Modification time 0: the content is only known by its URL (docs/PROTOCOL.md §7.8).
+                let transfer = try send(downloaded.path, named: name, identity: url.absoluteString, modified: 0, to: peer, on: engine)
+                pending.started(transfer, progress: progress, observer: observer)
+            } catch {
+                return error
+            }
+            return await pending.outcome()
+        }
+        pending.fetching(task)
+        return (progress, task)
+    }
+
+    private func send(
+        _ path: String, named name: String, identity: String, modified: Int64? = nil, to peer: MCPeerID, on engine: SessionEngine
+    ) throws(MCError) -> ResourceTransfer {
         do {
-            transfer = try engine.sendResource(
-                atPath: url.path, named: name, sourceIdentity: url.absoluteString, to: peer.wire.identifier)
+            return try engine.sendResource(atPath: path, named: name, sourceIdentity: identity, modificationTime: modified, to: peer.wire.identifier)
         } catch {
             throw MCError(transfer: error)
         }
-        let progress = Progress(totalUnitCount: Int64(clamping: transfer.size))
-        let total = progress.totalUnitCount
-        progress.cancellationHandler = { transfer.cancel() }
-        transfer.setProgressObserver { sent in
-            progress.completedUnitCount = Int64(clamping: sent)
-            observer?(Int64(clamping: sent), total)
+    }
+
+    /// Fetches an http(s) resource into a temporary file of its own; anything but a 2xx is an error.
+    private static func download(_ url: URL) async throws -> URL {
+        let (location, response) = try await URLSession.shared.download(from: url)
+        guard let status = (response as? HTTPURLResponse)?.statusCode, (200..<300).contains(status) else {
+            try? FileManager.default.removeItem(at: location)
+            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            throw MCError(.unavailable, reason: "fetching \(url): HTTP status \(status)")
         }
-        let done = Task<MCError?, Never> {
-            switch await transfer.result() {
-            case .success: nil
-            case .failure(let error): MCError(transfer: error)
-            }
-        }
-        return (progress, done)
+        // URLSession removes its file when this returns: keep ours.
+        let kept = FileManager.default.temporaryDirectory.appendingPathComponent("mpcp-fetch-\(UUID().uuidString)")
+        try FileManager.default.moveItem(at: location, to: kept)
+        return kept
     }
 
     func resourceStarted(_ transfer: ResourceTransfer) {
@@ -152,6 +190,57 @@ extension MCSession {
             case .failure(let error):
                 delegate.session(self, didFinishReceivingResourceWithName: transfer.name, fromPeer: peer, at: nil, withError: error)
             }
+        }
+    }
+}
+
+/// An outgoing resource from the moment the app asked for it: fetching (for a remote URL), then
+/// transferring. Cancelling works in either phase.
+private final class PendingResource: Sendable {
+    private struct State {
+        var fetch: Task<MCError?, Never>?
+        var transfer: ResourceTransfer?
+        var cancelled = false
+    }
+
+    private let state = Mutex(State())
+
+    func fetching(_ task: Task<MCError?, Never>) {
+        let cancelNow = state.withLock { state -> Bool in
+            state.fetch = task
+            return state.cancelled
+        }
+        if cancelNow { task.cancel() }
+    }
+
+    func started(_ transfer: ResourceTransfer, progress: Progress, observer: (@Sendable (Int64, Int64) -> Void)?) {
+        let total = Int64(clamping: transfer.size)
+        progress.totalUnitCount = total
+        transfer.setProgressObserver { sent in
+            progress.completedUnitCount = Int64(clamping: sent)
+            observer?(Int64(clamping: sent), total)
+        }
+        let cancelNow = state.withLock { state -> Bool in
+            state.transfer = transfer
+            return state.cancelled
+        }
+        if cancelNow { transfer.cancel() }
+    }
+
+    func cancel() {
+        let (fetch, transfer) = state.withLock { state in
+            state.cancelled = true
+            return (state.fetch, state.transfer)
+        }
+        fetch?.cancel()
+        transfer?.cancel()
+    }
+
+    func outcome() async -> MCError? {
+        guard let transfer = state.withLock({ $0.transfer }) else { return MCError(.cancelled) }
+        switch await transfer.result() {
+        case .success: return nil
+        case .failure(let error): return MCError(transfer: error)
         }
     }
 }

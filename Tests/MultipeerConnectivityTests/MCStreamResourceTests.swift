@@ -381,6 +381,33 @@ struct MCStreamResourceTests {
         try FileManager.default.removeItem(at: url)
     }
 
+    /// http: resources are fetched with the system's HTTP client first, then sent and verified
+    /// like files; a failed fetch is a clear error.
+    @Test func resourcesFromHTTPURLs() async throws {
+        let (alice, bob) = try Self.sessions()
+        let events = bob.events()
+        try await Self.connect(alice, bob)
+        let content = Data(Self.content(3 << 20, seed: 8))
+        let server = try await LoopbackHTTPServer(bodies: ["/photo.jpg": content])
+        defer { Task { await server.close() } }
+        try await alice.sendResource(at: server.url("/photo.jpg"), named: "photo.jpg", to: bob.myPeerID)
+        let url = try await firstMatch(in: events) { event -> URL? in
+            if case .resourceReceived("photo.jpg", _, .success(let url)) = event { return url }
+            return nil
+        }
+        #expect(try Data(contentsOf: url) == content)
+        try FileManager.default.removeItem(at: url)
+
+        await #expect(throws: MCError.self) { try await alice.sendResource(at: server.url("/missing"), named: "x", to: bob.myPeerID) }
+        let completed = Mutex<[(any Error)?]>([])
+        let progress = alice.sendResource(at: URL(string: "ftp://127.0.0.1/x")!, withName: "x", toPeer: bob.myPeerID) { error in
+            completed.withLock { $0.append(error) }
+        }
+        #expect(progress == nil)
+        #expect(try await eventually { completed.withLock { $0.count } == 1 })
+        #expect((completed.withLock { $0[0] } as? MCError)?.code == .invalidParameter)
+    }
+
     @Test func sendingToAStrangerFailsAtOnce() async throws {
         let (alice, _) = try Self.sessions()
         #expect(throws: MCError.self) { try alice.startStream(withName: "x", toPeer: MCPeerID(displayName: "nobody")) }
