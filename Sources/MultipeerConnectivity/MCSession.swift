@@ -122,6 +122,13 @@ public final class MCSession: NSObject, @unchecked Sendable {
                     maximumPendingConnections: configuration.maximumPendingConnections,
                     maximumQueuedBytesPerPeer: configuration.maximumQueuedBytesPerPeer,
                     maximumUndeliveredBytesPerPeer: configuration.maximumUndeliveredBytesPerPeer,
+                    channels: ChannelConfiguration(
+                        streamBufferLimit: configuration.streamBufferSize,
+                        resourceDirectory: configuration.resourceDirectory?.path,
+                        maximumIncomingResourceSize: configuration.maximumIncomingResourceSize,
+                        maximumConcurrentIncomingResources: configuration.maximumConcurrentIncomingResources,
+                        resumableTransfers: configuration.resumableTransfers,
+                        resumeLifetime: TimeAmount(configuration.resumeLifetime)),
                     logger: configuration.logger),
                 eventLoop: eventLoop,
                 onEvent: { event in events.session?.handle(event) })

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import MultipeerWire
 
@@ -27,6 +28,18 @@ public struct MCSessionConfiguration: Sendable {
     /// stream and the delegate); past it the session stops reading from that peer until the app
     /// has taken half. Its datagrams are dropped meanwhile.
     public var maximumUndeliveredBytesPerPeer: Int = 8 << 20
+    /// Where received resources are written (created if missing), under names of the session's
+    /// own making; nil: a directory of its own under the system's temporary directory.
+    public var resourceDirectory: URL?
+    /// Larger incoming resources are refused; the sender's completion gets an error.
+    public var maximumIncomingResourceSize: UInt64 = 16 << 30
+    /// Incoming resources at once, from all peers; more are refused.
+    public var maximumConcurrentIncomingResources: Int = 16
+    /// Transfers cut off by a lost connection kept for the sender to resume, and for how long.
+    public var resumableTransfers: Int = 16
+    public var resumeLifetime: Duration = .seconds(600)
+    /// Bytes an `OutputStream` holds before `write` takes less (its peer's windows bound the rest).
+    public var streamBufferSize: Int = 256 << 10
     /// Where the session tells what happens to its connections (swift-log): dials, refusals and
     /// their reasons, ends and their reasons, shed connections. Silent unless the app sets one;
     /// never keys or payloads. Peers appear by display name and the first bytes of their identifier.

@@ -21,7 +21,7 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Write the results as JSON to this file.")
     var json: String?
 
-    @Option(help: "Run only these groups (repeatable): bulk, small, latency, datagrams, establishment, mesh, memory.")
+    @Option(help: "Run only these groups (repeatable): bulk, small, latency, datagrams, establishment, channels, mesh, memory.")
     var only: [String] = []
 
     @Flag(help: "Skip the baselines and print the library's figures alone, e.g. to profile the library.")
@@ -137,6 +137,48 @@ struct Bench: AsyncParsableCommand {
             results.append(Result(scenario: "5 session establishment (mutual TLS, trust, connected)", unit: "per s", library: library,
                                   baselineName: "OpenSSL mutual-auth handshakes", baseline: handshakes, ratio: handshakes.map { library.median / $0.median },
                                   target: ">= 0.6", met: handshakes.map { library.median / $0.median >= 0.6 }, note: nil))
+        }
+
+        if wants("channels") {
+            // Resources and streams against reliable bulk messages of the same size, same run.
+            let file = try ChannelScenarios.sourceFile(bytes: plan.bulkBytes)
+            defer { try? FileManager.default.removeItem(at: file) }
+            var bulk: [Double] = []
+            var resource: [Double] = []
+            var resourcePeaks: [Double] = []
+            var stream: [Double] = []
+            for _ in 0..<plan.repetitions {
+                let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+                bulk.append(try await Scenarios.bulk(pair, bytes: plan.bulkBytes).rate / 1e6)
+                let (rate, peak) = try await ChannelScenarios.resource(pair, file: file, bytes: plan.bulkBytes)
+                resource.append(rate / 1e6)
+                resourcePeaks.append(Double(peak) / 1024)
+                stream.append(try await ChannelScenarios.stream(pair, bytes: plan.bulkBytes) / 1e6)
+                await pair.close()
+            }
+            let messages = Stats(bulk)
+            let files = Stats(resource)
+            let streams = Stats(stream)
+            let size = "\(plan.bulkBytes >> 20) MiB"
+            results.append(Result(scenario: "9 resource (file), \(size)", unit: "MB/s", library: files,
+                                  baselineName: "reliable bulk 1 MiB messages, same run", baseline: messages,
+                                  ratio: files.median / messages.median, target: ">= 0.8", met: files.median / messages.median >= 0.8, note: nil))
+            results.append(Result(scenario: "9 peak RSS growth while a \(size) resource goes through (both sides)", unit: "MiB",
+                                  library: Stats(resourcePeaks), baselineName: nil, baseline: nil, ratio: nil,
+                                  target: "< 64 MiB", met: Stats(resourcePeaks).median < 64, note: nil))
+            results.append(Result(scenario: "9 stream, 1 MiB writes, \(size)", unit: "MB/s", library: streams,
+                                  baselineName: "reliable bulk 1 MiB messages, same run", baseline: messages,
+                                  ratio: streams.median / messages.median, target: "report", met: nil, note: nil))
+            var latencies: [Double] = []
+            for _ in 0..<plan.repetitions {
+                let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+                latencies += try await ChannelScenarios.latencyDuringTransfer(pair, file: file, samples: plan.roundTrips)
+                await pair.close()
+            }
+            let p99 = percentile(latencies, 0.99) / 1000
+            results.append(Result(scenario: "9 64 B round trip while a \(size) resource goes to the same peer, p99", unit: "ms",
+                                  library: Stats([p99]), baselineName: nil, baseline: nil, ratio: nil, target: "< 5 ms",
+                                  met: p99 < 5, note: String(format: "p50 %.2f ms, %d samples", percentile(latencies, 0.5) / 1000, latencies.count)))
         }
 
         if wants("mesh") {

@@ -408,6 +408,31 @@ struct MCStreamResourceTests {
         #expect((completed.withLock { $0[0] } as? MCError)?.code == .invalidParameter)
     }
 
+    /// The session's configuration reaches the channels: where files go and what is accepted.
+    @Test func theConfigurationSetsTheResourceDirectoryAndLimits() async throws {
+        let scratch = NSTemporaryDirectory() + "mpcp-mc-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.resourceDirectory = URL(fileURLWithPath: scratch + "/inbox")
+        configuration.maximumIncomingResourceSize = 100
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try Self.pki.peer("bob"), configuration: configuration)
+        let events = bob.events()
+        try await Self.connect(alice, bob)
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let small = URL(fileURLWithPath: scratch + "/small")
+        let large = URL(fileURLWithPath: scratch + "/large")
+        try Data(repeating: 1, count: 100).write(to: small)
+        try Data(repeating: 2, count: 101).write(to: large)
+        await #expect(throws: MCError.self) { try await alice.sendResource(at: large, named: "large", to: bob.myPeerID) }
+        try await alice.sendResource(at: small, named: "small", to: bob.myPeerID)
+        let url = try await firstMatch(in: events) { event -> URL? in
+            if case .resourceReceived("small", _, .success(let url)) = event { return url }
+            return nil
+        }
+        #expect(url.deletingLastPathComponent().path == scratch + "/inbox")
+    }
+
     @Test func sendingToAStrangerFailsAtOnce() async throws {
         let (alice, _) = try Self.sessions()
         #expect(throws: MCError.self) { try alice.startStream(withName: "x", toPeer: MCPeerID(displayName: "nobody")) }

@@ -72,7 +72,7 @@ struct StreamChannelTests {
     @Test func aStalledReaderStopsTheWriterWithBoundedMemory() async throws {
         let (alice, bob) = try await Self.pair()
         defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let total = 8 << 20
+        let total = 12 << 20
         let content = Self.content(total, seed: 3)
         let writer = try alice.engine.openStream(named: "stall", to: bob.peer.identifier)
         let written = ManagedCounter()
@@ -85,9 +85,10 @@ struct StreamChannelTests {
         }
         try #require(try await eventually { bob.openedStreams.count == 1 })
         let reader = bob.openedStreams[0]
-        // The writer gets no further than the window plus its buffer, and stays there.
-        let bound = Int(WireLimits.initialChannelWindow) + writer.bufferLimit + 32_768
-        try #require(try await eventually { reader.bufferedByteCount == Int(WireLimits.initialChannelWindow) })
+        // The writer gets no further than the reader's window plus its buffer, and stays there.
+        let window = Int(bob.engine.configuration.channels.channelReceiveWindow)
+        let bound = window + writer.bufferLimit + 32_768
+        try #require(try await eventually { reader.bufferedByteCount == window })
         let stalledAt = written.value
         #expect(stalledAt <= bound, "wrote \(stalledAt) with nothing read")
         #expect(writer.bufferedByteCount <= writer.bufferLimit)
@@ -95,7 +96,7 @@ struct StreamChannelTests {
         // throughout, checked as it goes.
         let stallEnds = ContinuousClock.now + .seconds(5)
         while ContinuousClock.now < stallEnds {
-            #expect(written.value <= bound && reader.bufferedByteCount <= Int(WireLimits.initialChannelWindow))
+            #expect(written.value <= bound && reader.bufferedByteCount <= window)
             #expect(writer.bufferedByteCount <= writer.bufferLimit)
             try await Task.sleep(for: .milliseconds(100))
         }

@@ -1,11 +1,16 @@
 import MultipeerWire
 
 /// Gives the peer's windows back as the application takes its bytes (docs/PROTOCOL.md §7.6):
-/// a WINDOW_UPDATE once a quarter of the initial window has been taken, per channel and for the
+/// a WINDOW_UPDATE once a quarter of the window has been taken, per channel and for the
 /// connection, so a reader that stops reading stops the writer. Sans-I/O.
 struct WindowReturns {
-    static let channelThreshold = WireLimits.initialChannelWindow / 4
-    static let connectionThreshold = WireLimits.initialChannelWindow / 4
+    let channelThreshold: UInt32
+    let connectionThreshold: UInt32
+
+    init(channelWindow: UInt32 = WireLimits.initialChannelWindow, connectionWindow: UInt32 = WireLimits.initialConnectionWindow) {
+        channelThreshold = max(1, channelWindow / 4)
+        connectionThreshold = max(1, min(connectionWindow, channelWindow) / 4)
+    }
 
     private var pendingByChannel: [UInt32: UInt32] = [:]
     private var pendingConnection: UInt32 = 0
@@ -18,7 +23,7 @@ struct WindowReturns {
         var frames: [Frame] = []
         if channelOpen {
             let pending = pendingByChannel[channel, default: 0] + count
-            if pending >= Self.channelThreshold {
+            if pending >= channelThreshold {
                 frames.append(.windowUpdate(channel: channel, increment: pending))
                 pendingByChannel[channel] = nil
             } else {
@@ -26,7 +31,7 @@ struct WindowReturns {
             }
         }
         pendingConnection += count
-        if pendingConnection >= Self.connectionThreshold {
+        if pendingConnection >= connectionThreshold {
             frames.append(.windowUpdate(channel: 0, increment: pendingConnection))
             pendingConnection = 0
         }

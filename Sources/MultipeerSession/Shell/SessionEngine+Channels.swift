@@ -189,6 +189,7 @@ extension SessionEngine {
         case .streamOpen(_, let name):
             let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux)
             mux.inbound[channel] = reader
+            if let connection = link.channel { widenWindow(of: channel, on: connection) }
             onEvent(.streamOpened(reader))
         case .resourceOffer(_, let offer):
             takeOrRefuse(offer, on: channel, link: link, mux: mux, peer: peer)
@@ -246,10 +247,24 @@ extension SessionEngine {
             })
         transfer.setCancelHandler { receiver.cancel() }
         mux.inbound[channel] = receiver
-        writeChannelFrame(.resourceAccept(channel: channel, offset: offset), on: connection, flush: true)
+        writeChannelFrame(.resourceAccept(channel: channel, offset: offset), on: connection, flush: false)
+        widenWindow(of: channel, on: connection)
         receiver.start()
         transfer.progressed(to: offset)
         onEvent(.resourceStarted(transfer))
+    }
+
+    /// Raises a channel the peer opened from the protocol's initial window to ours.
+    private func widenWindow(of channel: UInt32, on connection: any Channel) {
+        let extra = configuration.channels.channelReceiveWindow - WireLimits.initialChannelWindow
+        if extra > 0 { writeChannelFrame(.windowUpdate(channel: channel, increment: extra), on: connection, flush: true) } else { connection.flush() }
+    }
+
+    /// A new member's connection: raise its connection window from the protocol's initial one to ours.
+    func widenConnectionWindow(of link: EngineState.Link) {
+        let extra = configuration.channels.connectionReceiveWindow - WireLimits.initialConnectionWindow
+        guard extra > 0, let connection = link.channel else { return }
+        writeChannelFrame(.windowUpdate(channel: 0, increment: extra), on: connection, flush: true)
     }
 
     /// The connection ended: every channel on it fails (incoming resources keep their bytes for resuming).
@@ -305,7 +320,7 @@ final class ChannelCounts: Sendable {
 final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
     // Loop-only state (the engine touches it on its event loop only).
     var scheduler: ChannelScheduler
-    var returns = WindowReturns()
+    var returns: WindowReturns
     var outbound: [UInt32: any OutboundChannel] = [:]
     var inbound: [UInt32: any InboundChannel] = [:]
 
@@ -322,6 +337,8 @@ final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
         self.link = link
         self.weAreDialer = weAreDialer
         scheduler = ChannelScheduler(weAreDialer: weAreDialer)
+        let channels = engine.configuration.channels
+        returns = WindowReturns(channelWindow: channels.channelReceiveWindow, connectionWindow: channels.connectionReceiveWindow)
     }
 
     /// Whether we opened `channel` (the dialer opens odd numbers).

@@ -287,6 +287,7 @@ public final class SessionEngine: Sendable {
                 guard let link = state.links[id] else { return }
                 link.member = peer
                 link.mux = LinkMultiplexer(engine: self, link: id, weAreDialer: link.weAreDialer)
+                widenConnectionWindow(of: link)
                 let channel = link.channel
                 // Held strongly (a channel does not refer back to its budget): a weak reference would put
                 // the channel's every retain and release on the slow path.

@@ -95,6 +95,12 @@ public enum SessionEngineEvent: Sendable {
 public struct ChannelConfiguration: Sendable {
     /// Bytes a stream writer holds before `write` waits or takes less.
     public var streamBufferLimit: Int
+    /// What a peer may send on one channel before the app has taken some (raised from the
+    /// protocol's initial 256 KiB with a WINDOW_UPDATE when the channel opens).
+    public var channelReceiveWindow: UInt32
+    /// What a peer may send on all its channels together before the app has taken some: the
+    /// most channel data from one peer held in memory at once.
+    public var connectionReceiveWindow: UInt32
     /// Where incoming resources are written, under names of the session's own making; created
     /// if missing. The default is a directory of its own under the system's temporary directory.
     public var resourceDirectory: String
@@ -108,6 +114,8 @@ public struct ChannelConfiguration: Sendable {
 
     public init(
         streamBufferLimit: Int = 256 << 10,
+        channelReceiveWindow: UInt32 = 2 << 20,
+        connectionReceiveWindow: UInt32 = 4 << 20,
         resourceDirectory: String? = nil,
         maximumIncomingResourceSize: UInt64 = 16 << 30,
         maximumConcurrentIncomingResources: Int = 16,
@@ -115,6 +123,8 @@ public struct ChannelConfiguration: Sendable {
         resumeLifetime: TimeAmount = .minutes(10)
     ) {
         self.streamBufferLimit = max(1, streamBufferLimit)
+        self.channelReceiveWindow = min(max(channelReceiveWindow, WireLimits.initialChannelWindow), WireLimits.maxWindow)
+        self.connectionReceiveWindow = min(max(connectionReceiveWindow, WireLimits.initialConnectionWindow), WireLimits.maxWindow)
         self.resourceDirectory = resourceDirectory ?? Self.defaultResourceDirectory()
         self.maximumIncomingResourceSize = min(maximumIncomingResourceSize, WireLimits.maxResourceSize)
         self.maximumConcurrentIncomingResources = max(0, maximumConcurrentIncomingResources)

@@ -1,0 +1,105 @@
+import Foundation
+import MultipeerConnectivity
+import Synchronization
+
+/// Streams and resources through the public API (docs/PROTOCOL.md §7.6, §7.8).
+enum ChannelScenarios {
+    /// A file of `bytes` under the temporary directory, made once per run.
+    static func sourceFile(bytes: Int) throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("multipeer-bench-\(getpid())-\(bytes).bin")
+        if (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int) == bytes { return url }
+        guard FileManager.default.createFile(atPath: url.path, contents: nil) else { throw CocoaError(.fileWriteUnknown) }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        var block = Data(count: 1 << 20)
+        for index in block.indices { block[index] = UInt8(truncatingIfNeeded: index &* 131 &+ 7) }
+        for start in stride(from: 0, to: bytes, by: block.count) { handle.write(block.prefix(min(block.count, bytes - start))) }
+        return url
+    }
+
+    /// Waits for `a` to receive a resource and removes the file; true when it arrived verified.
+    private static func receiveOne(_ events: MCSession.Events) -> Task<Bool, Never> {
+        Task {
+            for await event in events {
+                guard case .resourceReceived(_, _, let result) = event else { continue }
+                if case .success(let url) = result { try? FileManager.default.removeItem(at: url) }
+                if case .success = result { return true } else { return false }
+            }
+            return false
+        }
+    }
+
+    /// Bytes per second of one resource from b to a (sent, verified, stored), and the peak
+    /// resident memory growth of the process (both sides) meanwhile.
+    static func resource(_ pair: SessionPair, file: URL, bytes: Int) async throws -> (rate: Double, peakKiB: Int) {
+        let arrived = receiveOne(pair.a.events())
+        let before = Memory.residentKiB
+        Memory.resetPeak()
+        let elapsed = try await Clock.seconds {
+            try await pair.b.sendResource(at: file, named: "bench.bin", to: pair.a.myPeerID)
+            guard await arrived.value else { throw BenchTimeout() }
+        }
+        return (Double(bytes) / elapsed, max(0, Memory.peakResidentKiB - before))
+    }
+
+    /// Bytes per second of one stream from b to a, written in 1 MiB pieces and read as it comes.
+    static func stream(_ pair: SessionPair, bytes: Int) async throws -> Double {
+        let events = pair.a.events()
+        let reading = Task { () -> Int in
+            for await event in events {
+                guard case .streamReceived(let reader, _) = event else { continue }
+                var total = 0
+                do {
+                    for try await chunk in reader { total += chunk.count }
+                } catch {
+                    return -1
+                }
+                return total
+            }
+            return -1
+        }
+        let piece = Data(repeating: 0x3C, count: 1 << 20)
+        let elapsed = try await Clock.seconds {
+            let writer = try pair.b.openStream(named: "bench", to: pair.a.myPeerID)
+            for start in stride(from: 0, to: bytes, by: piece.count) { try await writer.write(piece.prefix(min(piece.count, bytes - start))) }
+            writer.close()
+            guard await reading.value == bytes else { throw BenchTimeout() }
+        }
+        return Double(bytes) / elapsed
+    }
+
+    /// Round trips of 64 B reliable messages, in microseconds, while b sends a resource of
+    /// `file` to a over the same connection; sampling stops when the transfer ends.
+    static func latencyDuringTransfer(_ pair: SessionPair, file: URL, samples: Int) async throws -> [Double] {
+        let bPeer = pair.b.myPeerID
+        let a = pair.a
+        let aEvents = a.events()
+        let arrived = Mutex(false)
+        let echo = Task {
+            for await event in aEvents {
+                switch event {
+                case .dataReceived(let data, _): try? a.send(data, toPeers: [bPeer], with: .reliable)
+                case .resourceReceived(_, _, let result):
+                    if case .success(let url) = result { try? FileManager.default.removeItem(at: url) }
+                    arrived.withLock { $0 = true }
+                default: break
+                }
+            }
+        }
+        defer { echo.cancel() }
+        let transfer = Task { try await pair.b.sendResource(at: file, named: "bench.bin", to: pair.a.myPeerID) }
+        // Measure once bulk data flows, not during the offer's round trip.
+        try await Task.sleep(for: .milliseconds(100))
+        let waiter = ProbeWaiter(pair.b.events())
+        defer { waiter.stop() }
+        var times: [Double] = []
+        for index in 0..<samples where !arrived.withLock({ $0 }) {
+            let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
+            let start = ContinuousClock.now
+            let answered = await waiter.wait(for: probe) { try? pair.b.send(probe, toPeers: [pair.a.myPeerID], with: .reliable) }
+            if answered { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
+        }
+        try await transfer.value
+        return times
+    }
+}
