@@ -138,9 +138,14 @@ struct ResourceChannelTests {
         let size = 16 << 20
         var generator = SeededGenerator(seed: seed)
         let cutAt = UInt64.random(in: 1...UInt64(size / 2), using: &generator)
+        // The receiver's store waits at the cut, so the cancel lands mid-transfer however fast
+        // the machine is; it goes on once the cancel is made.
+        let gate = WriteGate(at: cutAt)
+        bob.engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
         let sent = try Self.send(try scratch.file("source", Self.content(size, seed: seed)), from: alice, to: bob)
-        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) >= cutAt })
+        try #require(try await eventually { gate.reached && bob.startedResources.count == 1 })
         if senderCancels { sent.cancel() } else { bob.startedResources[0].cancel() }
+        gate.open()
         guard case .failure(let senderError) = try await Self.outcome(sent) else { Issue.record("the transfer went through"); return }
         try #require(try await eventually { bob.finishedResources.count == 1 })
         guard case .failure(let receiverError) = bob.finishedResources[0].1 else { Issue.record("received despite the cancel"); return }

@@ -14,7 +14,10 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     }
 
     private struct State {
-        var buffer = ByteBuffer()
+        /// Written chunks, never written to again once queued: slicing them for frames copies
+        /// nothing (one growing buffer would be copied whole whenever a frame still held a slice).
+        var chunks = CircularBuffer<ByteBuffer>()
+        var buffered = 0
         var closeRequested = false
         var finishSent = false
         var failure: TransferError?
@@ -44,12 +47,12 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
 
     /// Whether `write(from:)` would take at least one byte now.
     public var hasSpaceAvailable: Bool {
-        state.withLock { $0.failure == nil && !$0.closeRequested && $0.buffer.readableBytes < bufferLimit }
+        state.withLock { $0.failure == nil && !$0.closeRequested && $0.buffered < bufferLimit }
     }
 
     public var failure: TransferError? { state.withLock { $0.failure } }
     /// Bytes written and not yet handed to the connection.
-    public var bufferedByteCount: Int { state.withLock { $0.buffer.readableBytes } }
+    public var bufferedByteCount: Int { state.withLock { $0.buffered } }
 
     /// Takes as many bytes as fit now and returns how many (0: no room now, an event follows when
     /// there is). Throws once the stream failed or was closed.
@@ -57,16 +60,17 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         let (taken, linkage, channel) = try state.withLock { state throws(TransferError) -> (Int, (any ChannelLinkage)?, UInt32?) in
             if let failure = state.failure { throw failure }
             guard !state.closeRequested else { throw TransferError(.invalidParameter, detail: "write after close") }
-            let room = bufferLimit - state.buffer.readableBytes
+            let room = bufferLimit - state.buffered
             let count = min(room, bytes.count)
             guard count > 0 else {
                 state.wantsSpaceEvent = true
                 return (0, nil, nil)
             }
             // A write that filled the buffer is owed an event once there is room again.
-            if state.buffer.readableBytes + count >= bufferLimit { state.wantsSpaceEvent = true }
-            let wasEmpty = state.buffer.readableBytes == 0
-            state.buffer.writeBytes(UnsafeRawBufferPointer(rebasing: bytes.prefix(count)))
+            if state.buffered + count >= bufferLimit { state.wantsSpaceEvent = true }
+            let wasEmpty = state.buffered == 0
+            state.chunks.append(ByteBuffer(bytes: UnsafeRawBufferPointer(rebasing: bytes.prefix(count))))
+            state.buffered += count
             return (count, wasEmpty ? state.linkage : nil, state.channel)
         }
         if let linkage, let channel { linkage.channelReady(channel) }
@@ -93,7 +97,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let resumeNow: Result<Void, TransferError>? = state.withLock { state in
                     if let failure = state.failure { return .failure(failure) }
-                    if state.buffer.readableBytes < bufferLimit { return .success(()) }
+                    if state.buffered < bufferLimit { return .success(()) }
                     state.spaceWaiters.append(continuation)
                     return nil
                 }
@@ -121,7 +125,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         let send = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
             guard state.failure == nil, !state.finishSent else { return (nil, nil) }
             state.failure = TransferError(.cancelled)
-            state.buffer.clear()
+            state.chunks.removeAll()
+            state.buffered = 0
             return (state.linkage, state.channel)
         }
         failWaiters(TransferError(.cancelled), notify: false)
@@ -138,7 +143,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         let (wanted, ready) = state.withLock { state -> (Bool, Bool) in
             state.channel = channel
             state.linkage = linkage
-            return (state.failure == nil, state.buffer.readableBytes > 0 || state.closeRequested)
+            return (state.failure == nil, state.buffered > 0 || state.closeRequested)
         }
         if wanted && ready { linkage.channelReady(channel) }
         return wanted
@@ -149,11 +154,12 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     func nextOutput(allowance: Int) -> ChannelOutput {
         let (output, wakeWaiters) = state.withLock { state -> (ChannelOutput, Bool) in
             guard state.failure == nil, !state.finishSent else { return (.idle, false) }
-            if state.buffer.readableBytes > 0 {
+            if var first = state.chunks.first {
                 guard allowance > 0 else { return (.blocked, false) }
-                let wasFull = state.buffer.readableBytes >= bufferLimit || state.wantsSpaceEvent
-                let slice = state.buffer.readSlice(length: min(allowance, state.buffer.readableBytes))!
-                if state.buffer.readableBytes == 0 { state.buffer.clear() } else if state.buffer.readerIndex > 1 << 20 { state.buffer.discardReadBytes() }
+                let wasFull = state.buffered >= bufferLimit || state.wantsSpaceEvent
+                let slice = first.readSlice(length: min(allowance, first.readableBytes))!
+                if first.readableBytes == 0 { state.chunks.removeFirst() } else { state.chunks[state.chunks.startIndex] = first }
+                state.buffered -= slice.readableBytes
                 return (.data(slice), wasFull)
             }
             if state.closeRequested {
@@ -189,7 +195,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         let first = state.withLock { state -> Bool in
             guard state.failure == nil, !state.finishSent else { return false }
             state.failure = error
-            state.buffer.clear()
+            state.chunks.removeAll()
+            state.buffered = 0
             return true
         }
         if first { failWaiters(error, notify: true) }

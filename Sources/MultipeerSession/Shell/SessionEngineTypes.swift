@@ -114,8 +114,8 @@ public struct ChannelConfiguration: Sendable {
 
     public init(
         streamBufferLimit: Int = 256 << 10,
-        channelReceiveWindow: UInt32 = 2 << 20,
-        connectionReceiveWindow: UInt32 = 4 << 20,
+        channelReceiveWindow: UInt32 = 1 << 20,
+        connectionReceiveWindow: UInt32 = 2 << 20,
         resourceDirectory: String? = nil,
         maximumIncomingResourceSize: UInt64 = 16 << 30,
         maximumConcurrentIncomingResources: Int = 16,
