@@ -11,8 +11,9 @@ final class ChildPeer: @unchecked Sendable {
     let input = Pipe()
     let output = Pipe()
 
-    init(_ mode: String, for dialer: MCPeerID, _ arguments: String...) throws {
+    init(_ mode: String, for dialer: MCPeerID, environment: [String: String] = [:], _ arguments: String...) throws {
         process.executableURL = try BuiltProducts.executable("multipeer-demo")
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         process.arguments = [mode, dialer.wireRepresentation.map { String(format: "%02x", $0) }.joined()] + arguments
         process.standardOutput = output
         process.standardInput = input

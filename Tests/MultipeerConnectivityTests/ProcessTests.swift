@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerConnectivity
 import MultipeerTestSupport
+import Synchronization
 import Testing
 
 @Suite("Processes: the demo and a peer killed with SIGKILL", .serialized)
@@ -30,6 +31,39 @@ struct ProcessTests {
         #expect(status == 0, "\(text)")
         #expect(text.contains("alice found bob over mDNS on lo"))
         #expect(text.contains("Demo passed."))
+    }
+
+    /// The receiving process dies mid-transfer: the sender learns at once (connection lost), and
+    /// its session carries on.
+    @Test func aPeerKilledMidTransferFailsTheTransferAtOnce() async throws {
+        let scratch = NSTemporaryDirectory() + "mpcp-kill-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let me = try MCSession(peer: MCPeerID(displayName: "sender"), identity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        // The child writes what it receives under the scratch directory, which the test removes.
+        let child = try ChildPeer("peer", for: me.myPeerID, environment: ["TMPDIR": scratch])
+        defer { child.stop() }
+        let events = me.events()
+        try me.connect(to: child.peer, nearbyConnectionData: child.data)
+        try await firstMatch(in: events, seconds: 20) { event -> Void? in
+            if case .peerStateChanged(let peer, .connected) = event, peer == child.peer { return () }
+            return nil
+        }
+        let source = URL(fileURLWithPath: scratch + "/big.bin")
+        try #require(FileManager.default.createFile(atPath: source.path, contents: nil))
+        let handle = try FileHandle(forWritingTo: source)
+        for _ in 0..<256 { handle.write(Data(repeating: 0xA5, count: 1 << 20)) }
+        try handle.close()
+        let outcome = Mutex<[(any Error)?]>([])
+        let progress = try #require(me.sendResource(at: source, withName: "big", toPeer: child.peer) { error in outcome.withLock { $0.append(error) } })
+        #expect(try await eventually(seconds: 20) { progress.completedUnitCount >= 16 << 20 })
+        child.stop()
+        let killed = ContinuousClock.now
+        #expect(try await eventually(seconds: 10) { outcome.withLock { $0.count } == 1 })
+        #expect(ContinuousClock.now - killed < .seconds(2))
+        #expect((outcome.withLock { $0[0] } as? MCError)?.code == .notConnected)
+        #expect(progress.completedUnitCount < 256 << 20)
+        #expect(me.connectedPeers.isEmpty)
     }
 
     @Test func aPeerKilledWithSIGKILLIsReportedNotConnectedAndTheSessionCarriesOn() async throws {

@@ -171,6 +171,53 @@ struct ResourceChannelTests {
         try #require(try await eventually { scratch.leftovers.isEmpty }, "left \(scratch.leftovers)")
     }
 
+    /// A full mesh of 8: every member sends a resource to the next and opens a stream to the one
+    /// after, all at once (8 resources and 8 streams in flight on different connections).
+    @Test func eightConcurrentTransfersAcrossAMeshOfEight() async throws {
+        let scratch = try Scratch()
+        let peers = try (0..<8).map { index in
+            try EngineProbe(name: "peer\(index)", identity: try Self.pki.peer("peer\(index)"),
+                            channels: ChannelConfiguration(resourceDirectory: scratch.received + "\(index)"))
+        }
+        defer { Task { for peer in peers { await peer.shutdown() } } }
+        for (index, listener) in peers.enumerated() {
+            for dialer in peers[(index + 1)...] { try await listener.accept(dialer) }
+        }
+        try #require(try await eventually(seconds: 20) { peers.allSatisfy { $0.engine.connectedPeers.count == 7 } })
+        let contents = (0..<8).map { Self.content(3 << 20, seed: 100 + UInt64($0)) }
+        var transfers: [ResourceTransfer] = []
+        var writing: [Task<Void, any Error>] = []
+        for (index, peer) in peers.enumerated() {
+            let next = peers[(index + 1) % 8]
+            transfers.append(try Self.send(try scratch.file("source\(index)", contents[index]), name: "from\(index)", from: peer, to: next))
+            let writer = try peer.engine.openStream(named: "s\(index)", to: peers[(index + 2) % 8].peer.identifier)
+            let content = contents[index]
+            writing.append(Task {
+                try await writer.write(ByteBuffer(bytes: content))
+                writer.close()
+            })
+        }
+        for transfer in transfers {
+            guard case .success = try await Self.outcome(transfer) else { Issue.record("\(transfer.name) failed: \(String(describing: transfer.outcome))"); return }
+        }
+        for (index, peer) in peers.enumerated() {
+            let receiver = peers[(index + 1) % 8]
+            try #require(try await eventually { receiver.finishedResources.contains { $0.0.peer == peer.peer } })
+            let path = try #require(try receiver.finishedResources.first { $0.0.peer == peer.peer }?.1.get())
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(contents[index]))
+            let streamReceiver = peers[(index + 2) % 8]
+            try #require(try await eventually { streamReceiver.openedStreams.contains { $0.peer == peer.peer } })
+            let reader = try #require(streamReceiver.openedStreams.first { $0.peer == peer.peer })
+            let bytes = try await withDeadline(seconds: 30) {
+                var bytes: [UInt8] = []
+                for try await chunk in reader { bytes += chunk.readableBytesView }
+                return bytes
+            }
+            #expect(bytes == contents[index])
+        }
+        for task in writing { try await task.value }
+    }
+
     /// Cut the connection at random points, reconnect, send again: the transfer resumes where the
     /// receiver's file ended, and the result is byte-identical.
     @Test(arguments: [21 as UInt64, 22, 23])
