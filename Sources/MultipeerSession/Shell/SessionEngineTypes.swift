@@ -115,7 +115,7 @@ public struct ChannelConfiguration: Sendable {
     public init(
         streamBufferLimit: Int = 256 << 10,
         channelReceiveWindow: UInt32 = 1 << 20,
-        connectionReceiveWindow: UInt32 = 2 << 20,
+        connectionReceiveWindow: UInt32 = 1 << 20,
         resourceDirectory: String? = nil,
         maximumIncomingResourceSize: UInt64 = 16 << 30,
         maximumConcurrentIncomingResources: Int = 16,
