@@ -1,0 +1,73 @@
+import Foundation
+import MultipeerCrypto
+@testable import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+
+/// The receiving end of a resource on its own, fed frames by hand (docs/PROTOCOL.md §6.4.16,
+/// §7.8): a short transfer and a wrong digest are refused with RESOURCE_CANCEL 2 and leave no file.
+@Suite("Resource receiver")
+struct ResourceReceiverTests {
+    /// Records what the receiver asks of the engine.
+    final class Linkage: ChannelLinkage {
+        let sent = Mutex<[(Frame, Bool)]>([])
+        let taken = Mutex(0)
+        func channelReady(_ channel: UInt32) {}
+        func channelTaken(_ bytes: Int, on channel: UInt32) { taken.withLock { $0 += bytes } }
+        func channelSend(_ frame: Frame, ends: Bool) { sent.withLock { $0.append((frame, ends)) } }
+    }
+
+    static func receive(_ frames: [Frame], size: UInt64) async throws -> (Result<String, TransferError>, [Frame], String) {
+        let directory = NSTemporaryDirectory() + "mpcp-receiver-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/file.part"
+        let linkage = Linkage()
+        let outcome = Mutex<Result<String, TransferError>?>(nil)
+        let offer = try ResourceOffer(size: size, transferID: .zero, name: "x")
+        let receiver = ResourceReceiver(
+            channel: 1, offer: offer, peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
+            file: try OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+            linkage: linkage, resumeKey: .init(peer: .zero, fingerprint: nil, transferID: .zero, size: size), resumeStore: nil,
+            writeFault: nil, onProgress: { _ in }, onCompletion: { result in outcome.withLock { $0 = result } })
+        for frame in frames { _ = receiver.peerSent(frame) }
+        try #require(try await eventually { outcome.withLock { $0 } != nil })
+        return (outcome.withLock { $0 }!, linkage.sent.withLock { $0.map(\.0) }, path)
+    }
+
+    static func digest(_ bytes: [UInt8]) -> SHA256Digest { try! SHA256Digest(bytes: SHA256Hasher.digest(bytes)) }
+
+    @Test func theWholeContentWithItsDigestIsStored() async throws {
+        let bytes = [UInt8](repeating: 9, count: 1_000)
+        let (result, sent, path) = try await Self.receive(
+            [.resourceChunk(channel: 1, ByteBuffer(bytes: bytes)), .resourceComplete(channel: 1, sha256: Self.digest(bytes))], size: 1_000)
+        #expect(try result.get() == path)
+        #expect(sent == [.resourceReceived(channel: 1)])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(bytes))
+    }
+
+    @Test func aShortTransferIsAnIntegrityFailureAndLeavesNoFile() async throws {
+        let bytes = [UInt8](repeating: 9, count: 999)
+        let (result, sent, path) = try await Self.receive(
+            [.resourceChunk(channel: 1, ByteBuffer(bytes: bytes)), .resourceComplete(channel: 1, sha256: Self.digest(bytes))], size: 1_000)
+        guard case .failure(let error) = result else { Issue.record("a short transfer was stored"); return }
+        #expect(error.code == .integrityFailure)
+        #expect(sent == [.resourceCancel(channel: 1, reason: .integrityFailure)])
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test func aWrongDigestIsAnIntegrityFailureAndLeavesNoFile() async throws {
+        let bytes = [UInt8](repeating: 9, count: 1_000)
+        var wrong = bytes
+        wrong[500] = 8
+        let (result, sent, path) = try await Self.receive(
+            [.resourceChunk(channel: 1, ByteBuffer(bytes: bytes)), .resourceComplete(channel: 1, sha256: Self.digest(wrong))], size: 1_000)
+        guard case .failure(let error) = result else { Issue.record("a mismatched file was stored"); return }
+        #expect(error.code == .integrityFailure)
+        #expect(sent == [.resourceCancel(channel: 1, reason: .integrityFailure)])
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+}
