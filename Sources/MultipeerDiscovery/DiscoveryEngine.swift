@@ -7,12 +7,14 @@ public struct DiscoveryEngine: Hashable, Sendable, CustomStringConvertible {
     private let base: Base
     private init(_ base: Base) { self.base = base }
 
-    /// The system engine when avahi-daemon answers on the D-Bus system bus at start, else the embedded one.
+    /// The system engine when Avahi's client library loads and avahi-daemon answers on the D-Bus
+    /// system bus at start, else the embedded one.
     public static let automatic = DiscoveryEngine(.automatic)
     /// This library's own mDNS responder and querier, on UDP port 5353 of each interface.
     public static let embedded = DiscoveryEngine(.embedded)
-    /// avahi-daemon over the D-Bus system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set); start throws
-    /// `systemUnavailable` when the daemon does not answer.
+    /// avahi-daemon over the D-Bus system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set), through
+    /// libavahi-client.so.3 loaded at start; start throws `systemUnavailable` when the library
+    /// cannot be loaded or the daemon does not answer.
     public static let system = DiscoveryEngine(.system)
 
     /// `automatic`, `embedded` or `system`.

@@ -16,8 +16,8 @@ public struct DiscoveryError: Error, Hashable, Sendable, CustomStringConvertible
         public static let noInterface = Code(.noInterface)
         /// The multicast socket could not be opened or joined.
         public static let socketFailed = Code(.socketFailed)
-        /// The system engine was asked for, and avahi-daemon does not answer on the D-Bus system
-        /// bus or refused the request.
+        /// The system engine was asked for, and Avahi's client library cannot be loaded, or
+        /// avahi-daemon does not answer on the D-Bus system bus or refused the request.
         public static let systemUnavailable = Code(.systemUnavailable)
 
         public var description: String { "\(base)" }

@@ -5,7 +5,7 @@ import MultipeerDiscovery
 
 /// Discovery in a process of its own, for tests that run it inside network namespaces and kill it.
 /// MULTIPEER_DISCOVERY_ENGINE (automatic, embedded or system) picks the engine; a line
-/// `ENGINE <engine>` says which one started.
+/// `ENGINE <engine>` says which one started. INTERFACE may name several, comma-separated.
 extension Demo {
     /// Advertises NAME for SERVICE on INTERFACE until a line `stop` (goodbye, then exit) or the
     /// end of standard input. Prints `ADVERTISING <identifier> <port>`.
@@ -21,7 +21,8 @@ extension Demo {
     }
 
     /// Browses for SERVICE on INTERFACE until standard input ends. Prints
-    /// `FOUND <identifier> <display name> <key=value,...> <host:port,...>` and `LOST <identifier>`.
+    /// `FOUND <identifier> <display name> <key=value,...> <host:port,...>` (IPv6 as
+    /// `[address%interface]:port`) and `LOST <identifier>`.
     static func browse(service: String, interface: String) async throws {
         var configuration = configuration(interface: interface)
         // Tests shorten the wait for a peer that vanished without a goodbye.
@@ -37,7 +38,7 @@ extension Demo {
                 switch event {
                 case .found(let peer, let info, let endpoints):
                     let pairs = info.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-                    emit("FOUND \(hex(peer)) \(peer.displayName) \(pairs.isEmpty ? "-" : pairs) \(endpoints.map { "\($0.host):\($0.port)" }.joined(separator: ","))")
+                    emit("FOUND \(hex(peer)) \(peer.displayName) \(pairs.isEmpty ? "-" : pairs) \(endpoints.map(text).joined(separator: ","))")
                 case .lost(let peer):
                     emit("LOST \(hex(peer))")
                 }
@@ -55,12 +56,20 @@ extension Demo {
     }
 
     private static func configuration(interface: String) -> DiscoveryConfiguration {
-        var configuration = DiscoveryConfiguration(interfaceNames: [interface], logger: Logger(label: "discovery", factory: { _ in EngineLine() }))
+        var configuration = DiscoveryConfiguration(interfaceNames: interface.split(separator: ",").map(String.init), logger: Logger(label: "discovery", factory: { _ in EngineLine() }))
         if let name = ProcessInfo.processInfo.environment["MULTIPEER_DISCOVERY_ENGINE"] {
             guard let engine = DiscoveryEngine(name: name) else { fail("MULTIPEER_DISCOVERY_ENGINE: automatic, embedded or system") }
             configuration.engine = engine
         }
         return configuration
+    }
+
+    /// `host:port`, or `[host%interface]:port` for IPv6 (the interface a link-local address needs).
+    private static func text(_ endpoint: MCNearbyServiceBrowser.Endpoint) -> String {
+        guard endpoint.host.contains(":") else { return "\(endpoint.host):\(endpoint.port)" }
+        var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+        let scope = if_indextoname(UInt32(endpoint.interfaceIndex), &name) != nil ? String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "\(endpoint.interfaceIndex)"
+        return "[\(endpoint.host)%\(scope)]:\(endpoint.port)"
     }
 
     /// The peer's 16-byte identifier in hex: bytes 1-16 of its wire representation (docs/PROTOCOL.md §9.1).

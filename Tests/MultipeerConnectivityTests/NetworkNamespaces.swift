@@ -8,17 +8,26 @@ final class NetworkNamespaces: @unchecked Sendable {
     let names: [String]
     private let hub: String
     private let tag: Int
+    private let ipv4: Bool
+    private let ipv6: Bool
 
-    /// The address of namespace `index`'s interface `mp0`.
-    func address(of index: Int) -> String { "169.254.\(tag).\(index + 1)" }
+    /// The IPv4 address of namespace `index`'s interface `mp<link>`.
+    func address(of index: Int, link: Int = 0) -> String { "169.254.\(tag + link).\(index + 1)" }
+
+    /// The IPv6 link-local address of namespace `index`'s interface `mp<link>`, as RFC 5952 writes it.
+    func ipv6Address(of index: Int, link: Int = 0) -> String { "fe80::\(link + 1):\(String(index + 1, radix: 16))" }
 
     static var available: Bool {
         getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip")
     }
 
-    /// `count` namespaces; each has interface `mp0` with address 169.254.<tag>.<n>/24.
-    init(count: Int) throws {
+    /// `count` namespaces; each has interface `mp0` with address 169.254.<tag>.<n>/24 (`ipv4`) and
+    /// fe80::1:<n>/64 (`ipv6`), and no other address: no automatic link-local, no duplicate
+    /// address detection, so each address is usable at once.
+    init(count: Int, ipv4: Bool = true, ipv6: Bool = false) throws {
         tag = Int(getpid() % 200) + 20
+        self.ipv4 = ipv4
+        self.ipv6 = ipv6
         let prefix = "mpd\(getpid())x\(UInt16.random(in: 0 ... .max))"
         hub = "\(prefix)h"
         names = (1...count).map { "\(prefix)n\($0)" }
@@ -29,16 +38,37 @@ final class NetworkNamespaces: @unchecked Sendable {
             for (index, name) in names.enumerated() {
                 try Self.ip("netns", "add", name)
                 try Self.ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
-                try Self.ip("netns", "exec", hub, "ip", "link", "add", "h\(index)", "type", "veth", "peer", "name", "mp0", "netns", name)
-                try Self.ip("netns", "exec", hub, "ip", "link", "set", "h\(index)", "master", "br0", "up")
-                try Self.ip("netns", "exec", name, "ip", "addr", "add", "\(address(of: index))/24", "dev", "mp0")
-                try Self.ip("netns", "exec", name, "ip", "link", "set", "mp0", "up", "multicast", "on")
-                try Self.ip("netns", "exec", name, "ip", "route", "add", "224.0.0.0/4", "dev", "mp0")
+                try addLink(to: index, number: 0)
             }
         } catch {
             remove()
             throw error
         }
+    }
+
+    /// Adds a bridge to the hub, a link apart from `br0` for `addLink`.
+    func addBridge(_ bridge: String) throws {
+        try Self.ip("netns", "exec", hub, "ip", "link", "add", bridge, "type", "bridge")
+        try Self.ip("netns", "exec", hub, "ip", "link", "set", bridge, "up")
+    }
+
+    /// Adds interface `mp<number>` to namespace `index`, a veth pair to one of the hub's bridges,
+    /// with the families and addresses of `mp0`.
+    func addLink(to index: Int, number: Int, bridge: String = "br0") throws {
+        let name = names[index]
+        let (inside, outside) = ("mp\(number)", "h\(index)l\(number)")
+        try Self.ip("netns", "exec", hub, "ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", name)
+        try Self.ip("netns", "exec", hub, "ip", "link", "set", outside, "master", bridge, "up")
+        try Self.ip("netns", "exec", name, "ip", "link", "set", inside, "addrgenmode", "none")
+        if ipv4 { try Self.ip("netns", "exec", name, "ip", "addr", "add", "\(address(of: index, link: number))/24", "dev", inside) }
+        if ipv6 { try Self.ip("netns", "exec", name, "ip", "addr", "add", "\(ipv6Address(of: index, link: number))/64", "dev", inside, "nodad") }
+        try Self.ip("netns", "exec", name, "ip", "link", "set", inside, "up", "multicast", "on")
+        if ipv4 && number == 0 { try Self.ip("netns", "exec", name, "ip", "route", "add", "224.0.0.0/4", "dev", inside) }
+    }
+
+    /// Deletes interface `mp<number>` of namespace `index` (and its veth peer with it).
+    func removeLink(from index: Int, number: Int) throws {
+        try Self.ip("netns", "exec", names[index], "ip", "link", "del", "mp\(number)")
     }
 
     func remove() {
@@ -63,12 +93,25 @@ final class NamespacedDemo: @unchecked Sendable {
     let input = Pipe()
     let output = Pipe()
 
-    /// Runs `program` (multipeer-demo by default) inside `namespace`.
-    init(in namespace: String, program: String? = nil, _ arguments: [String], environment: [String: String] = [:]) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = ["netns", "exec", namespace, try program ?? BuiltProducts.executable("multipeer-demo").path] + arguments
+    /// Runs `program` (multipeer-demo by default) inside `namespace`. With `hiding`, the program
+    /// runs in a mount namespace of its own where that file reads as empty (/dev/null bound over
+    /// it), as if the package that holds it were broken or absent; the machine's file is untouched.
+    /// With `standardErrorToo`, standard error joins the lines read.
+    init(
+        in namespace: String, program: String? = nil, _ arguments: [String], environment: [String: String] = [:], hiding: String? = nil,
+        standardErrorToo: Bool = false
+    ) throws {
+        let command = ["/usr/sbin/ip", "netns", "exec", namespace, try program ?? BuiltProducts.executable("multipeer-demo").path] + arguments
+        if let hiding {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+            process.arguments = ["--mount", "--propagation", "private", "sh", "-c", "mount --bind /dev/null \"$0\" && exec \"$@\"", hiding] + command
+        } else {
+            process.executableURL = URL(fileURLWithPath: command[0])
+            process.arguments = Array(command.dropFirst())
+        }
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardOutput = output
+        if standardErrorToo { process.standardError = output }
         process.standardInput = input
         try process.run()
         startReading()
@@ -111,7 +154,7 @@ final class NamespacedDemo: @unchecked Sendable {
     /// SIGKILL: no goodbye can go out. (A child of the test process ignores SIGTERM.)
     func kill() {
         if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
-        // `ip netns exec` replaced itself with the demo, so this is the demo's own PID.
+        // `ip netns exec` (and `unshare` and `sh` before it) replaced itself with the demo, so this is the demo's own PID.
     }
 
     /// Ends the program the polite way (end of its input, so it can say goodbye and clean up

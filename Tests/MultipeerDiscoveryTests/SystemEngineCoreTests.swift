@@ -104,8 +104,8 @@ struct SystemEngineCoreTests {
         guard case .found(let found) = events.first else { return }
         #expect(found.peer == alice && found.discoveryInfo == ["k": "v"])
         // Found at the first resolution; later ones add endpoints without another event.
-        #expect(found.endpoints.map(\.address.description) == ["fe80:0:0:0:0:0:0:1"])
-        #expect(core.foundPeers.first?.endpoints.map(\.address.description) == ["169.254.1.2", "169.254.2.1", "fe80:0:0:0:0:0:0:1"])
+        #expect(found.endpoints.map(\.address.description) == ["fe80::1"])
+        #expect(core.foundPeers.first?.endpoints.map(\.address.description) == ["169.254.1.2", "169.254.2.1", "fe80::1"])
         #expect(core.serviceRemoved(keys[0]) == [.stopResolving(keys[0])])
         #expect(core.serviceRemoved(keys[2]) == [.stopResolving(keys[2])])
         #expect(core.takeEvents().isEmpty, "still there over IPv6")

@@ -280,6 +280,10 @@ public struct MDNSAdvertiserCore {
     private func lostProbeTieBreak(_ query: DNSMessage, source: MDNSSource) -> Bool {
         let theirs = query.authorities.filter { $0.name == instanceName || $0.name == hostName }
         guard !theirs.isEmpty else { return false }
+        // Our own probe, heard on another interface of ours on the same link (its addresses are
+        // that interface's): no rival.
+        let allOurs = Set(multicastTargets.flatMap { records(interfaceIndex: $0.interfaceIndex, ipv6: $0.ipv6) }.map(RecordIdentity.init))
+        if theirs.allSatisfy({ allOurs.contains(RecordIdentity($0)) }) { return false }
         let ours = records(interfaceIndex: source.interfaceIndex, ipv6: source.address.isIPv6)
             .filter { $0.cacheFlush && ($0.name == instanceName || $0.name == hostName) }
         let theirKeys = theirs.map(Self.sortKey).sorted { $0.lexicographicallyPrecedes($1) }

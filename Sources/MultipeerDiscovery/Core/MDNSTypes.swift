@@ -26,9 +26,23 @@ public enum MDNSAddress: Hashable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .ipv4(let value): (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0)))) }.joined(separator: ".")
-        case .ipv6(let bytes):
-            stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }.joined(separator: ":")
+        case .ipv6(let bytes): Self.text(ipv6: bytes)
         }
+    }
+
+    /// RFC 5952 text: lowercase hex groups, the first longest run of two or more zero groups as "::".
+    private static func text(ipv6 bytes: [UInt8]) -> String {
+        let padded = Array(bytes.prefix(16)) + [UInt8](repeating: 0, count: max(0, 16 - bytes.count))
+        let groups = stride(from: 0, to: 16, by: 2).map { UInt16(padded[$0]) << 8 | UInt16(padded[$0 + 1]) }
+        var best = (start: 0, count: 0)
+        var run = (start: 0, count: 0)
+        for (index, group) in groups.enumerated() {
+            run = group == 0 ? (run.count == 0 ? index : run.start, run.count + 1) : (index + 1, 0)
+            if run.count > best.count { best = run }
+        }
+        let hex = groups.map { String($0, radix: 16) }
+        guard best.count >= 2 else { return hex.joined(separator: ":") }
+        return hex[..<best.start].joined(separator: ":") + "::" + hex[(best.start + best.count)...].joined(separator: ":")
     }
 }
 

@@ -1,11 +1,6 @@
 import Logging
 import MultipeerDNS
 import NIOCore
-import NIOPosix
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// What the NIO shell needs of a discovery core.
 protocol MDNSCore: SendableMetatype {
@@ -13,20 +8,25 @@ protocol MDNSCore: SendableMetatype {
     mutating func advance(now: NIODeadline)
     var nextDeadline: NIODeadline? { get }
     mutating func takePackets() -> [MDNSPacket]
+    mutating func updateInterfaces(_ updated: [MDNSInterface], now: NIODeadline)
 }
 
 extension MDNSAdvertiserCore: MDNSCore {}
 extension MDNSBrowserCore: MDNSCore {}
 
-/// The SwiftNIO shell around one discovery core: a UDP socket per interface bound to port 5353
-/// (shared with other mDNS stacks through address and port reuse), joined to 224.0.0.251 on that
-/// interface only, and the core's timers. IPv4; the cores speak IPv6 too.
+/// The SwiftNIO shell around one discovery core: an mDNS socket per interface and address
+/// family (`MDNSSocket`), and the core's timers.
 final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
     let eventLoop: any EventLoop
     /// Loop-confined; the class is `@unchecked Sendable` because every access hops onto the loop.
     private var core: Core
-    private var channels: [Int: any Channel] = [:]
+    private var channels: [MDNSSocket.Key: any Channel] = [:]
+    /// The interface each socket was opened for, as it was then.
+    private var socketInterfaces: [MDNSSocket.Key: MDNSInterface] = [:]
     private var timer: Scheduled<Void>?
+    private var watch: RepeatedTask?
+    /// How often the interfaces are listed again while running.
+    static var interfaceCheckInterval: TimeAmount { .seconds(2) }
     private var closed = false
     private let afterInput: @Sendable (inout Core) -> Void
     private let logger: Logger
@@ -39,57 +39,78 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
         self.afterInput = afterInput
     }
 
-    /// Opens a socket on each interface; fails if none opens.
+    /// Opens a socket for each family each interface has an address of; fails if none opens.
     func open(_ interfaces: [MDNSInterface]) -> EventLoopFuture<Void> {
-        let opened = interfaces.map { interface in
-            openSocket(on: interface).map { channel -> (Int, (any Channel)?) in (interface.index, channel) }
-                .recover { [logger] error in
-                    logger.warning("mDNS socket failed", metadata: ["interface": "\(interface.name)", "error": "\(error)"])
-                    return (interface.index, nil)
-                }
-        }
-        return EventLoopFuture.whenAllSucceed(opened, on: eventLoop).flatMapThrowing { [self] results in
-            for case (let index, let channel?) in results { channels[index] = channel }
+        eventLoop.flatSubmit { [self] in openSockets(interfaces) }.flatMapThrowing { [self] in
             guard !channels.isEmpty else {
                 throw DiscoveryError(.socketFailed, "no mDNS socket could be opened on \(interfaces.map(\.name))")
             }
         }
     }
 
-    private func openSocket(on interface: MDNSInterface) -> EventLoopFuture<any Channel> {
-        guard let v4 = interface.addresses.first(where: { !$0.isIPv6 }), case .ipv4(let own) = v4 else {
-            return eventLoop.makeFailedFuture(DiscoveryError(.noInterface, "\(interface.name) has no IPv4 address"))
+    /// Opens the sockets `interfaces` need and this driver lacks; one that fails is logged and
+    /// left out (and tried again at the next interface check). On the loop.
+    private func openSockets(_ interfaces: [MDNSInterface]) -> EventLoopFuture<Void> {
+        let wanted = interfaces.flatMap { interface in
+            [false, true].filter { ipv6 in
+                interface.addresses.contains { $0.isIPv6 == ipv6 } && channels[MDNSSocket.Key(interfaceIndex: interface.index, ipv6: ipv6)] == nil
+            }.map { (interface, $0) }
         }
-        let device = (try? System.enumerateDevices())?.first { $0.name == interface.name && $0.address?.protocol == .inet }
-        let index = interface.index
-        return DatagramBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.so_reuseaddr), value: 1)
-            .channelOption(.socketOption(.init(rawValue: SO_REUSEPORT)), value: 1)
-            // Room for the largest mDNS message (RFC 6762 §17), so none is cut short.
-            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 9_000))
-            .channelInitializer { [self] channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(MDNSInboundHandler(driver: self, interfaceIndex: index))
+        let opened = wanted.map { interface, ipv6 in
+            let key = MDNSSocket.Key(interfaceIndex: interface.index, ipv6: ipv6)
+            return MDNSSocket.open(on: interface, ipv6: ipv6, eventLoop: eventLoop) { MDNSInboundHandler(driver: self, key: key) }
+                .map { channel -> (MDNSSocket.Key, (any Channel)?) in (key, channel) }
+                .recover { [logger] error in
+                    logger.warning("mDNS socket failed", metadata: ["interface": "\(interface.name)", "ipv6": "\(ipv6)", "error": "\(error)"])
+                    return (key, nil)
+                }
+        }
+        return EventLoopFuture.whenAllSucceed(opened, on: eventLoop).map { [self] results in
+            for case (let key, let channel?) in results {
+                if closed || channels[key] != nil {
+                    channel.close(promise: nil)
+                } else {
+                    channels[key] = channel
+                    socketInterfaces[key] = interfaces.first { $0.index == key.interfaceIndex }
                 }
             }
-            .bind(host: "0.0.0.0", port: Int(MDNS.port))
-            .flatMap { channel in
-                let options = channel as! any SocketOptionProvider
-                // Only this socket's own memberships: packets that arrived on other interfaces stay out.
-                let multicastAll = ChannelOptions.Types.SocketOption(level: .init(rawValue: Int32(IPPROTO_IP)), name: .init(rawValue: 49))  // IP_MULTICAST_ALL
-                return channel.setOption(multicastAll, value: 0)
-                    .flatMap { options.setIPMulticastIF(in_addr(s_addr: own.bigEndian)) }
-                    .flatMap { options.setIPMulticastTTL(255) }
-                    .flatMap { options.setIPMulticastLoop(1) }
-                    .flatMap {
-                        (channel as! any MulticastChannel).joinGroup(try! SocketAddress(ipAddress: "224.0.0.251", port: Int(MDNS.port)), device: device)
-                    }
-                    .map { channel }
-                    .flatMapErrorThrowing { error in
-                        channel.close(promise: nil)
-                        throw error
-                    }
+        }
+    }
+
+    /// Lists the interfaces again every `interfaceCheckInterval` until closed, and follows what changed.
+    func watchInterfaces(names: [String]?) {
+        eventLoop.execute { [self] in
+            guard !closed, watch == nil else { return }
+            let interval = Self.interfaceCheckInterval
+            watch = eventLoop.scheduleRepeatedAsyncTask(initialDelay: interval, delay: interval) { [self] _ in
+                guard let current = try? MDNSInterfaces.current(names: names) else { return eventLoop.makeSucceededVoidFuture() }
+                return update(current)
             }
+        }
+    }
+
+    /// Follows a change of interfaces (one came or went, an address changed): sockets for the
+    /// new ones first, so that the core's announcements there go out; then the core; then the
+    /// sockets of those gone are closed (no goodbye is possible on an interface that is gone).
+    func update(_ interfaces: [MDNSInterface]) -> EventLoopFuture<Void> {
+        eventLoop.flatSubmit { [self] in
+            guard !closed else { return eventLoop.makeSucceededVoidFuture() }
+            let byIndex = Dictionary(interfaces.map { ($0.index, $0) }, uniquingKeysWith: { first, _ in first })
+            // A socket whose interface is gone or changed its addresses of that family (IPv4
+            // pins its multicast interface by address) is replaced.
+            for (key, old) in socketInterfaces {
+                let family = { (interface: MDNSInterface) in interface.addresses.filter { $0.isIPv6 == key.ipv6 } }
+                if let current = byIndex[key.interfaceIndex], current.name == old.name, family(current) == family(old) { continue }
+                channels.removeValue(forKey: key)?.close(promise: nil)
+                socketInterfaces[key] = nil
+            }
+            return openSockets(interfaces).map { [self] in
+                guard !closed else { return }
+                core.updateInterfaces(interfaces, now: eventLoop.now)
+                afterInput(&core)
+                flush()
+            }
+        }
     }
 
     /// Runs `body` on the core, then sends what it produced and re-arms the timer.
@@ -102,7 +123,14 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
         }
     }
 
-    fileprivate func received(_ envelope: AddressedEnvelope<ByteBuffer>, interfaceIndex: Int) {
+    fileprivate func received(_ envelope: AddressedEnvelope<ByteBuffer>, on key: MDNSSocket.Key) {
+        var interfaceIndex = key.interfaceIndex
+        if let arrival = envelope.metadata?.packetInfo {
+            // A multicast reaches all our sockets of the family: the arrival interface's takes it.
+            // A unicast reaches one (whichever the kernel picked): it belongs to its arrival interface.
+            guard arrival.interfaceIndex == key.interfaceIndex || !arrival.destinationAddress.isMulticast else { return }
+            interfaceIndex = arrival.interfaceIndex
+        }
         guard !closed, let message = try? DNSMessage.decode(envelope.data),
             let address = MDNSInterfaces.mdnsAddress(envelope.remoteAddress), let port = envelope.remoteAddress.port
         else { return }
@@ -119,11 +147,12 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
             }
             switch packet.destination {
             case .multicast(let interfaceIndex, let ipv6):
-                guard !ipv6, let channel = channels[interfaceIndex] else { continue }
-                let group = try! SocketAddress(ipAddress: "224.0.0.251", port: Int(MDNS.port))
-                channel.writeAndFlush(AddressedEnvelope(remoteAddress: group, data: encoded), promise: nil)
+                guard let channel = channels[MDNSSocket.Key(interfaceIndex: interfaceIndex, ipv6: ipv6)] else { continue }
+                channel.writeAndFlush(AddressedEnvelope(remoteAddress: MDNSSocket.group(ipv6: ipv6), data: encoded), promise: nil)
             case .unicast(let source):
-                guard let channel = channels[source.interfaceIndex], let address = MDNSInterfaces.socketAddress(source.address, port: source.port) else { continue }
+                let key = MDNSSocket.Key(interfaceIndex: source.interfaceIndex, ipv6: source.address.isIPv6)
+                guard let channel = channels[key] else { continue }
+                let address = MDNSInterfaces.socketAddress(source.address, port: source.port, interfaceIndex: source.interfaceIndex)
                 channel.writeAndFlush(AddressedEnvelope(remoteAddress: address, data: encoded), promise: nil)
             }
         }
@@ -148,8 +177,10 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
             flush()
             closed = true
             timer?.cancel()
+            watch?.cancel()
             let closes = channels.values.map { $0.close().recover { _ in } }
             channels.removeAll()
+            socketInterfaces.removeAll()
             return EventLoopFuture.andAllComplete(closes, on: eventLoop)
         }
     }
@@ -158,14 +189,14 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
 private final class MDNSInboundHandler<Core: MDNSCore>: ChannelInboundHandler {
     typealias InboundIn = AddressedEnvelope<ByteBuffer>
     weak var driver: MDNSDriver<Core>?
-    let interfaceIndex: Int
+    let key: MDNSSocket.Key
 
-    init(driver: MDNSDriver<Core>, interfaceIndex: Int) {
+    init(driver: MDNSDriver<Core>, key: MDNSSocket.Key) {
         self.driver = driver
-        self.interfaceIndex = interfaceIndex
+        self.key = key
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        driver?.received(unwrapInboundIn(data), interfaceIndex: interfaceIndex)
+        driver?.received(unwrapInboundIn(data), on: key)
     }
 }

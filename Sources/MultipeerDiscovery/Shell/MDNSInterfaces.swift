@@ -1,5 +1,9 @@
 import NIOCore
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The machine's interfaces as discovery sees them.
 public enum MDNSInterfaces {
     /// Up, multicast-capable interfaces with an address. `names` picks them by name (for example
@@ -38,7 +42,25 @@ public enum MDNSInterfaces {
         address.ipAddress == "127.0.0.1" || address.ipAddress == "::1"
     }
 
-    static func socketAddress(_ address: MDNSAddress, port: UInt16) -> SocketAddress? {
-        try? SocketAddress(ipAddress: address.description, port: Int(port))
+    /// The socket address to send to; an IPv6 one carries the interface as its scope, which a
+    /// link-local address needs (and any other ignores).
+    public static func socketAddress(_ address: MDNSAddress, port: UInt16, interfaceIndex: Int) -> SocketAddress {
+        switch address {
+        case .ipv4(let value):
+            var raw = sockaddr_in()
+            raw.sin_family = sa_family_t(AF_INET)
+            raw.sin_port = port.bigEndian
+            raw.sin_addr = in_addr(s_addr: value.bigEndian)
+            return SocketAddress(raw, host: address.description)
+        case .ipv6(let bytes):
+            var raw = sockaddr_in6()
+            raw.sin6_family = sa_family_t(AF_INET6)
+            raw.sin6_port = port.bigEndian
+            raw.sin6_scope_id = UInt32(truncatingIfNeeded: interfaceIndex)
+            withUnsafeMutableBytes(of: &raw.sin6_addr) { target in
+                for (index, byte) in bytes.prefix(16).enumerated() { target[index] = byte }
+            }
+            return SocketAddress(raw, host: address.description)
+        }
     }
 }

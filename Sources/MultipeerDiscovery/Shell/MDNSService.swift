@@ -50,6 +50,7 @@ final class MDNSService<Core: MDNSCore>: Sendable {
         }
         driver.withLock { $0 = made }
         made.withCore(begin)
+        made.watchInterfaces(names: configuration.interfaceNames)
     }
 
     private func stopNow() async {

@@ -32,17 +32,21 @@ final class AvahiConnection: @unchecked Sendable {
     static let reconnectInterval = TimeAmount.seconds(5)
 
     /// Connects to the daemon: blocking (D-Bus round trips), so call it off the event loops.
-    /// Throws `systemUnavailable` when there is no bus or no daemon on it.
+    /// Throws `systemUnavailable` when Avahi's client library cannot be loaded, or there is no
+    /// bus or no daemon on it.
     init() throws(DiscoveryError) {
-        guard let poll = avahi_threaded_poll_new() else {
+        guard cavahi_load() == 0 else {
+            throw DiscoveryError(.systemUnavailable, cavahi_load_error().map { String(cString: $0) } ?? "Avahi's client library cannot be loaded")
+        }
+        guard let poll = cavahi_threaded_poll_new() else {
             throw DiscoveryError(.systemUnavailable, "cannot make Avahi's poll thread")
         }
         self.poll = poll
         var error: Int32 = 0
         // The first state callback runs inside avahi_client_new, before the owner is listening.
-        guard let client = avahi_client_new(avahi_threaded_poll_get(poll), AvahiClientFlags(rawValue: 0), clientCallback, Unmanaged.passUnretained(self).toOpaque(), &error)
+        guard let client = cavahi_client_new(cavahi_threaded_poll_get(poll), AvahiClientFlags(rawValue: 0), clientCallback, Unmanaged.passUnretained(self).toOpaque(), &error)
         else {
-            avahi_threaded_poll_free(poll)
+            cavahi_threaded_poll_free(poll)
             throw DiscoveryError(.systemUnavailable, "avahi-daemon on the D-Bus system bus: \(Self.describe(error))")
         }
         self.client = client
@@ -53,15 +57,15 @@ final class AvahiConnection: @unchecked Sendable {
     func start(onState: @escaping (State) -> Void) throws(DiscoveryError) {
         self.onState = onState
         if let client { onState(Self.state(of: client)) }
-        guard avahi_threaded_poll_start(poll) == 0 else {
+        guard cavahi_threaded_poll_start(poll) == 0 else {
             throw DiscoveryError(.systemUnavailable, "cannot start Avahi's poll thread")
         }
     }
 
     /// Runs `body` holding the poll lock. Blocking: call it off the event loops.
     func locked<Result>(_ body: () throws(DiscoveryError) -> Result) throws(DiscoveryError) -> Result {
-        avahi_threaded_poll_lock(poll)
-        defer { avahi_threaded_poll_unlock(poll) }
+        cavahi_threaded_poll_lock(poll)
+        defer { cavahi_threaded_poll_unlock(poll) }
         return try body()
     }
 
@@ -71,14 +75,14 @@ final class AvahiConnection: @unchecked Sendable {
         let timer = AvahiTimer(owner: self, body)
         timers[ObjectIdentifier(timer)] = timer
         var when = timeval()
-        avahi_elapse_time(&when, UInt32(clamping: max(0, delay.nanoseconds / 1_000_000)), 0)
-        let api = avahi_threaded_poll_get(poll)!
+        cavahi_elapse_time(&when, UInt32(clamping: max(0, delay.nanoseconds / 1_000_000)), 0)
+        let api = cavahi_threaded_poll_get(poll)!
         timer.timeout = api.pointee.timeout_new(api, &when, timerCallback, Unmanaged.passUnretained(timer).toOpaque())
     }
 
     fileprivate func fire(_ timer: AvahiTimer) {
         guard timers.removeValue(forKey: ObjectIdentifier(timer)) != nil else { return }
-        if let timeout = timer.timeout { avahi_threaded_poll_get(poll)!.pointee.timeout_free(timeout) }
+        if let timeout = timer.timeout { cavahi_threaded_poll_get(poll)!.pointee.timeout_free(timeout) }
         timer.body()
     }
 
@@ -86,13 +90,13 @@ final class AvahiConnection: @unchecked Sendable {
     /// free withdraws its records: the daemon sends the goodbyes), then frees the client.
     /// Blocking: call it off the event loops, never on the poll thread.
     func close(cleanup: () -> Void) {
-        avahi_threaded_poll_stop(poll)
+        cavahi_threaded_poll_stop(poll)
         closed = true
         cleanup()
         onState = nil
-        if let client { avahi_client_free(client) }
+        if let client { cavahi_client_free(client) }
         client = nil
-        avahi_threaded_poll_free(poll)
+        cavahi_threaded_poll_free(poll)
         timers.removeAll()
     }
 
@@ -113,11 +117,11 @@ final class AvahiConnection: @unchecked Sendable {
 
     private func reconnect() {
         guard !closed else { return }
-        if let client { avahi_client_free(client) }
+        if let client { cavahi_client_free(client) }
         client = nil
         var error: Int32 = 0
         // NO_FAIL: wait for the daemon to appear on the bus instead of failing now.
-        let made = avahi_client_new(avahi_threaded_poll_get(poll), AVAHI_CLIENT_NO_FAIL, clientCallback, Unmanaged.passUnretained(self).toOpaque(), &error)
+        let made = cavahi_client_new(cavahi_threaded_poll_get(poll), AVAHI_CLIENT_NO_FAIL, clientCallback, Unmanaged.passUnretained(self).toOpaque(), &error)
         if let made {
             client = made
         } else {
@@ -126,15 +130,15 @@ final class AvahiConnection: @unchecked Sendable {
     }
 
     private static func state(of client: OpaquePointer) -> State {
-        switch avahi_client_get_state(client) {
+        switch cavahi_client_get_state(client) {
         case AVAHI_CLIENT_S_RUNNING: .running
         case AVAHI_CLIENT_S_REGISTERING, AVAHI_CLIENT_S_COLLISION: .registering
-        default: .disconnected(reason: describe(avahi_client_errno(client)))
+        default: .disconnected(reason: describe(cavahi_client_errno(client)))
         }
     }
 
     static func describe(_ error: Int32) -> String {
-        String(cString: avahi_strerror(error))
+        String(cString: cavahi_strerror(error))
     }
 }
 

@@ -17,8 +17,8 @@ final class AvahiEntryGroup {
     /// `onState` runs on the poll thread.
     init(client: OpaquePointer, onState: @escaping (State) -> Void) throws(DiscoveryError) {
         self.onState = onState
-        guard let made = avahi_entry_group_new(client, entryGroupCallback, Unmanaged.passUnretained(self).toOpaque()) else {
-            throw DiscoveryError(.systemUnavailable, "avahi_entry_group_new: \(AvahiConnection.describe(avahi_client_errno(client)))")
+        guard let made = cavahi_entry_group_new(client, entryGroupCallback, Unmanaged.passUnretained(self).toOpaque()) else {
+            throw DiscoveryError(.systemUnavailable, "avahi_entry_group_new: \(AvahiConnection.describe(cavahi_client_errno(client)))")
         }
         group = made
     }
@@ -31,12 +31,12 @@ final class AvahiEntryGroup {
             guard result >= 0 else { throw DiscoveryError(.systemUnavailable, "\(what): \(AvahiConnection.describe(result))") }
         }
         let txt = AvahiTXT.list(publication.txt)
-        defer { avahi_string_list_free(txt) }
+        defer { cavahi_string_list_free(txt) }
         for interface in publication.interfaces {
             let index = AvahiIfIndex(interface.index)
             // No cookie string in TXT: the record holds §12.2's strings only.
             try check(
-                avahi_entry_group_add_service_strlst(
+                cavahi_entry_group_add_service_strlst(
                     group, index, AvahiProtocol(AVAHI_PROTO_UNSPEC), AVAHI_PUBLISH_NO_COOKIE, publication.instanceLabel, publication.serviceType, nil,
                     publication.hostName, publication.port, txt),
                 "publishing \(publication.instanceLabel) on \(interface.name)")
@@ -44,21 +44,21 @@ final class AvahiEntryGroup {
                 var avahiAddress = Self.avahiAddress(address)
                 let proto = address.isIPv6 ? AVAHI_PROTO_INET6 : AVAHI_PROTO_INET
                 try check(
-                    avahi_entry_group_add_address(group, index, AvahiProtocol(proto), AVAHI_PUBLISH_NO_REVERSE, publication.hostName, &avahiAddress),
+                    cavahi_entry_group_add_address(group, index, AvahiProtocol(proto), AVAHI_PUBLISH_NO_REVERSE, publication.hostName, &avahiAddress),
                     "publishing \(publication.hostName) \(address) on \(interface.name)")
             }
         }
-        try check(avahi_entry_group_commit(group), "committing \(publication.instanceLabel)")
+        try check(cavahi_entry_group_commit(group), "committing \(publication.instanceLabel)")
     }
 
     /// Withdraws everything (goodbyes), keeping the group for the next publish.
     func reset() {
-        if let group { avahi_entry_group_reset(group) }
+        if let group { cavahi_entry_group_reset(group) }
     }
 
     /// Withdraws everything and frees the group (no D-Bus call when the daemon is gone).
     func free() {
-        if let group { avahi_entry_group_free(group) }
+        if let group { cavahi_entry_group_free(group) }
         group = nil
     }
 
@@ -67,8 +67,8 @@ final class AvahiEntryGroup {
         case AVAHI_ENTRY_GROUP_ESTABLISHED: onState(.established)
         case AVAHI_ENTRY_GROUP_COLLISION: onState(.collision)
         case AVAHI_ENTRY_GROUP_FAILURE:
-            let client = group.flatMap { avahi_entry_group_get_client($0) }
-            onState(.failure(client.map { AvahiConnection.describe(avahi_client_errno($0)) } ?? "entry group failed"))
+            let client = group.flatMap { cavahi_entry_group_get_client($0) }
+            onState(.failure(client.map { AvahiConnection.describe(cavahi_client_errno($0)) } ?? "entry group failed"))
         default: onState(.pending)
         }
     }

@@ -16,17 +16,17 @@ final class AvahiServiceBrowser {
     init(client: OpaquePointer, interfaceIndex: Int, type: String, onEvent: @escaping (Event) -> Void) throws(DiscoveryError) {
         self.onEvent = onEvent
         guard
-            let made = avahi_service_browser_new(
+            let made = cavahi_service_browser_new(
                 client, AvahiIfIndex(interfaceIndex), AvahiProtocol(AVAHI_PROTO_UNSPEC), type, "local", AvahiLookupFlags(rawValue: 0),
                 serviceBrowserCallback, Unmanaged.passUnretained(self).toOpaque())
         else {
-            throw DiscoveryError(.systemUnavailable, "avahi_service_browser_new: \(AvahiConnection.describe(avahi_client_errno(client)))")
+            throw DiscoveryError(.systemUnavailable, "avahi_service_browser_new: \(AvahiConnection.describe(cavahi_client_errno(client)))")
         }
         browser = made
     }
 
     func free() {
-        if let browser { avahi_service_browser_free(browser) }
+        if let browser { cavahi_service_browser_free(browser) }
         browser = nil
     }
 
@@ -41,8 +41,8 @@ final class AvahiServiceBrowser {
                 domain: String(cString: domain))
             onEvent(event == AVAHI_BROWSER_NEW ? .new(key) : .remove(key))
         case AVAHI_BROWSER_FAILURE:
-            let client = browser.flatMap { avahi_service_browser_get_client($0) }
-            onEvent(.failure(client.map { AvahiConnection.describe(avahi_client_errno($0)) } ?? "browser failed"))
+            let client = browser.flatMap { cavahi_service_browser_get_client($0) }
+            onEvent(.failure(client.map { AvahiConnection.describe(cavahi_client_errno($0)) } ?? "browser failed"))
         default:
             break  // cache exhausted, all for now
         }
@@ -64,17 +64,17 @@ final class AvahiServiceResolver {
         self.onEvent = onEvent
         let proto = AvahiProtocol(key.ipv6 ? AVAHI_PROTO_INET6 : AVAHI_PROTO_INET)
         guard
-            let made = avahi_service_resolver_new(
+            let made = cavahi_service_resolver_new(
                 client, AvahiIfIndex(key.interfaceIndex), proto, key.name, type, key.domain, proto, AvahiLookupFlags(rawValue: 0),
                 serviceResolverCallback, Unmanaged.passUnretained(self).toOpaque())
         else {
-            throw DiscoveryError(.systemUnavailable, "avahi_service_resolver_new: \(AvahiConnection.describe(avahi_client_errno(client)))")
+            throw DiscoveryError(.systemUnavailable, "avahi_service_resolver_new: \(AvahiConnection.describe(cavahi_client_errno(client)))")
         }
         resolver = made
     }
 
     func free() {
-        if let resolver { avahi_service_resolver_free(resolver) }
+        if let resolver { cavahi_service_resolver_free(resolver) }
         resolver = nil
     }
 

@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+
+/// The embedded engine follows interfaces that come and go while it runs (it lists them again
+/// every 2 s), across network namespaces the test made.
+@Suite("Discovery while interfaces come and go", .serialized, .enabled(if: NetworkNamespaces.available, "needs root and iproute2"))
+struct DiscoveryInterfaceChangeTests {
+    static let service = DiscoveryNamespaceTests.service
+
+    static func line(_ demo: NamespacedDemo, startingWith prefix: String, within seconds: Double) async -> String? {
+        await DiscoveryNamespaceTests.line(demo, startingWith: prefix, within: seconds)
+    }
+
+    /// The browser listens on a link of its own (bridge br1) that the advertiser is not on: it
+    /// finds the advertiser only once a veth onto br1 is added to the running advertiser, loses
+    /// it when that veth is deleted, and finds it again when one is added back.
+    @Test(arguments: [(ipv4: true, ipv6: false), (ipv4: false, ipv6: true)])
+    func aRunningAdvertiserAnnouncesOnAnAddedInterface(families: (ipv4: Bool, ipv6: Bool)) async throws {
+        let namespaces = try NetworkNamespaces(count: 2, ipv4: families.ipv4, ipv6: families.ipv6)
+        defer { namespaces.remove() }
+        try namespaces.addBridge("br1")
+        try namespaces.addLink(to: 1, number: 1, bridge: "br1")
+        // mp1 does not exist yet in the advertiser's namespace.
+        let advertiser = try NamespacedDemo(
+            in: namespaces.names[0], ["advertise", "Alice", Self.service, "mp0,mp1"], environment: ["MULTIPEER_DISCOVERY_ENGINE": "embedded"])
+        let advertising = try #require(await Self.line(advertiser, startingWith: "ADVERTISING", within: 10))
+        let (identifier, port) = (advertising.split(separator: " ")[1], advertising.split(separator: " ")[2])
+        let browser = try NamespacedDemo(
+            in: namespaces.names[1], ["browse", Self.service, "mp1"], environment: ["MULTIPEER_DISCOVERY_ENGINE": "embedded", "MULTIPEER_LIVENESS_SECONDS": "3"])
+        _ = try #require(await Self.line(browser, startingWith: "BROWSING", within: 10))
+        #expect(await Self.line(browser, startingWith: "FOUND", within: 3) == nil, "heard over a link the advertiser is not on")
+
+        let expected = families.ipv4 ? "\(namespaces.address(of: 0, link: 1)):\(port)" : "[\(namespaces.ipv6Address(of: 0, link: 1))%mp1]:\(port)"
+        for round in 0..<2 {
+            try namespaces.addLink(to: 0, number: 1, bridge: "br1")
+            let found = await Self.line(browser, startingWith: "FOUND", within: 10)
+            #expect(found == "FOUND \(identifier) Alice - \(expected)", "round \(round)")
+            try namespaces.removeLink(from: 0, number: 1)
+            // Gone with its interface, so no goodbye: lost by the browser's liveness check.
+            #expect(await Self.line(browser, startingWith: "LOST", within: 10) == "LOST \(identifier)", "round \(round)")
+        }
+        withExtendedLifetime(advertiser) {}
+    }
+}
