@@ -1,13 +1,15 @@
 import Foundation
 import Logging
 import MultipeerDiscovery
+import MultipeerSession
+import MultipeerCrypto
 import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
 
-/// Apple's advertiser delegate. Invitations arrive in a later version (they need the session's
-/// invitation phase, docs/PROTOCOL.md §7.2); the signature is Apple's already.
+/// Apple's advertiser delegate. Invitations (docs/PROTOCOL.md §7.2) arrive on a private serial
+/// queue; call the handler once, with `true` and the session to join, or `false`.
 public protocol MCNearbyServiceAdvertiserDelegate: AnyObject {
     func advertiser(
         _ advertiser: MCNearbyServiceAdvertiser, didReceiveInvitationFromPeer peerID: MCPeerID, withContext context: Data?,
@@ -32,6 +34,11 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     private weak var storedDelegate: (any MCNearbyServiceAdvertiserDelegate)?
     private let eventLoop: any EventLoop
     private let listenHost: String
+    private let delegateQueue: DispatchQueue
+    /// Invitation connections not yet answered and closed; past the cap new ones are closed at once.
+    private let pendingInvitations = Atomic<Int>(0)
+    static let maximumPendingInvitations = 16
+    private let invitationStreams = Mutex<[UUID: AsyncStream<MCInvitation>.Continuation]>([:])
 
     public weak var delegate: (any MCNearbyServiceAdvertiserDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
@@ -65,7 +72,18 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         self.configuration = configuration
         self.listenHost = listenHost
         eventLoop = configuration.eventLoop
+        delegateQueue = DispatchQueue(label: "MCNearbyServiceAdvertiser.delegate.\(serviceType)")
         super.init()
+    }
+
+    /// Invitations from now on, for async code, when no delegate is set (the delegate gets them
+    /// first, as Apple's). Each must be accepted or declined; unanswered ones time out.
+    public func invitations() -> AsyncStream<MCInvitation> {
+        let (stream, continuation) = AsyncStream<MCInvitation>.makeStream(bufferingPolicy: .bufferingNewest(Self.maximumPendingInvitations))
+        let id = UUID()
+        invitationStreams.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in self?.invitationStreams.withLock { _ = $0.removeValue(forKey: id) } }
+        return stream
     }
 
     private let configuration: DiscoveryConfiguration
@@ -89,7 +107,6 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     }
 
     /// Opens the listener that peers dial to invite us, then advertises its port.
-    /// Invitations themselves arrive in a later version: until then a connection is closed at once.
     public func start() async throws(MCError) {
         try await sequencer.runThrowing { () async throws(MCError) in try await self.startNow() }
     }
@@ -98,9 +115,28 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         guard running.withLock({ $0 }) == nil else { return }
         let channel: any Channel
         do {
+            let tls = try TLSContext(identity: nil)
+            let localPeer = myPeerID.wire
             channel = try await ServerBootstrap(group: eventLoop)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelInitializer { child in child.close() }
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelInitializer { [weak self] child in
+                    child.eventLoop.makeCompletedFuture {
+                        guard let self, self.pendingInvitations.add(1, ordering: .relaxed).newValue <= Self.maximumPendingInvitations else {
+                            self?.pendingInvitations.subtract(1, ordering: .relaxed)
+                            throw ChannelError.ioOnClosedChannel
+                        }
+                        child.closeFuture.whenComplete { [weak self] _ in self?.pendingInvitations.subtract(1, ordering: .relaxed) }
+                        // No session yet: optional encryption with an ephemeral certificate (§7.2).
+                        let configuration = ConnectionConfiguration(
+                            role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
+                            admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
+                        try child.pipeline.syncOperations.addHandler(try ConnectionHandler(configuration: configuration, keepalive: nil))
+                        try child.pipeline.syncOperations.addHandler(InvitationListenerHandler { [weak self] request in
+                            self?.received(request, on: child)
+                        })
+                    }
+                }
                 .bind(host: listenHost, port: 0).get()
         } catch {
             throw MCError(.unavailable, reason: "cannot listen for invitations: \(error)")
@@ -132,10 +168,65 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         try? await channel?.close().get()
     }
 
+    // MARK: Invitations
+
+    private func received(_ request: InvitationRequest, on connection: any Channel) {
+        let inviter = MCPeerID(wire: request.peer)
+        let context = Data(request.invitation.context.readableBytesView)
+        let answered = Atomic<Bool>(false)
+        // Exactly one answer goes out; a late or second one is ignored.
+        let respond: @Sendable (MCSession?) -> Void = { session in
+            guard answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+            Task {
+                let answer = if let session { await session.answer(for: request) } else { try! InvitationAnswer(.declined) }
+                connection.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)
+            }
+        }
+        if delegate != nil {
+            delegateQueue.async {
+                // Read again on the queue: the delegate is the app's, not Sendable.
+                guard let delegate = self.delegate else { return respond(nil) }
+                delegate.advertiser(self, didReceiveInvitationFromPeer: inviter, withContext: context.isEmpty ? nil : context) { accept, session in
+                    respond(accept ? session : nil)
+                }
+            }
+            return
+        }
+        let streams = invitationStreams.withLock { Array($0.values) }
+        guard let stream = streams.first else { return respond(nil) }  // nobody to ask: declined
+        stream.yield(MCInvitation(peer: inviter, context: context, respond: respond))
+    }
+
     /// The advertised TCP port, while advertising.
     public var port: Int? { listener.withLock { $0?.localAddress?.port } }
 
     deinit {
         listener.withLock { $0 }?.close(promise: nil)
+    }
+}
+
+/// An invitation for async code (`MCNearbyServiceAdvertiser.invitations()`): accept it into a
+/// session or decline it, once; one left unanswered times out (the inviter chose how long).
+public struct MCInvitation: Sendable {
+    public let peer: MCPeerID
+    /// The inviter's context: untrusted bytes, at most 4,096.
+    public let context: Data
+    let respond: @Sendable (MCSession?) -> Void
+
+    /// Joins `session`: the inviter dials it, and both sides' certificate checks follow.
+    public func accept(into session: MCSession) { respond(session) }
+
+    public func decline() { respond(nil) }
+}
+
+/// Hands an invitation connection's request to the advertiser.
+private final class InvitationListenerHandler: ChannelInboundHandler {
+    typealias InboundIn = ConnectionEvent
+    let onInvitation: (InvitationRequest) -> Void
+
+    init(onInvitation: @escaping (InvitationRequest) -> Void) { self.onInvitation = onInvitation }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .invitationReceived(let request) = unwrapInboundIn(data) { onInvitation(request) }
     }
 }

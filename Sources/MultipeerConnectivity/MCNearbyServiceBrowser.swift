@@ -40,7 +40,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private let delegateQueue: DispatchQueue
     /// Start and stop, from Apple's calls or the async ones, run in order, one at a time.
     private let sequencer = OperationSequencer()
-    private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID])>((nil, [:], [:]))
+    private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID], endpoints: [Bytes16: [WireEndpoint]])>((nil, [:], [:], [:]))
 
     public weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
@@ -119,10 +119,52 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             defer {
                 state.browser = nil
                 state.peers.removeAll()
+                state.endpoints.removeAll()
             }
             return state.browser
         }
         await browser?.stop()
+    }
+
+    // MARK: Invitations (docs/PROTOCOL.md §7.2)
+
+    /// Apple's: invites a found peer into `session`. The session reports the peer connecting at
+    /// once, then connected, or notConnected when the invitation is declined, not answered within
+    /// `timeout` seconds (0 or less: 30, Apple's default), the chosen session is full or cannot
+    /// agree on encryption. A context over 4,096 bytes stops the program, as Apple's raises.
+    public func invitePeer(_ peerID: MCPeerID, to session: MCSession, withContext context: Data?, timeout: TimeInterval) {
+        precondition((context?.count ?? 0) <= WireLimits.maxInvitationContext, "MCNearbyServiceBrowser: invitation context over 4,096 bytes")
+        Task { try? await self.invite(peerID, to: session, context: context, timeout: timeout) }
+    }
+
+    /// Swift-native: invites a found peer and returns once it is connected; throws
+    /// `MCInvitationError` with the reason otherwise, or `MCError.invalidParameter` for a context
+    /// over 4,096 bytes.
+    public func invite(_ peerID: MCPeerID, to session: MCSession, context: Data? = nil, timeout: TimeInterval = 30) async throws {
+        guard (context?.count ?? 0) <= WireLimits.maxInvitationContext else {
+            throw MCError(.invalidParameter, reason: "invitation context of \(context?.count ?? 0) bytes, at most \(WireLimits.maxInvitationContext)")
+        }
+        let endpoints = state.withLock { $0.endpoints[peerID.wire.identifier] } ?? []
+        guard !endpoints.isEmpty else {
+            session.beginInvitation(peerID)
+            let error = MCInvitationError(.unreachable, "\(peerID.displayName) is not among the peers this browser found")
+            session.endInvitation(peerID, failed: MCError(.notConnected, reason: error.description))
+            throw error
+        }
+        try await session.invite(peerID, at: endpoints, context: context ?? Data(), timeout: timeout)
+    }
+
+    /// IPv4 first; IPv6 link-local addresses need their interface, which an endpoint cannot carry.
+    private static func dialable(_ endpoints: [MDNSBrowserCore.Endpoint]) -> [WireEndpoint] {
+        let converted: [(WireEndpoint, Bool)] = endpoints.compactMap { endpoint in
+            switch endpoint.address {
+            case .ipv4(let value): (try? WireEndpoint(address: .ipv4(value), port: endpoint.port)).map { ($0, true) }
+            case .ipv6(let bytes):
+                bytes.first == 0xFE && (bytes.dropFirst().first ?? 0) & 0xC0 == 0x80 ? nil
+                    : Bytes16(bytes: bytes).flatMap { try? WireEndpoint(address: .ipv6($0), port: endpoint.port) }.map { ($0, false) }
+            }
+        }
+        return converted.filter(\.1).map(\.0) + converted.filter { !$0.1 }.map(\.0)
     }
 
     private func handle(_ event: DiscoveryBrowser.Event) {
@@ -131,6 +173,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             let (peer, streams) = state.withLock { state -> (MCPeerID, [AsyncStream<Event>.Continuation]) in
                 let peer = state.peers[found.peer.identifier] ?? MCPeerID(wire: found.peer)
                 state.peers[found.peer.identifier] = peer
+                state.endpoints[found.peer.identifier] = Self.dialable(found.endpoints)
                 return (peer, Array(state.streams.values))
             }
             let endpoints = found.endpoints.map { Endpoint(host: $0.address.description, port: Int($0.port), interfaceIndex: $0.interfaceIndex) }
@@ -139,7 +182,8 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
             delegateQueue.async { self.delegate?.browser(self, foundPeer: peer, withDiscoveryInfo: info.isEmpty ? nil : info) }
         case .lost(let lost):
             let (peer, streams) = state.withLock { state -> (MCPeerID?, [AsyncStream<Event>.Continuation]) in
-                (state.peers.removeValue(forKey: lost.identifier), Array(state.streams.values))
+                state.endpoints[lost.identifier] = nil
+                return (state.peers.removeValue(forKey: lost.identifier), Array(state.streams.values))
             }
             guard let peer else { return }
             for stream in streams { stream.yield(.lost(peer)) }

@@ -51,6 +51,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
     let subscribers = Mutex<[EventChannel]>([])
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
+    /// Peers we invited and already reported `connecting` for: the dial after an acceptance
+    /// must not report it twice.
+    private let invitingPeers = Mutex<Set<Bytes16>>([])
 
     public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
 
@@ -284,7 +287,11 @@ public final class MCSession: NSObject, @unchecked Sendable {
             case .notConnected: .notConnected
             }
             let peer = mcPeer(wire)
-            emit(.peerStateChanged(peer, mapped))
+            let alreadyReported = invitingPeers.withLock { inviting in
+                defer { if mapped != .connecting { inviting.remove(wire.identifier) } }
+                return mapped == .connecting && inviting.contains(wire.identifier)
+            }
+            if !alreadyReported { emit(.peerStateChanged(peer, mapped)) }
             if case .notConnected(let error) = state {
                 if let error, let failure = MCError(connectionError: error) { emit(.connectionFailed(peer, failure)) }
                 forgetUnlessAppNamed(wire.identifier)
@@ -355,7 +362,20 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     // MARK: Peers
 
-    private func remember(_ peer: MCPeerID) {
+    /// An invitation went out: Apple's session reports the peer connecting at once.
+    func beginInvitation(_ peer: MCPeerID) {
+        invitingPeers.withLock { _ = $0.insert(peer.wire.identifier) }
+        emit(.peerStateChanged(peer, .connecting))
+    }
+
+    /// The invitation ended without a connection.
+    func endInvitation(_ peer: MCPeerID, failed error: MCError) {
+        guard invitingPeers.withLock({ $0.remove(peer.wire.identifier) }) != nil else { return }
+        emit(.peerStateChanged(peer, .notConnected))
+        emit(.connectionFailed(peer, error))
+    }
+
+    func remember(_ peer: MCPeerID) {
         knownPeers.withLock { known in
             let identifier = peer.wire.identifier
             known.named[identifier] = known.named[identifier] ?? known.active[identifier] ?? peer

@@ -7,6 +7,10 @@ public struct ConnectionData: Hashable, Sendable {
     public static let version: UInt8 = 1
     public static let identityFlag: UInt8 = 0x01
     public static let endpointCounts = 1...WireLimits.maxConnectionDataEndpoints
+    /// The longest encoding: a 63-byte display name, a fingerprint and 8 IPv6 endpoints.
+    public static let maxEncodedLength =
+        8 + 16 + 16 + WirePeerID.maxEncodedLength + 1 + SHA256Digest.byteCount + 1
+        + WireLimits.maxConnectionDataEndpoints * WireEndpoint.maxEncodedLength
 
     public let encryptionPreference: WireEncryptionPreference
     public let token: Bytes16

@@ -7,7 +7,7 @@ public enum Frame: Hashable, Sendable {
     case hello(Hello)
     case trust(TrustDecision)
     case invitation(Invitation)
-    case invitationResponse(InvitationResponse)
+    case invitationResponse(InvitationAnswer)
     case meshIntroduction(MeshIntroduction)
     case goodbye(GoodbyeReason)
     case ping(UInt64)
@@ -71,7 +71,8 @@ public enum Frame: Hashable, Sendable {
     public var payloadLength: Int {
         switch self {
         case .hello(let hello): hello.encodedLength
-        case .trust, .invitationResponse: 1
+        case .trust: 1
+        case .invitationResponse(let answer): answer.encodedLength
         case .invitation(let invitation): invitation.encodedLength
         case .meshIntroduction(let introduction): introduction.encodedLength
         case .goodbye, .streamReset, .resourceCancel: 2
@@ -117,7 +118,7 @@ public enum Frame: Hashable, Sendable {
         case .hello(let hello): hello.encode(into: &buffer)
         case .trust(let decision): buffer.writeInteger(decision.rawValue)
         case .invitation(let invitation): invitation.encode(into: &buffer)
-        case .invitationResponse(let response): buffer.writeInteger(response.rawValue)
+        case .invitationResponse(let answer): answer.encode(into: &buffer)
         case .meshIntroduction(let introduction): introduction.encode(into: &buffer)
         case .goodbye(let reason): buffer.writeInteger(reason.rawValue)
         case .ping(let opaque), .pong(let opaque): buffer.writeInteger(opaque)
@@ -166,11 +167,7 @@ public enum Frame: Hashable, Sendable {
         case .invitation:
             frame = .invitation(try Invitation.decode(from: &payload))
         case .invitationResponse:
-            let raw = try payload.readWireInteger(as: UInt8.self, "INVITATION_RESPONSE")
-            guard let response = InvitationResponse(rawValue: raw) else {
-                throw WireError(.invalidValue, "INVITATION_RESPONSE \(raw)")
-            }
-            frame = .invitationResponse(response)
+            frame = .invitationResponse(try InvitationAnswer.decode(from: &payload))
         case .meshIntroduction:
             frame = .meshIntroduction(try MeshIntroduction.decode(from: &payload))
         case .goodbye:

@@ -56,7 +56,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     public var payloadLengths: ClosedRange<Int> {
         switch self {
         case .hello: Hello.fixedLength + 19...Hello.fixedLength + WirePeerID.maxEncodedLength
-        case .trust, .invitationResponse: 1...1
+        case .trust: 1...1
+        case .invitationResponse: 1...3 + ConnectionData.maxEncodedLength
         case .invitation: 6...6 + WireLimits.maxInvitationContext
         case .meshIntroduction: MeshIntroduction.minEncodedLength...MeshIntroduction.maxEncodedLength
         case .goodbye, .streamReset, .resourceCancel: 2...2

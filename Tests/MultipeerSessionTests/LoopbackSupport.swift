@@ -22,6 +22,7 @@ final class EventLog: Sendable {
             case .established(let connection): state.established = connection
             case .frame(let frame): state.frames.append(frame)
             case .closed(let error): state.closed = error
+            case .invitationReceived, .invitationAnswered: break
             }
         }
     }

@@ -10,6 +10,9 @@ struct SideOutcome {
     var closedWith: ConnectionError?
     var trustRequests: [PeerTrustRequest] = []
     var delivered: [Frame] = []
+    var invitations: [InvitationRequest] = []
+    var invitationAnswers: [InvitationAnswer] = []
+    var awaitingAnswerMilliseconds: UInt32?
 }
 
 /// How a side answers the trust question: accept, reject, or never answer.
@@ -112,6 +115,12 @@ struct MachinePair {
                 if fromDialer { dialerSide.established = connection } else { listenerSide.established = connection }
             case .deliver(let frame):
                 if fromDialer { dialerSide.delivered.append(frame) } else { listenerSide.delivered.append(frame) }
+            case .invitationReceived(let request):
+                if fromDialer { dialerSide.invitations.append(request) } else { listenerSide.invitations.append(request) }
+            case .awaitingInvitationAnswer(let milliseconds):
+                if fromDialer { dialerSide.awaitingAnswerMilliseconds = milliseconds } else { listenerSide.awaitingAnswerMilliseconds = milliseconds }
+            case .invitationAnswered(let answer):
+                if fromDialer { dialerSide.invitationAnswers.append(answer) } else { listenerSide.invitationAnswers.append(answer) }
             case .close(let error):
                 if fromDialer {
                     dialerSide.closedWith = error

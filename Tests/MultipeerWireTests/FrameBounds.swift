@@ -13,7 +13,7 @@ enum FrameBounds {
         case .hello: .hello(try! Hello(purpose: .answer, preambleEcho: .zero, listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: shortPeer))
         case .trust: .trust(.accepted)
         case .invitation: .invitation(try! Invitation(timeoutMilliseconds: 1, context: ByteBuffer()))
-        case .invitationResponse: .invitationResponse(.accepted)
+        case .invitationResponse: .invitationResponse(try! InvitationAnswer(.declined))
         case .meshIntroduction: .meshIntroduction(try! MeshIntroduction(entries: [
             .init(peerID: shortPeer, endpoint: try! WireEndpoint(address: .ipv4(0), port: 1))]))
         case .goodbye: .goodbye(.normal)
@@ -55,6 +55,12 @@ enum FrameBounds {
         case .resourceOffer: return .resourceOffer(channel: .max, try! ResourceOffer(size: WireLimits.maxResourceSize, transferID: Bytes16(high: .max, low: .max), name: longName))
         case .resourceChunk: return .resourceChunk(channel: .max, full)
         case .windowUpdate: return .windowUpdate(channel: .max, increment: WireLimits.maxWindow)
+        case .invitationResponse:
+            let endpoint = try! WireEndpoint(address: .ipv6(Bytes16(high: 7, low: 8)), port: .max)
+            return .invitationResponse(try! InvitationAnswer(.accepted, connectionData: try! ConnectionData(
+                encryptionPreference: .required, token: Bytes16(high: 1, low: 1), forPeer: Bytes16(high: 2, low: 2), peerID: longPeer,
+                certificateFingerprint: try! SHA256Digest(bytes: [UInt8](repeating: 9, count: 32)),
+                endpoints: Array(repeating: endpoint, count: WireLimits.maxConnectionDataEndpoints))))
         default: return smallest(type)
         }
     }

@@ -126,8 +126,13 @@ struct FrameLimitTests {
     @Test func invalidEnumValuesInPayloadsAreRefused() {
         for value: UInt8 in [0, 4, 0xFF] {
             expectError(.invalidValue, rawHeader(type: FrameType.trust.rawValue, length: 1) + [value])
+        }
+        for value: UInt8 in [0, 6, 0xFF] {
             expectError(.invalidValue, rawHeader(type: FrameType.invitationResponse.rawValue, length: 1) + [value])
         }
+        // An acceptance carries connection data; other answers carry nothing more.
+        #expect(throws: WireError.self) { try Frame.decode(exactly: buffer(rawHeader(type: FrameType.invitationResponse.rawValue, length: 1) + [1])) }
+        #expect(throws: WireError.self) { try Frame.decode(exactly: buffer(rawHeader(type: FrameType.invitationResponse.rawValue, length: 3) + [2, 0, 0])) }
         // WINDOW_UPDATE increments 0 and above 2^31-1.
         expectError(.invalidValue, rawHeader(type: FrameType.windowUpdate.rawValue, length: 4) + [0, 0, 0, 0])
         expectError(.invalidValue, rawHeader(type: FrameType.windowUpdate.rawValue, length: 4) + [0x80, 0, 0, 0])

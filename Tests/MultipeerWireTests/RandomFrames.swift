@@ -86,7 +86,13 @@ struct RandomFrames {
             return .invitation(try! Invitation(
                 timeoutMilliseconds: u32(WireLimits.invitationTimeoutMilliseconds),
                 context: payload(max: WireLimits.maxInvitationContext)))
-        case 3: return .invitationResponse(InvitationResponse.allCases[int(0...2)])
+        case 3:
+            let response = InvitationResponse.allCases[int(0...InvitationResponse.allCases.count - 1)]
+            guard response == .accepted else { return .invitationResponse(try! InvitationAnswer(response)) }
+            return .invitationResponse(try! InvitationAnswer(.accepted, connectionData: try! ConnectionData(
+                encryptionPreference: .required, token: Bytes16(high: u64(), low: u64()), forPeer: Bytes16(high: u64(), low: u64()),
+                peerID: peerID(), certificateFingerprint: bool() ? try! SHA256Digest(bytes: bytes(32).readableBytesView) : nil,
+                endpoints: (0..<int(1...3)).map { _ in endpoint() })))
         case 4:
             let count = int(MeshIntroduction.entryCounts)
             return .meshIntroduction(try! MeshIntroduction(entries: (0..<count).map { _ in

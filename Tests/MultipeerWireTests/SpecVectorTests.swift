@@ -40,7 +40,8 @@ struct SpecVectorTests {
             purpose: .answer, preambleEcho: echo, listenPort: 50003, datagramPort: 0, datagramReceiverID: 0, peerID: bob)),
         "frame-trust-accepted": .trust(.accepted),
         "frame-invitation": .invitation(try! Invitation(timeoutMilliseconds: 30_000, context: buffer("game=1"))),
-        "frame-invitation-response-declined": .invitationResponse(.declined),
+        "frame-invitation-response-declined": .invitationResponse(try! InvitationAnswer(.declined)),
+        "frame-invitation-response-accepted": .invitationResponse(try! InvitationAnswer(.accepted, connectionData: aliceForBob)),
         "frame-mesh-introduction": .meshIntroduction(try! MeshIntroduction(entries: [
             .init(peerID: bob, endpoint: try! WireEndpoint(address: .ipv4(0x7F00_0001), port: 50003)),
             .init(peerID: alice, endpoint: try! WireEndpoint(address: .ipv6(v6Loopback), port: 50001)),
@@ -104,6 +105,17 @@ struct SpecVectorTests {
         var out = ByteBuffer()
         alice.encode(into: &out)
         #expect(Array(out.readableBytesView) == bytes)
+    }
+
+    static var aliceForBob: ConnectionData {
+        try! ConnectionData(
+            encryptionPreference: .required, token: token, forPeer: bob.identifier, peerID: alice,
+            certificateFingerprint: try! SHA256Digest(bytes: hexBytes(
+                "2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90")),
+            endpoints: [
+                try! WireEndpoint(address: .ipv4(0x7F00_0001), port: 50001),
+                try! WireEndpoint(address: .ipv6(v6Loopback), port: 50001),
+            ])
     }
 
     @Test func connectionDataVector() throws {

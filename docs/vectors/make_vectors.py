@@ -39,10 +39,18 @@ LISTENER = preamble(1, True)  # required, identity
 TOKEN = bytes(range(0x10, 0x20))
 
 
+def alice_for_bob():
+    return (b"MPCD" + bytes([1, 1, 1, 0]) + TOKEN + BOB_ID + peer_id(ALICE_ID, "alice")
+            + bytes([32]) + hashlib.sha256(b"alice").digest()
+            + bytes([2]) + endpoint_v4(127, 0, 0, 1, 50001) + endpoint_v6_loopback(50001))
+
+
 def hello(purpose, token, listen, dport, rid, pid):
     return (bytes([1, purpose]) + b"\x00\x00" + DIALER + LISTENER + token
             + struct.pack(">HHI", listen, dport, rid) + pid)
 
+
+ALICE_FOR_BOB = alice_for_bob()
 
 VECTORS = [
     ("preamble-optional-identity", "Preamble: versions 1-1, optional, hasIdentity.", DIALER),
@@ -60,6 +68,9 @@ VECTORS = [
     ("frame-invitation", "INVITATION: timeout 30,000 ms, context \"game=1\".",
      frame(0x03, struct.pack(">IH", 30000, 6) + b"game=1")),
     ("frame-invitation-response-declined", "INVITATION_RESPONSE declined.", frame(0x04, b"\x02")),
+    ("frame-invitation-response-accepted",
+     "INVITATION_RESPONSE accepted, with connection data made by alice for bob (the connection-data-alice-for-bob vector).",
+     frame(0x04, b"\x01" + struct.pack(">H", len(ALICE_FOR_BOB)) + ALICE_FOR_BOB)),
     ("frame-mesh-introduction",
      "MESH_INTRODUCTION: bob at 127.0.0.1:50003, alice at [::1]:50001.",
      frame(0x05, b"\x02" + peer_id(BOB_ID, "bob") + endpoint_v4(127, 0, 0, 1, 50003)
@@ -89,9 +100,7 @@ VECTORS = [
     ("connection-data-alice-for-bob",
      "Connection data made by alice for bob: required, identity with fingerprint SHA-256(\"alice\"), "
      "token 10..1f, endpoints 127.0.0.1:50001 and [::1]:50001.",
-     b"MPCD" + bytes([1, 1, 1, 0]) + TOKEN + BOB_ID + peer_id(ALICE_ID, "alice")
-     + bytes([32]) + hashlib.sha256(b"alice").digest()
-     + bytes([2]) + endpoint_v4(127, 0, 0, 1, 50001) + endpoint_v6_loopback(50001)),
+     ALICE_FOR_BOB),
     ("datagram-header-sealed", "Datagram header: sealed, receiver ID 0x01020304, epoch 2, counter 5.",
      struct.pack(">B3xIIQ", 1, 0x01020304, 2, 5)),
 ]

@@ -111,6 +111,9 @@ struct MachineObserver {
             case .close:
                 precondition(index == actions.count - 1, "\(name): actions after .close in the same list")
                 closed = true
+            case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
+                // Only on invitation connections, which never become established.
+                precondition(!established, "\(name): an invitation action on an established connection")
             }
         }
         return (bytes, trustRequest)

@@ -19,7 +19,10 @@ struct FrameBuilder {
         case 2:
             let timeout: UInt32 = input.bool() ? 30_000 : input.integer()
             return (try? Invitation(timeoutMilliseconds: timeout, context: ByteBuffer(bytes: input.bytes(upTo: 64)))).map(Frame.invitation)
-        case 3: return InvitationResponse(rawValue: input.byte() % 4).map(Frame.invitationResponse)
+        case 3:
+            // Answers other than an acceptance (which needs valid connection data) are built here.
+            guard let response = InvitationResponse(rawValue: input.byte() % 6), response != .accepted else { return nil }
+            return (try? InvitationAnswer(response)).map(Frame.invitationResponse)
         case 4: return meshIntroduction(&input)
         case 5: return .goodbye(GoodbyeReason(rawValue: UInt16(input.byte())))
         case 6: return .ping(input.integer())

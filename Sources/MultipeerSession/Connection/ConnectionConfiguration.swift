@@ -31,6 +31,8 @@ public struct ConnectionConfiguration: Sendable {
     public var expectedCertificateFingerprint: SHA256Digest?
     /// Consulted by a listener when the dialer's HELLO arrives.
     public var admission: @Sendable (Hello) -> Admission
+    /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
+    public var invitation: Invitation?
 
     public init(
         role: Role,
@@ -45,7 +47,8 @@ public struct ConnectionConfiguration: Sendable {
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         expectedPeer: Bytes16? = nil,
         expectedCertificateFingerprint: SHA256Digest? = nil,
-        admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit }
+        admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit },
+        invitation: Invitation? = nil
     ) {
         self.role = role
         self.localPeer = localPeer
@@ -60,6 +63,7 @@ public struct ConnectionConfiguration: Sendable {
         self.expectedPeer = expectedPeer
         self.expectedCertificateFingerprint = expectedCertificateFingerprint
         self.admission = admission
+        self.invitation = invitation
     }
 
     var hasIdentity: Bool { tls.identity != nil }

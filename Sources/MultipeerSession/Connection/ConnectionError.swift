@@ -47,6 +47,7 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         public static let handshakeTimedOut = Kind(.handshakeTimedOut)
         public static let peerUnresponsive = Kind(.peerUnresponsive)
         public static let closedLocally = Kind(.closedLocally)
+        public static let invitationEnded = Kind(.invitationEnded)
     }
 
     public struct Code: Hashable, Sendable, CustomStringConvertible {
@@ -54,7 +55,7 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
             case versionMismatch, encryptionIncompatible, downgradeDetected, protocolViolation, tls
             case certificateMismatch, unexpectedPeer, flowControlViolation, trustRejectedLocally
             case trustTimedOutLocally, trustRejectedByPeer, notAdmitted, peerSaidGoodbye, connectionClosed
-            case handshakeTimedOut, peerUnresponsive, closedLocally
+            case handshakeTimedOut, peerUnresponsive, closedLocally, invitationEnded
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -93,6 +94,8 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         public static let peerUnresponsive = Code(.peerUnresponsive)
         /// We ended it (disconnect).
         public static let closedLocally = Code(.closedLocally)
+        /// An invitation connection ended as it should, with its answer (docs/PROTOCOL.md §7.2).
+        public static let invitationEnded = Code(.invitationEnded)
 
         public var description: String { "\(base)" }
     }
@@ -138,6 +141,7 @@ public struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertibl
         case .handshakeTimedOut: "handshake timed out"
         case .peerUnresponsive: "the peer stopped answering"
         case .closedLocally: "disconnected"
+        case .invitationEnded: "the invitation was answered"
         default: "\(kind.code)"
         }
     }

@@ -20,6 +20,15 @@ public struct EstablishedConnection: Sendable {
     public let cipherSuite: String?
 }
 
+/// An invitation, as the advertiser's application is asked (docs/PROTOCOL.md §7.2).
+public struct InvitationRequest: Sendable {
+    public let peer: WirePeerID
+    public let invitation: Invitation
+    /// The inviter's preamble: its session's encryption preference and whether it has an
+    /// identity, so the application's chosen session can be checked against it.
+    public let inviterPreamble: Preamble
+}
+
 public enum ConnectionAction {
     /// Bytes for the socket, in order.
     case send(ByteBuffer)
@@ -30,6 +39,14 @@ public enum ConnectionAction {
     case deliver(Frame)
     /// Close the socket once the bytes already sent are flushed.
     case close(ConnectionError)
+    /// Listener of an invitation connection: ask the application; answer with `answerInvitation`
+    /// or `invitationTimedOut` within the invitation's timeout.
+    case invitationReceived(InvitationRequest)
+    /// Dialer of an invitation connection: the listener has answered HELLO; its answer is due
+    /// within this many milliseconds.
+    case awaitingInvitationAnswer(milliseconds: UInt32)
+    /// Dialer of an invitation connection: the answer; the connection closes next.
+    case invitationAnswered(InvitationAnswer)
 }
 
 /// One connection's establishment and framing, sans-I/O (docs/PROTOCOL.md §3-§7): preamble,
@@ -64,6 +81,9 @@ public struct ConnectionStateMachine {
         case awaitingHello(Session)
         case trusting(Trust)
         case connected(Session, peerHello: Hello)
+        /// An invitation connection after HELLO: the listener waiting for INVITATION and then for
+        /// its application; the dialer waiting for INVITATION_RESPONSE (docs/PROTOCOL.md §7.2).
+        case invitation(Session, peerHello: Hello, received: Bool)
         case closed
         /// Placeholder while a case's payload is being mutated, to avoid copy-on-write.
         case modifying
@@ -96,7 +116,7 @@ public struct ConnectionStateMachine {
         case .idle, .awaitingPreamble, .modifying: 0
         case .tlsHandshake: 1
         case .awaitingHello: 2
-        case .trusting: 3
+        case .trusting, .invitation: 3
         case .connected, .closed: 4
         }
     }
@@ -110,7 +130,7 @@ public struct ConnectionStateMachine {
     public var tlsEngine: TLSEngine? {
         switch state {
         case .tlsHandshake(let engine, _): engine
-        case .awaitingHello(let session), .connected(let session, _): session.transport.engine
+        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport.engine
         case .trusting(let trust): trust.session.transport.engine
         case .idle, .awaitingPreamble, .closed, .modifying: nil
         }
@@ -142,11 +162,30 @@ public struct ConnectionStateMachine {
         case .tlsHandshake(let engine, let negotiated):
             engine.receive(bytes)
             return advanceTLS(engine, negotiated)
-        case .awaitingHello(let session), .connected(let session, _):
+        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _):
             return openAndProcess(bytes, transport: session.transport)
         case .trusting(let trust):
             return openAndProcess(bytes, transport: trust.session.transport)
         }
+    }
+
+    /// The advertiser's application answered the invitation: send it and close (§7.2).
+    public mutating func answerInvitation(_ answer: InvitationAnswer) -> [ConnectionAction] {
+        guard case .invitation(let session, _, true) = state, configuration.role == .listener else { return [] }
+        var actions = sendFrame(.invitationResponse(answer), over: session.transport)
+        actions += closeTransport(session.transport, ConnectionError(.invitationEnded))
+        return actions
+    }
+
+    /// Listener: the application did not answer within the invitation's timeout.
+    /// Dialer: no answer came within it; the invitation ends unanswered.
+    public mutating func invitationTimedOut() -> [ConnectionAction] {
+        guard case .invitation(let session, _, let received) = state else { return [] }
+        if configuration.role == .listener {
+            guard received else { return [] }
+            return answerInvitation(try! InvitationAnswer(.timedOut))
+        }
+        return closeTransport(session.transport, ConnectionError(.handshakeTimedOut))
     }
 
     /// The application's answer to `.evaluateTrust`. Late answers (after a timeout or close) are ignored.
@@ -175,6 +214,8 @@ public struct ConnectionStateMachine {
     public mutating func handshakeTimedOut() -> [ConnectionAction] {
         switch state {
         case .connected, .closed, .modifying: return []
+        case .invitation(_, _, let received) where received || configuration.role == .dialer:
+            return []  // the invitation's own timer runs now
         default: return fail(ConnectionError(.handshakeTimedOut))
         }
     }
@@ -322,6 +363,12 @@ public struct ConnectionStateMachine {
             return fail(ConnectionError(.protocolViolation(error)))
         }
         var actions = sendFrame(.hello(hello), over: session.transport)
+        if configuration.role == .dialer, configuration.purpose == .invitation {
+            guard let invitation = configuration.invitation else {
+                return actions + fail(ConnectionError(.protocolViolation(WireError(.invalidValue, "an invitation dial without an INVITATION"))))
+            }
+            actions += sendFrame(.invitation(invitation), over: session.transport)
+        }
         actions += openAndProcess(leftover, transport: session.transport)
         return actions
     }
@@ -390,6 +437,26 @@ public struct ConnectionStateMachine {
             default:
                 return violation("\(frame.type) before both sides accepted each other")
             }
+        case .invitation(let session, let peerHello, let received):
+            switch frame {
+            case .invitation(let invitation) where configuration.role == .listener && !received:
+                state = .invitation(session, peerHello: peerHello, received: true)
+                return [.invitationReceived(InvitationRequest(
+                    peer: peerHello.peerID, invitation: invitation, inviterPreamble: session.negotiated.peerPreamble))]
+            case .invitationResponse(let answer) where configuration.role == .dialer:
+                var actions: [ConnectionAction] = [.invitationAnswered(answer)]
+                actions += closeTransport(session.transport, ConnectionError(.invitationEnded))
+                return actions
+            case .ping(let opaque):
+                return reply(.pong(opaque), over: session.transport)
+            case .pong:
+                return []
+            case .goodbye(let reason):
+                state = .closed
+                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+            default:
+                return violation("\(frame.type) on an invitation connection")
+            }
         case .connected(let session, _):
             switch frame {
             case .hello, .trust, .invitation, .invitationResponse:
@@ -432,6 +499,15 @@ public struct ConnectionStateMachine {
                 return fail(ConnectionError(.notAdmitted(reason)))
             }
         }
+        // An invitation connection has no trust step: it carries the invitation and its answer (§7.2).
+        let invitationConnection = configuration.role == .dialer ? configuration.purpose == .invitation : hello.purpose == .invitation
+        if invitationConnection {
+            state = .invitation(session, peerHello: hello, received: false)
+            if configuration.role == .dialer {
+                return [.awaitingInvitationAnswer(milliseconds: configuration.invitation?.timeoutMilliseconds ?? 0)]
+            }
+            return []
+        }
         state = .trusting(Trust(session: session, peerHello: hello))
         return [.evaluateTrust(PeerTrustRequest(peer: hello.peerID, certificateChain: session.peerChain, hello: hello))]
     }
@@ -466,7 +542,7 @@ public struct ConnectionStateMachine {
     /// The transport frames travel on, once they have begun.
     private var frameTransport: SecureTransport? {
         switch state {
-        case .awaitingHello(let session), .connected(let session, _): session.transport
+        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport
         case .trusting(let trust): trust.session.transport
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
         }
@@ -526,6 +602,10 @@ public struct ConnectionStateMachine {
         case .connected(var session, let hello):
             state = .modifying
             defer { state = .connected(session, peerHello: hello) }
+            return try body(&session.decoder)
+        case .invitation(var session, let hello, let received):
+            state = .modifying
+            defer { state = .invitation(session, peerHello: hello, received: received) }
             return try body(&session.decoder)
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return nil

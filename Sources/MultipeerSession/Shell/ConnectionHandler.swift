@@ -9,6 +9,10 @@ public enum ConnectionEvent {
     case frame(Frame)
     /// The connection ended (after `established` or instead of it); the channel closes next.
     case closed(ConnectionError)
+    /// Invitation connection, listener: the invitation; answer with `ConnectionCommand.answerInvitation`.
+    case invitationReceived(InvitationRequest)
+    /// Invitation connection, dialer: the advertiser's answer (docs/PROTOCOL.md §7.2).
+    case invitationAnswered(InvitationAnswer)
 }
 
 /// Commands for a connection, sent as user outbound events.
@@ -21,6 +25,8 @@ public enum ConnectionCommand: Sendable {
     case pauseReading
     /// Read again after `pauseReading`.
     case resumeReading
+    /// Invitation connection, listener: send the application's answer and close.
+    case answerInvitation(InvitationAnswer)
 }
 
 /// How often to probe an idle peer, and when to give up on a silent one.
@@ -182,6 +188,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         case .resumeReading:
             readsHeldForReceiver = false
             readIfReleased(context: context)
+        case .answerInvitation(let answer):
+            handshakeTimer?.cancel()
+            perform(machine.answerInvitation(answer), context: context)
         }
         promise?.succeed()
     }
@@ -215,6 +224,16 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         }
     }
 
+    /// Replaces the handshake deadline with the invitation's (docs/PROTOCOL.md §7.2).
+    private func armInvitationDeadline(after timeout: TimeAmount, context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) {
+            let (handler, context) = loopBound.value
+            handler.perform(handler.machine.invitationTimedOut(), context: context)
+        }
+    }
+
     private func answerTrust(_ accepted: Bool, context: ChannelHandlerContext) {
         trustTimer?.cancel()
         perform(machine.trustDecided(accepted: accepted), context: context)
@@ -242,6 +261,18 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
                 context.fireChannelRead(wrapInboundOut(.established(connection)))
             case .deliver(let frame):
                 context.fireChannelRead(wrapInboundOut(.frame(frame)))
+            case .invitationReceived(let request):
+                // The application's time is the invitation's own, not the handshake's.
+                armInvitationDeadline(after: .milliseconds(Int64(request.invitation.timeoutMilliseconds)), context: context)
+                context.fireChannelRead(wrapInboundOut(.invitationReceived(request)))
+            case .awaitingInvitationAnswer(let milliseconds):
+                // The advertiser's application has the timeout; allow the handshake budget on top.
+                let (sum, overflowed) = Int64(milliseconds * 1).multipliedReportingOverflow(by: 1_000_000)
+                let total = overflowed ? Int64.max : sum.addingReportingOverflow(handshakeTimeout.nanoseconds).partialValue
+                armInvitationDeadline(after: .nanoseconds(total), context: context)
+            case .invitationAnswered(let answer):
+                handshakeTimer?.cancel()
+                context.fireChannelRead(wrapInboundOut(.invitationAnswered(answer)))
             case .close(let error):
                 cancelTimers()
                 stopKeepalive()

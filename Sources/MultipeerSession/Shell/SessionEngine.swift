@@ -569,6 +569,8 @@ private final class LinkHandler: ChannelInboundHandler {
             engine.linkEstablished(link, connection, tls: tls, remote: context.channel.remoteAddress)
         case .frame(let frame): engine.linkReceived(link, frame)
         case .closed(let error): engine.linkClosed(link, error)
+        case .invitationReceived, .invitationAnswered:
+            break  // a session's links never carry invitations (its admission refuses purpose 2)
         }
     }
 

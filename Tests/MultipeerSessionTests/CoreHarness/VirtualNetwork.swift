@@ -438,6 +438,8 @@ final class Connection {
             case .close(let error):
                 report([.close(error)])
                 closeTransport()
+            case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
+                break  // sessions never carry invitation connections (their admission refuses purpose 2)
             }
         }
     }

@@ -1,0 +1,127 @@
+import MultipeerWire
+import NIOCore
+import NIOPosix
+
+/// How an invitation ended for the inviter (docs/PROTOCOL.md §7.2).
+public enum InvitationOutcome: Sendable, Equatable {
+    /// Accepted: the session is dialing the invitee with the connection data it sent; the
+    /// peer's state events tell whether it connects.
+    case accepted
+    case declined
+    /// The invitee's application did not answer in time, or no answer came at all.
+    case timedOut
+    case sessionFull
+    case encryptionIncompatible
+    /// No connection to any of the invitee's addresses, or it ended without an answer.
+    case unreachable(String)
+    /// The acceptance named another peer, or its connection data was not made for us.
+    case invalidAnswer(String)
+}
+
+extension SessionEngine {
+    /// Invites the advertiser at `endpoints` (from discovery) into this session: dials its
+    /// invitation port, sends HELLO purpose 2 and INVITATION, and waits for the answer; on
+    /// acceptance dials the accepting session with the connection data it sent (§7.2).
+    public func invite(
+        _ peer: WirePeerID, at endpoints: [WireEndpoint], context: ByteBuffer, timeoutMilliseconds: UInt32
+    ) -> EventLoopFuture<InvitationOutcome> {
+        let invitation: Invitation
+        do {
+            invitation = try Invitation(timeoutMilliseconds: timeoutMilliseconds, context: context)
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
+        return eventLoop.flatSubmit { [self] in
+            dialInvitation(peer, endpoints: endpoints[...], invitation: invitation, lastError: "no address to dial")
+        }.map { [self] result in
+            switch result {
+            case .answered(let answer): follow(answer, from: peer)
+            case .failed(let outcome): outcome
+            }
+        }
+    }
+
+    /// Tries the addresses in order until one connects; what happens on that connection is the result.
+    private func dialInvitation(
+        _ peer: WirePeerID, endpoints: ArraySlice<WireEndpoint>, invitation: Invitation, lastError: String
+    ) -> EventLoopFuture<InvitationDialResult> {
+        guard let endpoint = endpoints.first else { return eventLoop.makeSucceededFuture(.failed(.unreachable(lastError))) }
+        guard let address = try? endpoint.socketAddress() else {
+            return dialInvitation(peer, endpoints: endpoints.dropFirst(), invitation: invitation, lastError: "unusable address \(endpoint)")
+        }
+        let answer = eventLoop.makePromise(of: InvitationDialResult.self)
+        let connection = ConnectionConfiguration(
+            role: .dialer, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
+            tls: configuration.tls, purpose: .invitation, recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
+            expectedPeer: peer.identifier, invitation: invitation)
+        let handshakeTimeout = configuration.handshakeTimeout
+        return ClientBootstrap(group: eventLoop)
+            .connectTimeout(handshakeTimeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(try ConnectionHandler(
+                        configuration: connection, handshakeTimeout: handshakeTimeout, keepalive: nil))
+                    try channel.pipeline.syncOperations.addHandler(InvitationAnswerHandler { answer.succeed($0) })
+                }
+            }
+            .connect(to: address)
+            .flatMap { _ in answer.futureResult }
+            .flatMapError { [self] error in
+                // Not even connected: the next address may work.
+                dialInvitation(peer, endpoints: endpoints.dropFirst(), invitation: invitation, lastError: "\(error)")
+            }
+    }
+
+    /// On the loop: an acceptance is followed by a dial with its connection data, once it is
+    /// checked to be the invitee's and made for us.
+    private func follow(_ answer: InvitationAnswer, from peer: WirePeerID) -> InvitationOutcome {
+        switch answer.response {
+        case .declined: return .declined
+        case .timedOut: return .timedOut
+        case .sessionFull: return .sessionFull
+        case .encryptionIncompatible: return .encryptionIncompatible
+        case .accepted:
+            guard let data = answer.connectionData else { return .invalidAnswer("an acceptance without connection data") }
+            guard data.peerID.identifier == peer.identifier else { return .invalidAnswer("the connection data was made by another peer") }
+            guard data.forPeer == configuration.localPeer.identifier else { return .invalidAnswer("the connection data was made for another peer") }
+            connect(to: data)
+            return .accepted
+        }
+    }
+}
+
+/// Hands the advertiser's answer on, or why none came, exactly once.
+private final class InvitationAnswerHandler: ChannelInboundHandler {
+    typealias InboundIn = ConnectionEvent
+    private var report: ((InvitationDialResult) -> Void)?
+
+    init(report: @escaping (InvitationDialResult) -> Void) { self.report = report }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .invitationAnswered(let answer): complete(.answered(answer))
+        case .closed(let error) where error.code == .invitationEnded: break
+        case .closed(let error) where error.code == .handshakeTimedOut: complete(.failed(.timedOut))
+        case .closed(let error): complete(.failed(.unreachable("\(error)")))
+        default: break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        complete(.failed(.unreachable("the connection closed without an answer")))
+        context.fireChannelInactive()
+    }
+
+    private func complete(_ result: InvitationDialResult) {
+        let report = report
+        self.report = nil
+        report?(result)
+    }
+}
+
+/// What one invitation connection came to.
+enum InvitationDialResult: Sendable {
+    case answered(InvitationAnswer)
+    case failed(InvitationOutcome)
+}
