@@ -142,11 +142,18 @@ public final class MCSession: NSObject, @unchecked Sendable {
         self.setupError = setupError
         super.init()
         events.session = self
+        // Streams and resources are refused while nobody would take them.
+        engine?.setChannelAcceptance { [weak self] in
+            guard let self else { return false }
+            return self.delegateBox.value != nil || self.subscribers.withLock { !$0.isEmpty }
+        }
     }
 
     deinit {
-        // A session dropped without disconnect() still says goodbye and frees its sockets.
+        // A session dropped without disconnect() still says goodbye and frees its sockets, and
+        // the partial files it kept for resuming go with it.
         _ = engine?.disconnect()
+        engine?.discardResumableTransfers()
         // Loops over `events()` end with the session, as they did with AsyncStream continuations.
         for channel in subscribers.withLock({ $0 }) { channel.finish() }
     }

@@ -19,6 +19,9 @@ public final class MCOutputStream: OutputStream {
         core.attach(to: self)
     }
 
+    /// Released without `close()`: closed, as Apple's streams are, so the reader sees the end.
+    deinit { core.close() }
+
     @available(*, unavailable, message: "made by MCSession.startStream(withName:toPeer:)")
     public required init(toMemory: ()) {
         fatalError("MCOutputStream is made by MCSession.startStream(withName:toPeer:)")
@@ -128,6 +131,10 @@ public final class MCInputStream: InputStream {
         super.init(data: Data())
         core.events.stream = self
     }
+
+    /// Released without `close()`: closed, so a writer still writing is told and unread bytes
+    /// stop holding its window.
+    deinit { core.close() }
 
     public override var delegate: (any StreamDelegate)? {
         get { streamDelegate }

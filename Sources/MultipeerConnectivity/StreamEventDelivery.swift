@@ -11,6 +11,9 @@ final class StreamEventDelivery: @unchecked Sendable {
     private struct State {
         var runLoops: [(runLoop: RunLoop, mode: RunLoop.Mode)] = []
         var pending: Set<UInt> = []
+        /// Events posted before any run loop was scheduled (a stream opened, then scheduled):
+        /// delivered once one is, as Apple's streams report their state when scheduled.
+        var unscheduled: [(event: Stream.Event, stillTrue: @Sendable () -> Bool)] = []
     }
 
     private let lock = NSLock()
@@ -21,9 +24,12 @@ final class StreamEventDelivery: @unchecked Sendable {
     var isScheduled: Bool { lock.withLock { !state.runLoops.isEmpty } }
 
     func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        lock.withLock {
+        let waiting = lock.withLock { () -> [(event: Stream.Event, stillTrue: @Sendable () -> Bool)] in
             if !state.runLoops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) { state.runLoops.append((runLoop, mode)) }
+            defer { state.unscheduled = [] }
+            return state.unscheduled
         }
+        for (event, stillTrue) in waiting { post(event, stillTrue: stillTrue) }
     }
 
     func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
@@ -34,7 +40,11 @@ final class StreamEventDelivery: @unchecked Sendable {
     /// that went away meanwhile (bytes read by a poller) is not reported.
     func post(_ event: Stream.Event, stillTrue: @escaping @Sendable () -> Bool = { true }) {
         let targets = lock.withLock { () -> [(RunLoop, RunLoop.Mode)] in
-            guard !state.runLoops.isEmpty, state.pending.insert(event.rawValue).inserted else { return [] }
+            guard !state.runLoops.isEmpty else {
+                if !state.unscheduled.contains(where: { $0.event == event }) { state.unscheduled.append((event, stillTrue)) }
+                return []
+            }
+            guard state.pending.insert(event.rawValue).inserted else { return [] }
             return state.runLoops.map { ($0.runLoop, $0.mode) }
         }
         guard let (runLoop, mode) = targets.first else { return }

@@ -18,7 +18,22 @@ extension Demo {
 
     static func servePeer(forHex hex: String) async throws {
         let session = try await announce(forHex: hex)
+        // Takes what peers send: messages are dropped, streams read, files removed once verified.
+        let events = session.events()
+        let taker = Task {
+            for await event in events {
+                switch event {
+                case .streamReceived(let reader, _):
+                    Task { for try await _ in reader {} }
+                case .resourceReceived(_, _, .success(let url)):
+                    try? FileManager.default.removeItem(at: url)
+                default:
+                    break
+                }
+            }
+        }
         try await Task.sleep(for: .seconds(60))
+        taker.cancel()
         withExtendedLifetime(session) {}
     }
 

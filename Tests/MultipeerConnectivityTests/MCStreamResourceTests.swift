@@ -185,7 +185,10 @@ struct MCStreamResourceTests {
 
     /// Apple-era code: both ends scheduled in run loops, the writer pumping a chunk per
     /// `hasSpaceAvailable`, the reader reading per `hasBytesAvailable` until `endEncountered`.
-    @Test func runLoopPumpedStreamsCarryEveryByte() async throws {
+    /// Apple's streams report their state once scheduled, so code that opens before it
+    /// schedules works too (`openFirst`).
+    @Test(arguments: [false, true])
+    func runLoopPumpedStreamsCarryEveryByte(openFirst: Bool) async throws {
         let (alice, bob) = try Self.sessions()
         let receiving = RunLoopThread(name: "bob-streams")
         let sending = RunLoopThread(name: "alice-streams")
@@ -200,8 +203,9 @@ struct MCStreamResourceTests {
         let box = UncheckedSendable(output)
         sending.perform {
             box.value.delegate = pump
+            if openFirst { box.value.open() }
             box.value.schedule(in: .current, forMode: .default)
-            box.value.open()
+            if !openFirst { box.value.open() }
         }
         #expect(try await eventually(seconds: 30) { delegate.drain.ended })
         #expect(pump.done && !pump.failed && !delegate.drain.failed, "pump \(pump.events.count) events, drain \(delegate.drain.events.count) events, \(delegate.drain.bytes.count) bytes, streams \(delegate.streams.count), space \(output.hasSpaceAvailable), status \(output.streamStatus.rawValue), input status \(delegate.streams.first?.0.streamStatus.rawValue ?? 99), avail \(delegate.streams.first?.0.hasBytesAvailable ?? false)")
@@ -332,7 +336,7 @@ struct MCStreamResourceTests {
                 completed.withLock { $0.append(error) }
             })
             let index = delegate.started.count
-            try #require(try await eventually { delegate.started.count == index + 1 && delegate.started[index].2.completedUnitCount > 0 })
+            try #require(try await eventually(seconds: 30) { delegate.started.count == index + 1 && delegate.started[index].2.completedUnitCount > 0 })
             if receiverCancels { delegate.started[index].2.cancel() } else { progress.cancel() }
             #expect(try await eventually(seconds: 20) { completed.withLock { $0.count } == 1 && delegate.finished.count == index + 1 })
             #expect((completed.withLock { $0[0] } as? MCError)?.code == .cancelled)

@@ -100,7 +100,10 @@ struct ResourceChannelTests {
             #expect((path as NSString).deletingLastPathComponent == scratch.received, "\(path)")
             #expect((path as NSString).lastPathComponent.hasPrefix(".mpcp-"))
         }
-        #expect(!FileManager.default.fileExists(atPath: "/etc/shadow-from-test"))
+        // Nothing was written anywhere but the resource directory: the scratch directory holds
+        // only the source and that directory, which holds only files of the receiver's naming.
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: scratch.path)) == ["source", "received"])
+        #expect(scratch.leftovers.allSatisfy { $0.hasPrefix(".mpcp-") && $0.hasSuffix(".part") })
     }
 
     @Test func anOversizedOfferIsRefused() async throws {
@@ -153,6 +156,32 @@ struct ResourceChannelTests {
         #expect(receiverError.code == (senderCancels ? .cancelledByPeer : .cancelled))
         try #require(try await eventually { scratch.leftovers.isEmpty }, "left \(scratch.leftovers)")
         #expect(bob.engine.resumeStore.count == 0)
+        // Bytes queued when it stopped went back to the sender's window: the connection carries
+        // the next transfer whole (a leak here would stall it for good).
+        bob.engine.storageFault.withLockedValue { $0 = nil }
+        let next = try Self.send(try scratch.file("next", Self.content(4 << 20, seed: seed + 50)), from: alice, to: bob)
+        guard case .success = try await Self.outcome(next, seconds: 30) else { Issue.record("the next transfer failed: \(String(describing: next.outcome))"); return }
+    }
+
+    /// One peer cannot take every incoming place: past its own cap its offers are refused, while
+    /// another peer's still go through.
+    @Test func onePeerCannotTakeEveryIncomingPlace() async throws {
+        let scratch = try Scratch()
+        let (alice, bob) = try await Self.pair(scratch) { $0.maximumIncomingResourcesPerPeer = 1 }
+        let carol = try EngineProbe(name: "carol", identity: try Self.pki.peer("carol"))
+        defer { Task { await alice.shutdown(); await bob.shutdown(); await carol.shutdown() } }
+        try #require(try await bob.connect(carol))
+        let gate = WriteGate(at: 0)
+        bob.engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
+        let first = try Self.send(try scratch.file("one", Self.content(1 << 20, seed: 61)), from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        let second = try Self.send(try scratch.file("two", [1]), from: alice, to: bob)
+        guard case .failure(let error) = try await Self.outcome(second) else { Issue.record("a second resource from one peer was taken"); return }
+        #expect(error.code == .refusedByPeer)
+        let fromCarol = try Self.send(try scratch.file("three", [2]), from: carol, to: bob)
+        gate.open()
+        guard case .success = try await Self.outcome(fromCarol) else { Issue.record("another peer's resource was refused"); return }
+        guard case .success = try await Self.outcome(first) else { Issue.record("the first failed"); return }
     }
 
     @Test func aStorageFailureFailsBothSidesAndLeavesNoFile() async throws {

@@ -159,14 +159,59 @@ struct StreamChannelTests {
         }
         #expect(throws: TransferError.self) { try alice.engine.openStream(named: "one too many", to: bob.peer.identifier) }
         writers[0].close()
-        let another = try await withDeadline(seconds: 10) { () -> ByteStreamWriter? in
+        let another = try await withDeadline(seconds: 10) { () -> ByteStreamWriter in
             while true {
                 if let writer = try? alice.engine.openStream(named: "again", to: bob.peer.identifier) { return writer }
                 try await Task.sleep(for: .milliseconds(10))
             }
         }
-        #expect(another != nil)
+        #expect(another.name == "again")
         try #require(try await eventually { bob.openedStreams.count == 65 })
+    }
+
+    /// A stalled reader holds its channel's window only: another stream to the same peer flows.
+    @Test func aStalledStreamDoesNotBlockTheOthers() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let stalled = try alice.engine.openStream(named: "stalled", to: bob.peer.identifier)
+        let stalledWriting = Task { try await stalled.write(ByteBuffer(bytes: Self.content(4 << 20, seed: 1))) }
+        try #require(try await eventually { bob.openedStreams.first?.bufferedByteCount == Int(bob.engine.configuration.channels.channelReceiveWindow) })
+        let content = Self.content(3 << 20, seed: 2)
+        let other = try alice.engine.openStream(named: "other", to: bob.peer.identifier)
+        let writing = Task {
+            try await other.write(ByteBuffer(bytes: content))
+            other.close()
+        }
+        try #require(try await eventually { bob.openedStreams.count == 2 })
+        #expect(try await Self.readAll(bob.openedStreams[1]) == content)
+        try await writing.value
+        stalledWriting.cancel()
+        bob.openedStreams[0].cancel()
+    }
+
+    /// A reader that stops early after a writer wrote and closed gives the unread bytes' window
+    /// back: the next stream on the connection goes through whole.
+    @Test func unreadBytesAreGivenBackWhenTheReaderLetsGo() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let first = try alice.engine.openStream(named: "first", to: bob.peer.identifier)
+        try await first.write(ByteBuffer(bytes: Self.content(200_000, seed: 3)))
+        first.close()
+        try #require(try await eventually { bob.openedStreams.first?.isAtEnd == false && bob.openedStreams.first?.bufferedByteCount == 200_000 })
+        var ten = [UInt8](repeating: 0, count: 10)
+        #expect(ten.withUnsafeMutableBytes { bob.openedStreams[0].read(into: $0) } == 10)
+        bob.openedStreams[0].cancel()
+        for round in 0..<4 {
+            let content = Self.content(1 << 20, seed: 10 + UInt64(round))
+            let next = try alice.engine.openStream(named: "next\(round)", to: bob.peer.identifier)
+            let writing = Task {
+                try await next.write(ByteBuffer(bytes: content))
+                next.close()
+            }
+            try #require(try await eventually { bob.openedStreams.count == 2 + round })
+            #expect(try await Self.readAll(bob.openedStreams[1 + round]) == content)
+            try await writing.value
+        }
     }
 
     @Test func openingToAStrangerOrWithALongNameIsRefusedAtOnce() async throws {

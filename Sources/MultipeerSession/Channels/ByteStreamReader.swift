@@ -17,8 +17,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     }
 
     private struct State {
-        var chunks = CircularBuffer<ByteBuffer>()
-        var buffered = 0
+        var chunks = ChunkQueue()
         var ended = false
         var failure: TransferError?
         var waiter: UnsafeContinuation<Void, Never>?
@@ -29,6 +28,13 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     public let name: String
     public let peer: WirePeerID
     let channel: UInt32
+
+    deinit {
+        // Bytes nobody will read: their window goes back to the peer.
+        let dropped = state.withLock { $0.chunks.removeAll() }
+        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
+    }
+
     private let linkage: any ChannelLinkage
     private let state = Mutex(State())
 
@@ -44,35 +50,24 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         let pending = state.withLock { state -> Event? in
             state.observer = observer
             if let failure = state.failure { return .failed(failure) }
-            if state.buffered > 0 { return .bytesAvailable }
+            if state.chunks.byteCount > 0 { return .bytesAvailable }
             return state.ended ? .endEncountered : nil
         }
         if let pending { observer?(pending) }
     }
 
-    public var hasBytesAvailable: Bool { state.withLock { $0.buffered > 0 } }
+    public var hasBytesAvailable: Bool { state.withLock { $0.chunks.byteCount > 0 } }
     /// Bytes arrived and not yet read: never more than the channel's window (docs/PROTOCOL.md §7.6).
-    public var bufferedByteCount: Int { state.withLock { $0.buffered } }
+    public var bufferedByteCount: Int { state.withLock { $0.chunks.byteCount } }
+    /// Buffers held for those bytes (bounded by the bytes, whatever the peer's frame sizes).
+    var bufferedChunkCount: Int { state.withLock { $0.chunks.chunkCount } }
     /// The writer closed and every byte has been read.
-    public var isAtEnd: Bool { state.withLock { $0.ended && $0.buffered == 0 } }
+    public var isAtEnd: Bool { state.withLock { $0.ended && $0.chunks.byteCount == 0 } }
     public var failure: TransferError? { state.withLock { $0.failure } }
 
     /// Copies up to `buffer.count` bytes; 0 when none are available now (see `isAtEnd`).
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        let copied = state.withLock { state -> Int in
-            var copied = 0
-            while copied < buffer.count, var chunk = state.chunks.first {
-                let count = Swift.min(chunk.readableBytes, buffer.count - copied)
-                chunk.withUnsafeReadableBytes { raw in
-                    UnsafeMutableRawBufferPointer(rebasing: buffer[copied..<copied + count]).copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.prefix(count)))
-                }
-                chunk.moveReaderIndex(forwardBy: count)
-                copied += count
-                if chunk.readableBytes == 0 { state.chunks.removeFirst() } else { state.chunks[state.chunks.startIndex] = chunk }
-            }
-            state.buffered -= copied
-            return copied
-        }
+        let copied = state.withLock { $0.chunks.read(into: buffer) }
         if copied > 0 { linkage.channelTaken(copied, on: channel) }
         return copied
     }
@@ -81,10 +76,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     public func next() async throws(TransferError) -> ByteBuffer? {
         while true {
             let outcome = state.withLock { state -> Result<ByteBuffer?, TransferError>? in
-                if let chunk = state.chunks.popFirst() {
-                    state.buffered -= chunk.readableBytes
-                    return .success(chunk)
-                }
+                if let chunk = state.chunks.popFirst() { return .success(chunk) }
                 if let failure = state.failure { return .failure(failure) }
                 return state.ended ? .success(nil) : nil
             }
@@ -109,21 +101,21 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         }
     }
 
-    /// Stops reading: the writer is told (STREAM_RESET 1) and buffered bytes are dropped.
+    /// Stops reading: buffered bytes are dropped (their window goes back to the peer) and a
+    /// writer still writing is told (STREAM_RESET 1). Also after the end or a failure, to let
+    /// go of what was never read.
     public func cancel() {
         let (send, dropped) = state.withLock { state -> (Bool, Int) in
-            guard !state.ended, state.failure == nil else { return (false, 0) }
-            state.failure = TransferError(.cancelled)
+            let dropped = state.chunks.removeAll()
             state.cancelled = true
-            let dropped = state.buffered
-            state.chunks.removeAll()
-            state.buffered = 0
+            guard !state.ended, state.failure == nil else { return (false, dropped) }
+            state.failure = TransferError(.cancelled)
             return (true, dropped)
         }
+        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
         guard send else { return }
         wake()
         linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
-        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
     }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
@@ -141,7 +133,6 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
             let accepted = state.withLock { state -> Bool in
                 guard !state.cancelled else { return false }
                 state.chunks.append(data)
-                state.buffered += data.readableBytes
                 return true
             }
             if accepted {

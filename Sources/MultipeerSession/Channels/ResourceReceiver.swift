@@ -9,13 +9,15 @@ import Synchronization
 /// and the SHA-256 of the whole content at RESOURCE_COMPLETE, then answers RESOURCE_RECEIVED or
 /// RESOURCE_CANCEL. A failed or cancelled transfer leaves no file; one cut off by a lost
 /// connection is kept for resuming when a store is given.
+///
+/// The outcome is claimed under the lock before any final frame goes out, so a cancel racing
+/// the verification cannot tell the sender one thing and do another.
 final class ResourceReceiver: InboundChannel {
     /// Chunks are written in batches of about this much.
     static let writeBatch = 256 * 1024
 
     private struct State {
-        var pending = CircularBuffer<ByteBuffer>()
-        var pendingBytes = 0
+        var pending = ChunkQueue()
         var writeInFlight = false
         /// File length written so far (includes a resumed prefix).
         var written: UInt64
@@ -86,8 +88,7 @@ final class ResourceReceiver: InboundChannel {
                 return state.failedWhileWriting
             }
             if let lost {
-                keepPartial()
-                finish(.failure(lost), removeFile: false)
+                keepPartialAndReport(lost)
             } else if case .failure(let error) = result {
                 storageFailed(error)
             } else {
@@ -98,9 +99,9 @@ final class ResourceReceiver: InboundChannel {
 
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
     func cancel() {
-        guard state.withLock({ $0.result == nil }) else { return }
+        guard claim(.failure(TransferError(.cancelled))) else { return }
         linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
-        finish(.failure(TransferError(.cancelled)), removeFile: true)
+        report(removeFile: true)
     }
 
     // MARK: On the loop
@@ -109,9 +110,8 @@ final class ResourceReceiver: InboundChannel {
         switch frame {
         case .resourceChunk(_, let data):
             let accepted = state.withLock { state -> Bool in
-                guard state.result == nil else { return false }
+                guard state.result == nil, state.failedWhileWriting == nil else { return false }
                 state.pending.append(data)
-                state.pendingBytes += data.readableBytes
                 return true
             }
             if accepted { writeMore() } else { linkage.channelTaken(data.readableBytes, on: channel) }
@@ -121,10 +121,10 @@ final class ResourceReceiver: InboundChannel {
             verifyIfDone()
             return false
         case .resourceCancel(_, let reason):
-            finish(.failure(TransferError.fromPeerCancel(reason)), removeFile: true)
+            if claim(.failure(TransferError.fromPeerCancel(reason))) { report(removeFile: true) }
             return true
         case .streamReset(_, let code):
-            finish(.failure(TransferError.fromPeerReset(code)), removeFile: true)
+            if claim(.failure(TransferError.fromPeerReset(code))) { report(removeFile: true) }
             return true
         default:
             return false
@@ -142,30 +142,29 @@ final class ResourceReceiver: InboundChannel {
             }
             return true
         }
-        guard keepNow else { return }
-        keepPartial()
-        finish(.failure(error), removeFile: false)
+        if keepNow { keepPartialAndReport(error) }
     }
 
-    private func keepPartial() {
+    private func keepPartialAndReport(_ error: TransferError) {
+        guard claim(.failure(error)) else { return }
         let written = state.withLock { $0.written }
         if let resumeStore {
             resumeStore.keep(ResumeStore.Partial(path: path, length: written), for: resumeKey)
         } else {
             FileNames.remove(path)
         }
+        report(removeFile: false)
     }
 
     private func writeMore() {
         let batch = state.withLock { state -> (chunks: [ByteBuffer], at: UInt64)? in
-            guard state.result == nil, state.failedWhileWriting == nil, !state.writeInFlight, state.pendingBytes > 0 else { return nil }
+            guard state.result == nil, state.failedWhileWriting == nil, !state.writeInFlight, !state.pending.isEmpty else { return nil }
             var chunks: [ByteBuffer] = []
             var bytes = 0
             while bytes < Self.writeBatch, let chunk = state.pending.popFirst() {
                 chunks.append(chunk)
                 bytes += chunk.readableBytes
             }
-            state.pendingBytes -= bytes
             state.writeInFlight = true
             return (chunks, state.written)
         }
@@ -184,39 +183,30 @@ final class ResourceReceiver: InboundChannel {
             }
             return Int(position - batch.at)
         }.whenComplete { [self] result in
+            let bytes = (try? result.get()) ?? 0
+            let (written, lost) = state.withLock { state -> (UInt64, TransferError?) in
+                state.writeInFlight = false
+                state.written += UInt64(bytes)
+                return (state.written, state.failedWhileWriting)
+            }
+            if let lost {
+                keepPartialAndReport(lost)  // what landed before a failed write is still whole
+                return
+            }
             switch result {
-            case .success(let bytes):
-                let (written, failure) = state.withLock { state -> (UInt64, TransferError?) in
-                    state.writeInFlight = false
-                    state.written += UInt64(bytes)
-                    return (state.written, state.failedWhileWriting)
-                }
-                if let failure {
-                    keepPartial()
-                    finish(.failure(failure), removeFile: false)
-                    return
-                }
+            case .success:
                 linkage.channelTaken(bytes, on: channel)
                 onProgress(written)
                 writeMore()
             case .failure(let error):
-                let lost = state.withLock { state -> TransferError? in
-                    state.writeInFlight = false
-                    return state.failedWhileWriting
-                }
-                if let lost {
-                    keepPartial()  // what landed before the failed write is still whole
-                    finish(.failure(lost), removeFile: false)
-                } else {
-                    storageFailed(error)
-                }
+                storageFailed(error)
             }
         }
     }
 
     private func verifyIfDone() {
         let check = state.withLock { state -> (SHA256Digest, UInt64)? in
-            guard state.result == nil, !state.writeInFlight, state.pendingBytes == 0, let expected = state.expectedDigest else { return nil }
+            guard state.result == nil, !state.writeInFlight, state.pending.isEmpty, let expected = state.expectedDigest else { return nil }
             state.writeInFlight = true  // nothing else runs on the file now
             return (expected, state.written)
         }
@@ -232,8 +222,9 @@ final class ResourceReceiver: InboundChannel {
         }.whenComplete { [self] result in
             switch result {
             case .success(let digest) where digest == expected.bytes:
+                guard claim(.success(path)) else { return }
                 linkage.channelSend(.resourceReceived(channel: channel), ends: true)
-                finish(.success(path), removeFile: false)
+                report(removeFile: false)
             case .success:
                 rejectContent(TransferError(.integrityFailure, detail: "SHA-256 mismatch"))
             case .failure(let error):
@@ -243,25 +234,31 @@ final class ResourceReceiver: InboundChannel {
     }
 
     private func rejectContent(_ error: TransferError) {
+        guard claim(.failure(error)) else { return }
         linkage.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure), ends: true)
-        finish(.failure(error), removeFile: true)
+        report(removeFile: true)
     }
 
     private func storageFailed(_ error: any Error) {
-        guard state.withLock({ $0.result == nil }) else { return }
+        guard claim(.failure(TransferError(.storageFailure, detail: "\(error)"))) else { return }
         linkage.channelSend(.resourceCancel(channel: channel, reason: .storageFailure), ends: true)
-        finish(.failure(TransferError(.storageFailure, detail: "\(error)")), removeFile: true)
+        report(removeFile: true)
     }
 
-    private func finish(_ result: Result<String, TransferError>, removeFile: Bool) {
-        let first = state.withLock { state -> Bool in
-            guard state.result == nil else { return false }
+    /// Takes the outcome if none was taken yet; the one caller that wins sends the final frame.
+    /// Bytes still queued are dropped, and their window goes back to the peer.
+    private func claim(_ result: Result<String, TransferError>) -> Bool {
+        let (won, dropped) = state.withLock { state -> (Bool, Int) in
+            guard state.result == nil else { return (false, 0) }
             state.result = result
-            state.pending.removeAll()
-            state.pendingBytes = 0
-            return true
+            return (true, state.pending.removeAll())
         }
-        guard first else { return }
+        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
+        return won
+    }
+
+    private func report(removeFile: Bool) {
+        guard let result = state.withLock({ $0.result }) else { return }
         if removeFile { FileNames.remove(path) }
         onCompletion(result)
     }

@@ -71,17 +71,23 @@ final class ResourceSender: OutboundChannel {
         .resourceOffer(channel: channel, try! ResourceOffer(size: source.size, transferID: source.transferID, name: source.name))
     }
 
-    /// Stops the transfer (RESOURCE_CANCEL 1); the completion reports `cancelled`.
+    /// Stops the transfer (RESOURCE_CANCEL 1); the completion reports `cancelled`. The outcome is
+    /// claimed before the frame goes out, so a RESOURCE_RECEIVED racing it cannot also succeed.
     func cancel() {
-        let target = state.withLock { state -> (any ChannelLinkage, UInt32)? in
-            guard state.result == nil else { return nil }
-            guard let linkage = state.linkage, let channel = state.channel else { return nil }
-            return (linkage, channel)
+        let error = TransferError(.cancelled)
+        let (won, target) = state.withLock { state -> (Bool, (any ChannelLinkage, UInt32)?) in
+            guard state.result == nil else { return (false, nil) }
+            state.result = .failure(error)
+            state.buffered.removeAll()
+            state.bufferedBytes = 0
+            guard let linkage = state.linkage, let channel = state.channel else { return (true, nil) }
+            return (true, (linkage, channel))
         }
+        guard won else { return }
         if let (linkage, channel) = target {
             linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
         }
-        finish(.failure(TransferError(.cancelled)))
+        onCompletion(.failure(error))
     }
 
     // MARK: On the loop

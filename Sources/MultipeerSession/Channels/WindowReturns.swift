@@ -9,7 +9,8 @@ struct WindowReturns {
 
     init(channelWindow: UInt32 = WireLimits.initialChannelWindow, connectionWindow: UInt32 = WireLimits.initialConnectionWindow) {
         channelThreshold = max(1, channelWindow / 4)
-        connectionThreshold = max(1, min(connectionWindow, channelWindow) / 4)
+        // Small and fixed, so the connection window comes back however the channels are sized.
+        connectionThreshold = min(65_536, max(1, connectionWindow / 4))
     }
 
     private var pendingByChannel: [UInt32: UInt32] = [:]

@@ -151,6 +151,8 @@ struct ChannelTable {
             open.completed = true
             peerOpen[channel] = open
             return .forOpenChannel(channel)
+        case (.streamReset, .resource) where open.completed:
+            return violation(.invalidValue, "STREAM_RESET on channel \(channel) after RESOURCE_COMPLETE (only RESOURCE_CANCEL may follow)")
         case (.streamReset, _), (.resourceCancel, .resource):
             peerOpen[channel] = nil
             return .forOpenChannel(channel)
@@ -175,7 +177,11 @@ struct ChannelTable {
         var finishes = false
         switch frame {
         case .streamData(_, let data), .resourceChunk(_, let data): dataBytes = UInt32(data.readableBytes)
-        case .streamClose, .resourceComplete, .streamReset, .resourceCancel: finishes = true
+        case .streamClose, .streamReset, .resourceCancel: finishes = true
+        case .resourceComplete:
+            // The opener may still cancel after completing (§6.4.16): remember it, with no window.
+            ended[index].window = 0
+            return .handled
         case .windowUpdate, .resourceAccept, .resourceReceived:
             return violation(.invalidValue, "\(frame.type) from the opener of channel \(frame.channel)")
         default: break

@@ -12,6 +12,17 @@ import Synchronization
 extension SessionEngine {
     // MARK: Public API (any thread)
 
+    /// Whether anyone takes the peers' streams and resources; asked as each arrives. Without
+    /// it (or when it says no) they are refused with STREAM_RESET 3.
+    public func setChannelAcceptance(_ check: @escaping @Sendable () -> Bool) {
+        channelAcceptance.withLockedValue { $0 = check }
+    }
+
+    /// Deletes the partial files kept for resuming (the session is going away).
+    public func discardResumableTransfers() { resumeStore.removeAll() }
+
+    var acceptsChannels: Bool { channelAcceptance.withLockedValue { $0 }?() ?? true }
+
     /// Opens a named byte stream to a connected peer. Returns at once; bytes written before the
     /// channel opens wait in the writer. Throws `notConnected`, `tooManyChannels` (64 of ours
     /// open to the peer) or `invalidParameter` (a name over 255 bytes).
@@ -187,6 +198,11 @@ extension SessionEngine {
             mux.scheduler.windowUpdate(channel, increment: increment)
             pump(link, peer: id)
         case .streamOpen(_, let name):
+            guard acceptsChannels else {
+                // Nobody would read it: refused at once rather than left to hold the window.
+                if let connection = link.channel { writeChannelFrame(.streamReset(channel: channel, code: .refused), on: connection, flush: true) }
+                return
+            }
             let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux)
             mux.inbound[channel] = reader
             if let connection = link.channel { widenWindow(of: channel, on: connection) }
@@ -214,7 +230,11 @@ extension SessionEngine {
             configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "\(why)"])
             writeChannelFrame(.streamReset(channel: channel, code: .refused), on: connection, flush: true)
         }
+        guard acceptsChannels else { return refuse("nobody takes resources (no delegate, no event stream)") }
         guard offer.size <= limits.maximumIncomingResourceSize else { return refuse("\(offer.size) bytes, over the limit") }
+        guard mux.inbound.values.count(where: { $0 is ResourceReceiver }) < limits.maximumIncomingResourcesPerPeer else {
+            return refuse("too many incoming resources from this peer at once")
+        }
         guard incomingResources.load(ordering: .relaxed) < limits.maximumConcurrentIncomingResources else {
             return refuse("too many incoming resources at once")
         }
@@ -223,12 +243,12 @@ extension SessionEngine {
         let path: String
         var offset: UInt64 = 0
         do {
-            if let partial = resumeStore.take(key), let kept = try? OpenFile.openForUpdate(partial.path),
-                (try? kept.truncate(to: partial.length)) != nil
-            {
+            let partial = resumeStore.take(key)
+            if let partial, let kept = try? OpenFile.openForUpdate(partial.path), (try? kept.truncate(to: partial.length)) != nil {
                 (file, path, offset) = (kept, partial.path, partial.length)
             } else {
-                try Self.makeDirectory(limits.resourceDirectory)
+                if let partial { FileNames.remove(partial.path) }  // kept, but no longer usable
+                try prepareResourceDirectory(limits.resourceDirectory)
                 path = limits.resourceDirectory + "/.mpcp-" + Bytes16.random().description + ".part"
                 file = try OpenFile.create(path)
             }
@@ -284,11 +304,29 @@ extension SessionEngine {
         for sink in inbound.values { sink.failed(error) }
     }
 
-    private static func makeDirectory(_ path: String) throws(FileIOError) {
+    /// Makes the resource directory if needed and checks that it is ours alone: a directory
+    /// someone else made (in /tmp, say) could let them swap a verified file. The first time, it
+    /// also removes files of interrupted transfers older than they may be kept.
+    private func prepareResourceDirectory(_ path: String) throws(FileIOError) {
         var components = ""
         for part in path.split(separator: "/", omittingEmptySubsequences: true) {
             components += "/" + part
             if mkdir(components, 0o700) != 0 && errno != EEXIST { throw FileIOError(operation: "mkdir", code: errno) }
+        }
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw FileIOError(operation: "lstat", code: errno) }
+        guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
+            throw FileIOError(operation: "resource directory (not a directory of ours alone, mode 0700)", code: EPERM)
+        }
+        guard resourceDirectorySwept.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        let cutoff = time(nil) - Int(configuration.channels.resumeLifetime.nanoseconds / 1_000_000_000)
+        guard let directory = opendir(path) else { return }
+        defer { closedir(directory) }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(".mpcp-"), name.hasSuffix(".part") else { continue }
+            var file = stat()
+            if lstat(path + "/" + name, &file) == 0, file.st_mtim.tv_sec < cutoff { FileNames.remove(path + "/" + name) }
         }
     }
 }

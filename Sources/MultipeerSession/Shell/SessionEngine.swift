@@ -23,6 +23,9 @@ public final class SessionEngine: Sendable {
     let channelCounts = ChannelCounts()
     /// Incoming resources in progress, from every peer.
     let incomingResources = Atomic<Int>(0)
+    let channelAcceptance = NIOLockedValueBox<(@Sendable () -> Bool)?>(nil)
+    /// Whether stale partial files in the resource directory have been swept this run.
+    let resourceDirectorySwept = Atomic<Bool>(false)
     /// Interrupted incoming transfers, for their senders to resume.
     let resumeStore: ResumeStore
     /// Reads and writes resource files, off the event loop.

@@ -95,12 +95,13 @@ public enum SessionEngineEvent: Sendable {
 public struct ChannelConfiguration: Sendable {
     /// Bytes a stream writer holds before `write` waits or takes less.
     public var streamBufferLimit: Int
-    /// What a peer may send on one channel before the app has taken some (raised from the
-    /// protocol's initial 256 KiB with a WINDOW_UPDATE when the channel opens).
-    public var channelReceiveWindow: UInt32
+    /// What a peer may send on one channel before the app has taken some (a WINDOW_UPDATE
+    /// raises the protocol's initial 256 KiB when the channel opens, if this is larger). Keep it
+    /// well below the connection window, so one stalled reader cannot stop the other channels.
+    public private(set) var channelReceiveWindow: UInt32
     /// What a peer may send on all its channels together before the app has taken some: the
     /// most channel data from one peer held in memory at once.
-    public var connectionReceiveWindow: UInt32
+    public private(set) var connectionReceiveWindow: UInt32
     /// Where incoming resources are written, under names of the session's own making; created
     /// if missing. The default is a directory of its own under the system's temporary directory.
     public var resourceDirectory: String
@@ -108,17 +109,20 @@ public struct ChannelConfiguration: Sendable {
     public var maximumIncomingResourceSize: UInt64
     /// Incoming resources at once, from all peers; more are refused.
     public var maximumConcurrentIncomingResources: Int
+    /// Incoming resources at once from one peer, so one peer cannot take every place.
+    public var maximumIncomingResourcesPerPeer: Int
     /// Interrupted incoming transfers kept for the sender to resume, and for how long.
     public var resumableTransfers: Int
     public var resumeLifetime: TimeAmount
 
     public init(
         streamBufferLimit: Int = 256 << 10,
-        channelReceiveWindow: UInt32 = 1 << 20,
-        connectionReceiveWindow: UInt32 = 1 << 20,
+        channelReceiveWindow: UInt32 = WireLimits.initialChannelWindow,
+        connectionReceiveWindow: UInt32 = WireLimits.initialConnectionWindow,
         resourceDirectory: String? = nil,
         maximumIncomingResourceSize: UInt64 = 16 << 30,
         maximumConcurrentIncomingResources: Int = 16,
+        maximumIncomingResourcesPerPeer: Int = 4,
         resumableTransfers: Int = 16,
         resumeLifetime: TimeAmount = .minutes(10)
     ) {
@@ -128,6 +132,7 @@ public struct ChannelConfiguration: Sendable {
         self.resourceDirectory = resourceDirectory ?? Self.defaultResourceDirectory()
         self.maximumIncomingResourceSize = min(maximumIncomingResourceSize, WireLimits.maxResourceSize)
         self.maximumConcurrentIncomingResources = max(0, maximumConcurrentIncomingResources)
+        self.maximumIncomingResourcesPerPeer = max(0, maximumIncomingResourcesPerPeer)
         self.resumableTransfers = max(0, resumableTransfers)
         self.resumeLifetime = resumeLifetime
     }
