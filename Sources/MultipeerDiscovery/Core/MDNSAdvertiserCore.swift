@@ -22,6 +22,8 @@ public struct MDNSAdvertiserCore {
         case probe(round: Int, generation: Int)
         case announce(round: Int, generation: Int)
         case respond(interfaceIndex: Int, ipv6: Bool, generation: Int)
+        /// A query with TC waited 400-500 ms for its further known answers.
+        case decideTruncated(id: Int, generation: Int)
     }
 
     public let serviceType: ServiceType
@@ -50,6 +52,7 @@ public struct MDNSAdvertiserCore {
     /// Interfaces where a probe for one of our names is being answered: sooner than the usual
     /// once a second (RFC 6762 §6.2 allows 250 ms), so the prober sees the defence in time.
     private var pendingProbeDefence: Set<PendingKey> = []
+    private var truncated = TruncatedQueries()
 
     private struct PendingKey: Hashable {
         let interfaceIndex: Int
@@ -143,6 +146,7 @@ public struct MDNSAdvertiserCore {
         generation += 1
         pendingAnswers.removeAll()
         pendingProbeDefence.removeAll()
+        dropTruncatedQueries()
     }
 
     /// The interfaces changed (one came or went, an address changed): announce on the new set.
@@ -150,6 +154,7 @@ public struct MDNSAdvertiserCore {
         guard updated != interfaces else { return }
         interfaces = updated
         pendingAnswers.removeAll()
+        dropTruncatedQueries()
         if phase == .running || phase == .announcing { scheduleAnnouncements(now: now) }
     }
 
@@ -177,7 +182,7 @@ public struct MDNSAdvertiserCore {
             }
             return
         }
-        answer(message, from: source, now: now)
+        answerOrHold(message, from: source, now: now)
     }
 
     /// Runs whatever is due.
@@ -212,6 +217,8 @@ public struct MDNSAdvertiserCore {
                 if let answers = pendingAnswers.removeValue(forKey: key) {
                     sendMulticast(answers, to: key, now: now, force: false, minimumInterval: defence ? .milliseconds(250) : .seconds(1))
                 }
+            case .decideTruncated(let id, let jobGeneration) where jobGeneration == generation:
+                if let held = truncated.take(id: id) { answer(held.merged, from: held.source, now: now, waited: true) }
             default:
                 break  // a job of an earlier generation
             }
@@ -222,6 +229,10 @@ public struct MDNSAdvertiserCore {
 
     /// Jobs waiting, for tests that check a flood does not grow them.
     var pendingJobCount: Int { jobs.count }
+    /// Queries with TC held, and the known answers kept for them, for the same tests.
+    var heldTruncatedQueryCount: Int { truncated.held.count }
+    var heldKnownAnswerCount: Int { truncated.knownAnswerCount }
+    func heldTruncatedQueryCount(from source: MDNSSource) -> Int { truncated.held.count { $0.source == source } }
 
     public mutating func takePackets() -> [MDNSPacket] {
         defer { packets = [] }
@@ -241,6 +252,7 @@ public struct MDNSAdvertiserCore {
         generation += 1
         pendingAnswers.removeAll()
         pendingProbeDefence.removeAll()
+        dropTruncatedQueries()
         jobs.schedule(.probe(round: 0, generation: generation), at: now + delay)
     }
 
@@ -307,14 +319,50 @@ public struct MDNSAdvertiserCore {
 
     // MARK: Answering
 
-    private mutating func answer(_ query: DNSMessage, from source: MDNSSource, now: NIODeadline) {
+    private static func answers(_ question: DNSQuestion, with record: DNSResourceRecord) -> Bool {
+        record.name == question.name && (question.type == .any || question.type == record.type)
+    }
+
+    /// RFC 6762 §7.2: a query with TC is held for 400-500 ms while its querier's further known
+    /// answers come in packets without questions; then it is answered as one query. Only what
+    /// concerns our records is kept. Legacy queriers (not port 5353) and probes are answered as usual.
+    private mutating func answerOrHold(_ query: DNSMessage, from source: MDNSSource, now: NIODeadline) {
+        guard source.port == MDNS.port, query.authorities.isEmpty, query.isTruncated || query.questions.isEmpty else {
+            answer(query, from: source, now: now)
+            return
+        }
+        let ours = records(interfaceIndex: source.interfaceIndex, ipv6: source.address.isIPv6)
+        let identities = Set(ours.map(RecordIdentity.init))
+        let known = query.answers.filter { identities.contains(RecordIdentity($0)) }
+        guard !query.questions.isEmpty else {
+            truncated.addKnownAnswers(known, from: source)
+            return
+        }
+        let questions = query.questions.filter { question in ours.contains { Self.answers(question, with: $0) } }
+        guard !questions.isEmpty else { return }
+        let (id, evicted) = truncated.hold(questions: questions, knownAnswers: known, from: source)
+        jobs.schedule(.decideTruncated(id: id, generation: generation), at: now + .milliseconds(Int64.random(in: 400...500, using: &random)))
+        for held in evicted {
+            jobs.removeAll { if case .decideTruncated(held.id, _) = $0 { true } else { false } }
+            answer(held.merged, from: held.source, now: now)
+        }
+    }
+
+    private mutating func dropTruncatedQueries() {
+        truncated.removeAll()
+        jobs.removeAll { if case .decideTruncated = $0 { true } else { false } }
+    }
+
+    /// `waited`: the query was held for its known answers (RFC 6762 §7.2), which stands in for
+    /// the usual 20-120 ms delay of shared answers.
+    private mutating func answer(_ query: DNSMessage, from source: MDNSSource, now: NIODeadline, waited: Bool = false) {
         let ipv6 = source.address.isIPv6
         let all = records(interfaceIndex: source.interfaceIndex, ipv6: ipv6)
         var answers: [DNSResourceRecord] = []
         var additionals: [DNSResourceRecord] = []
         var unicast = source.port != MDNS.port
         for question in query.questions {
-            let matching = all.filter { $0.name == question.name && (question.type == .any || question.type == $0.type) }
+            let matching = all.filter { Self.answers(question, with: $0) }
             guard !matching.isEmpty else { continue }
             if question.unicastResponse { unicast = true }
             answers += matching.filter { !answers.contains($0) }
@@ -358,11 +406,12 @@ public struct MDNSAdvertiserCore {
         let wasPending = pendingAnswers[key] != nil
         pendingAnswers[key, default: []] += (answers + additionals).filter { !(pendingAnswers[key]?.contains($0) ?? false) }
         guard !wasPending else { return }
-        // Unique answers go at once; shared ones after 20-120 ms, so several responders' answers spread (§6).
-        let onlyUnique = answers.allSatisfy(\.cacheFlush)
-        let delay = onlyUnique ? TimeAmount.zero : .milliseconds(Int64.random(in: 20...120, using: &random))
+        // Unique answers go at once; shared ones after 20-120 ms, so several responders' answers
+        // spread (§6), unless the query already waited for its known answers.
+        let atOnce = waited || answers.allSatisfy(\.cacheFlush)
+        let delay = atOnce ? TimeAmount.zero : .milliseconds(Int64.random(in: 20...120, using: &random))
         jobs.schedule(.respond(interfaceIndex: source.interfaceIndex, ipv6: ipv6, generation: generation), at: now + delay)
-        if onlyUnique { advance(now: now) }
+        if atOnce { advance(now: now) }
     }
 
     /// Multicasts records on one interface, leaving out any sent there within the last second

@@ -422,12 +422,18 @@ public struct MDNSBrowserCore {
         lastLivenessQuery[instance] = nil
     }
 
+    /// Sends a query on every interface and family, split into packets within that family's
+    /// budget, known answers continued in packets with TC (RFC 6762 §7.2), all at once.
     private mutating func multicastQuery(_ questions: [DNSQuestion], knownAnswers: [DNSResourceRecord]) {
+        var split: [Bool: [DNSMessage]] = [:]
         for interface in interfaces {
             for ipv6 in [false, true] where interface.addresses.contains(where: { $0.isIPv6 == ipv6 }) {
-                packets.append(MDNSPacket(
-                    message: DNSMessage(isResponse: false, questions: questions, answers: knownAnswers),
-                    destination: .multicast(interfaceIndex: interface.index, ipv6: ipv6)))
+                let messages = split[ipv6] ?? QueryPacking.packets(
+                    questions: questions, knownAnswers: knownAnswers, budget: ipv6 ? MDNS.ipv6QueryBudget : MDNS.ipv4QueryBudget)
+                split[ipv6] = messages
+                for message in messages {
+                    packets.append(MDNSPacket(message: message, destination: .multicast(interfaceIndex: interface.index, ipv6: ipv6)))
+                }
             }
         }
     }

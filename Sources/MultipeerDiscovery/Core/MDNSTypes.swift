@@ -12,6 +12,11 @@ public enum MDNS {
     public static let hostRecordTTL: UInt32 = 120
     /// Shared records (PTR) and TXT.
     public static let serviceRecordTTL: UInt32 = 4_500
+    /// The largest DNS message one query packet carries: a 1,500-byte Ethernet MTU less the IPv4
+    /// (20) and UDP (8) headers, so multicast is never fragmented (RFC 6762 §7.2, §17).
+    public static let ipv4QueryBudget = 1_472
+    /// The same with the 40-byte IPv6 header.
+    public static let ipv6QueryBudget = 1_452
 }
 
 /// An IP address as mDNS records and sockets carry it.
