@@ -11,6 +11,9 @@
 //   multipeer-demo advertise NAME SERVICE INTERFACE [KEY=VALUE ...] | browse SERVICE INTERFACE
 //                                  (for tests, inside network namespaces) discovery on one
 //                                  interface, printing ADVERTISING / FOUND / LOST lines
+//   multipeer-demo invitations INTERFACE [ROUNDS]
+//                                  (for tests, inside a network namespace) the invitation scenarios,
+//                                  one OK/FAIL line each
 //   multipeer-demo sink PEERID COUNT
 //                                  (for tests) the same, with an application that takes no
 //                                  message until a line arrives on standard input, then checks
@@ -43,6 +46,8 @@ struct Demo {
                 try await advertise(name: arguments[1], service: arguments[2], interface: arguments[3], info: info)
             } else if arguments.first == "browse", arguments.count == 3 {
                 try await browse(service: arguments[1], interface: arguments[2])
+            } else if arguments.first == "invitations", arguments.count >= 2 {
+                try await invitationScenarios(interface: arguments[1], rounds: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
             } else if arguments.isEmpty {
                 try await runDemo()
             } else {
@@ -79,15 +84,15 @@ struct Demo {
         let bobEvents = bob.events()
 
         if let interface = ProcessInfo.processInfo.environment["MULTIPEER_DEMO_INTERFACE"] {
-            try await discover(bob: bob.myPeerID, from: alice.myPeerID, on: interface)
+            // Apple's flow: Bob advertises, Alice finds him and invites him into her session.
+            try await discoverAndInvite(bob: bob, from: alice, on: interface)
         } else {
             print("discovery: skipped (scripts/demo runs it in a network namespace of its own when it can)")
+            // Alice makes connection data for Bob; Bob dials her with it (out of band in a real app).
+            let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+            print("connection data: \(data.count) bytes from alice for bob")
+            bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         }
-
-        // Alice makes connection data for Bob; Bob dials her with it (out of band in a real app).
-        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
-        print("connection data: \(data.count) bytes from alice for bob")
-        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         try await within(seconds: 15) {
             try await waitConnected(aliceEvents, to: bob.myPeerID, as: "alice")
             try await waitConnected(bobEvents, to: alice.myPeerID, as: "bob")
@@ -134,23 +139,37 @@ struct Demo {
         await alice.disconnect()
     }
 
-    /// Bob advertises on `interface` only; Alice browses there and finds him with his discovery info.
-    static func discover(bob: MCPeerID, from alice: MCPeerID, on interface: String) async throws {
+    /// Bob advertises on `interface` only; Alice browses there, finds him with his discovery
+    /// info and invites him; he accepts into his session (docs/PROTOCOL.md §7.2).
+    static func discoverAndInvite(bob: MCSession, from alice: MCSession, on interface: String) async throws {
         let configuration = DiscoveryConfiguration(interfaceNames: [interface])
         let advertiser = try MCNearbyServiceAdvertiser(
-            peer: bob, discoveryInfo: ["app": "multipeer-demo"], serviceType: "mpc-demo", configuration: configuration)
-        let browser = try MCNearbyServiceBrowser(peer: alice, serviceType: "mpc-demo", configuration: configuration)
+            peer: bob.myPeerID, discoveryInfo: ["app": "multipeer-demo"], serviceType: "mpc-demo", configuration: configuration,
+            listenHost: "127.0.0.1")
+        let browser = try MCNearbyServiceBrowser(peer: alice.myPeerID, serviceType: "mpc-demo", configuration: configuration)
         let found = browser.events()
+        let invitations = advertiser.invitations()
         try await advertiser.start()
         try await browser.start()
+        let bobID = bob.myPeerID
         try await within(seconds: 10) {
             for await event in found {
-                if case .found(let peer, let info, let endpoints) = event, peer == bob {
+                if case .found(let peer, let info, let endpoints) = event, peer == bobID {
                     print("alice found \(peer.displayName) over mDNS on \(interface): discoveryInfo \(info), at \(endpoints.map { "\($0.host):\($0.port)" }.joined(separator: ", "))")
                     return
                 }
             }
         }
+        let answering = Task {
+            for await invitation in invitations {
+                print("bob is invited by \(invitation.peer.displayName) (\"\(String(decoding: invitation.context, as: UTF8.self))\"): accepts")
+                invitation.accept(into: bob)
+                return
+            }
+        }
+        try await browser.invite(bobID, to: alice, context: Data("demo".utf8), timeout: 10)
+        print("alice's invitation accepted: connected to bob")
+        answering.cancel()
         await browser.stop()
         await advertiser.stop()
     }

@@ -30,7 +30,27 @@ struct ProcessTests {
         let (status, text) = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "env", "MULTIPEER_DEMO_INTERFACE=lo", demo])
         #expect(status == 0, "\(text)")
         #expect(text.contains("alice found bob over mDNS on lo"))
+        #expect(text.contains("bob is invited by alice") && text.contains("alice's invitation accepted"))
         #expect(text.contains("Demo passed."))
+    }
+
+    /// Invitations end to end (docs/PROTOCOL.md §7.2), peers found over mDNS in a namespace of
+    /// the test's own: accept, decline, timeout, an oversized context, incompatible encryption, a
+    /// full session, joining a session of three, 50 rounds of mutual invitations, a vanished peer.
+    @Test func invitationScenariosInANamespaceOfTheirOwn() throws {
+        let namespace = "mpinv-test-\(getpid())"
+        let ip = URL(fileURLWithPath: "/usr/sbin/ip")
+        try #require(BuiltProducts.run(ip, ["netns", "add", namespace]).0 == 0)
+        defer { _ = try? BuiltProducts.run(ip, ["netns", "delete", namespace]) }
+        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
+        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
+        let demo = try BuiltProducts.executable("multipeer-demo").path
+        let (status, text) = try BuiltProducts.run(ip, ["netns", "exec", namespace, demo, "invitations", "lo", "50"], seconds: 240)
+        #expect(status == 0, "\(text)")
+        for scenario in ["accept", "decline", "timeout", "context-too-large", "incompatible", "session-full", "join-three", "mutual", "vanished"] {
+            #expect(text.contains("OK \(scenario) "), "\(scenario): \(text)")
+        }
+        #expect(text.contains("50 of 50 rounds"))
     }
 
     /// The receiving process dies mid-transfer: the sender learns at once (connection lost), and
