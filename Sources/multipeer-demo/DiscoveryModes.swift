@@ -8,9 +8,13 @@ import MultipeerDiscovery
 /// `ENGINE <engine>` says which one started. INTERFACE may name several, comma-separated.
 extension Demo {
     /// Advertises NAME for SERVICE on INTERFACE until a line `stop` (goodbye, then exit) or the
-    /// end of standard input. Prints `ADVERTISING <identifier> <port>`.
+    /// end of standard input. Prints `ADVERTISING <identifier> <port>`, then `INSTANCE <label>`
+    /// each time it announces its instance name and `RENAMED <label>` when a name conflict moves
+    /// it to another (docs/PROTOCOL.md §12.1). The peer identifier is random, unless
+    /// MULTIPEER_PEER_IDENTIFIER gives one (32 hex digits), so that tests can make two
+    /// advertisers claim the same peer.
     static func advertise(name: String, service: String, interface: String, info: [String: String]) async throws {
-        let peer = MCPeerID(displayName: name)
+        let peer = try fixedPeer(name: name) ?? MCPeerID(displayName: name)
         let advertiser = try MCNearbyServiceAdvertiser(
             peer: peer, discoveryInfo: info, serviceType: service, configuration: configuration(interface: interface))
         try await advertiser.start()
@@ -55,6 +59,15 @@ extension Demo {
         await browser.stop()
     }
 
+    /// The peer MULTIPEER_PEER_IDENTIFIER names, if set; through MCPeerID's Codable form, which
+    /// (unlike its initializers) takes an identifier.
+    private static func fixedPeer(name: String) throws -> MCPeerID? {
+        guard let identifier = ProcessInfo.processInfo.environment["MULTIPEER_PEER_IDENTIFIER"] else { return nil }
+        guard identifier.count == 32, identifier.allSatisfy(\.isHexDigit) else { fail("MULTIPEER_PEER_IDENTIFIER: 32 hex digits") }
+        let json = try JSONSerialization.data(withJSONObject: ["identifier": identifier.lowercased(), "displayName": name])
+        return try JSONDecoder().decode(MCPeerID.self, from: json)
+    }
+
     private static func configuration(interface: String) -> DiscoveryConfiguration {
         var configuration = DiscoveryConfiguration(interfaceNames: interface.split(separator: ",").map(String.init), logger: Logger(label: "discovery", factory: { _ in EngineLine() }))
         if let name = ProcessInfo.processInfo.environment["MULTIPEER_DISCOVERY_ENGINE"] {
@@ -82,7 +95,8 @@ extension Demo {
     }
 }
 
-/// Prints `ENGINE <engine>` when discovery reports the engine it started on; drops the rest.
+/// Prints `ENGINE <engine>` when discovery reports the engine it started on, and `INSTANCE` or
+/// `RENAMED <label>` when an advertiser announces or renames; drops the rest.
 private struct EngineLine: LogHandler {
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
@@ -95,5 +109,8 @@ private struct EngineLine: LogHandler {
 
     func log(event: LogEvent) {
         if let engine = event.metadata?["engine"] { Demo.emit("ENGINE \(engine)") }
+        if let label = event.metadata?["instance"] {
+            Demo.emit("\(event.metadata?["advertiser"] == "renamed" ? "RENAMED" : "INSTANCE") \(label)")
+        }
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
 
-/// The embedded engine follows interfaces that come and go while it runs (it lists them again
-/// every 2 s), across network namespaces the test made.
+/// Both engines follow interfaces that come and go while they run (the embedded one lists them
+/// again every 2 s; the system one leaves that to avahi-daemon), across network namespaces the
+/// test made.
 @Suite("Discovery while interfaces come and go", .serialized, .enabled(if: NetworkNamespaces.available, "needs root and iproute2"))
 struct DiscoveryInterfaceChangeTests {
     static let service = DiscoveryNamespaceTests.service
@@ -40,5 +41,34 @@ struct DiscoveryInterfaceChangeTests {
             #expect(await Self.line(browser, startingWith: "LOST", within: 10) == "LOST \(identifier)", "round \(round)")
         }
         withExtendedLifetime(advertiser) {}
+    }
+
+    /// The system engine's browser, configured for `mp0,mp1` by name and started while its
+    /// namespace has only mp0, finds an advertiser on the other link once mp1 is added (the
+    /// daemon, allowed both, starts using it), loses it when mp1 is deleted (the daemon drops
+    /// what it heard there), and finds it again when mp1 is back under a new index.
+    @Test func theSystemBrowserFollowsAnAddedInterface() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        try namespaces.addBridge("br1")
+        try namespaces.addLink(to: 0, number: 1, bridge: "br1")
+        let advertiser = try NamespacedDemo(
+            in: namespaces.names[0], ["advertise", "Alice", Self.service, "mp1"], environment: ["MULTIPEER_DISCOVERY_ENGINE": "embedded"])
+        let advertising = try #require(await Self.line(advertiser, startingWith: "ADVERTISING", within: 10))
+        let (identifier, port) = (advertising.split(separator: " ")[1], advertising.split(separator: " ")[2])
+        let (daemon, bus) = try await DiscoverySystemEngineTests.daemon(in: namespaces.names[1], interfaces: "mp0,mp1")
+        let browser = try NamespacedDemo(in: namespaces.names[1], ["browse", Self.service, "mp0,mp1"], environment: DiscoverySystemEngineTests.system(bus))
+        #expect(await Self.line(browser, startingWith: "ENGINE", within: 10) == "ENGINE system")
+        _ = try #require(await Self.line(browser, startingWith: "BROWSING", within: 10))
+        #expect(await Self.line(browser, startingWith: "FOUND", within: 3) == nil, "heard over a link the browser is not on")
+
+        for round in 0..<2 {
+            try namespaces.addLink(to: 1, number: 1, bridge: "br1")
+            let found = await Self.line(browser, startingWith: "FOUND", within: 15)
+            #expect(found == "FOUND \(identifier) Alice - \(namespaces.address(of: 0, link: 1)):\(port)", "round \(round)")
+            try namespaces.removeLink(from: 1, number: 1)
+            #expect(await Self.line(browser, startingWith: "LOST", within: 10) == "LOST \(identifier)", "round \(round)")
+        }
+        withExtendedLifetime((advertiser, daemon)) {}
     }
 }

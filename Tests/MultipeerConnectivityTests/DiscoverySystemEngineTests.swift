@@ -13,9 +13,10 @@ struct DiscoverySystemEngineTests {
         await DiscoveryNamespaceTests.line(program, startingWith: prefix, within: seconds)
     }
 
-    /// A private bus and avahi-daemon in `namespace`; the environment that points our programs at it.
-    static func daemon(in namespace: String) async throws -> (NamespacedDemo, [String: String]) {
-        let daemon = try NamespacedDemo(in: namespace, program: "bash", [script, "daemon"])
+    /// A private bus and avahi-daemon in `namespace` (using `interfaces`, even those added
+    /// later); the environment that points our programs at it.
+    static func daemon(in namespace: String, interfaces: String = "mp0") async throws -> (NamespacedDemo, [String: String]) {
+        let daemon = try NamespacedDemo(in: namespace, program: "bash", [script, "daemon"], environment: ["AVAHI_INTERFACES": interfaces])
         let ready = try #require(await line(daemon, startingWith: "DAEMON ", within: 20))
         return (daemon, ["DBUS_SYSTEM_BUS_ADDRESS": String(ready.dropFirst("DAEMON ".count))])
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Avahi as an independent mDNS peer for interop tests, run inside a network namespace the test
 # made (never on the real network): a private D-Bus system bus and an avahi-daemon on interface
-# mp0 only, then one client until standard input ends.
+# mp0 only (or those AVAHI_INTERFACES lists, comma-separated), then one client until standard
+# input ends.
 #   avahi_peer.sh browse SERVICE                 avahi-browse -rp, each line printed as it comes
 #   avahi_peer.sh publish NAME SERVICE PORT TXT...  avahi-publish -s; prints PUBLISHED
 #   avahi_peer.sh daemon                          no client: prints DAEMON <bus address> for a
@@ -31,7 +32,7 @@ cat > "$dir/bus.conf" <<X
 X
 cat > "$dir/avahi.conf" <<X
 [server]
-allow-interfaces=mp0
+allow-interfaces=${AVAHI_INTERFACES:-mp0}
 use-ipv4=yes
 use-ipv6=no
 enable-dbus=yes
@@ -73,8 +74,8 @@ start_daemon() {
   fi
   timeout 120 avahi-daemon -f "$dir/avahi.conf" --no-drop-root --no-chroot --no-rlimits >"$log" 2>&1 & daemon=$!
   pids+=($daemon)
-  for _ in $(seq 100); do grep -q "Server startup complete" "$log" && break; sleep 0.1; done
-  if ! grep -q "Server startup complete" "$log"; then
+  for _ in $(seq 100); do grep -qs "Server startup complete" "$log" && break; sleep 0.1; done
+  if ! grep -qs "Server startup complete" "$log"; then
     echo "avahi-daemon did not start:" >&2
     cat "$log" >&2
   fi

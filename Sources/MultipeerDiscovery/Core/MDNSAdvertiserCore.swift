@@ -83,6 +83,9 @@ public struct MDNSAdvertiserCore {
 
     public var instanceName: DNSName { naming.instanceName }
 
+    /// `hex(I)`, or `hex(I)-2`, ... after renames (docs/PROTOCOL.md §12.1).
+    var instanceLabel: String { naming.instanceLabel }
+
     /// One per advertiser (peer and service type), so that one advertiser's goodbye never
     /// withdraws the address records another still uses.
     public var hostName: DNSName { naming.hostName }

@@ -1,3 +1,4 @@
+import Logging
 import MultipeerWire
 
 /// Advertises one peer on the LAN (docs/PROTOCOL.md §12.1) until stopped or released, on the
@@ -29,7 +30,7 @@ public final class DiscoveryAdvertiser: Sendable {
                         try MDNSAdvertiserCore(serviceType: serviceType, peer: peer, port: port, discoveryInfo: discoveryInfo, interfaces: interfaces)
                     },
                     afterInput: { core in
-                        for event in core.takeEvents() { logger.info("advertiser: \(event)") }
+                        for event in core.takeEvents() { event.log(to: logger, instanceLabel: core.instanceLabel) }
                     },
                     begin: { core, now in core.start(now: now) },
                     end: { core, now in core.stop(now: now) })
@@ -50,4 +51,18 @@ public final class DiscoveryAdvertiser: Sendable {
 
     /// `embedded` or `system` while advertising, nil otherwise.
     public var engine: DiscoveryEngine? { service.engine }
+}
+
+extension MDNSAdvertiserCore.Event {
+    /// Logs the event at info level with metadata `advertiser` (`renamed` or `announced`) and
+    /// `instance` (the instance label now held), on either engine: the hook
+    /// `DiscoveryConfiguration.logger` gives programs that show or test the name they end up with.
+    func log(to logger: Logger, instanceLabel: String) {
+        let (kind, label) =
+            switch self {
+            case .renamed(let name): ("renamed", String(decoding: name.labels[0], as: UTF8.self))
+            case .announced: ("announced", instanceLabel)
+            }
+        logger.info("advertiser \(kind) \(label)", metadata: ["advertiser": "\(kind)", "instance": "\(label)"])
+    }
 }

@@ -35,9 +35,9 @@ public final class DiscoveryBrowser: Sendable {
                     begin: { core, now in core.start(now: now) },
                     end: { core, _ in core.stop() })
             },
-            makeSystem: { connection, interfaces in
+            makeSystem: { connection, _ in
                 SystemBrowserService(
-                    connection: connection, interfaces: interfaces,
+                    connection: connection, interfaceNames: configuration.interfaceNames,
                     core: SystemBrowserCore(serviceType: serviceType, localIdentifier: localPeer.identifier, limits: limits),
                     eventLoop: configuration.eventLoop, logger: configuration.logger, onEvent: onEvent)
             })

@@ -13,6 +13,9 @@ public struct DiscoveryConfiguration: Sendable {
     /// Which mDNS stack runs discovery; chosen again at each start.
     public var engine: DiscoveryEngine
     public var eventLoop: any EventLoop
+    /// Besides warnings, an advertiser logs at info level each name it announces and each
+    /// rename (§12.1), with metadata `advertiser` (`announced` or `renamed`) and `instance` (the
+    /// instance label), on either engine.
     public var logger: Logger
 
     public init(

@@ -55,7 +55,7 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
         case .failure(let reason): logger.warning("avahi-daemon could not publish", metadata: ["reason": "\(reason)"])
         case .pending: break
         }
-        for event in core.takeEvents() { logger.info("advertiser: \(event)") }
+        for event in core.takeEvents() { event.log(to: logger, instanceLabel: core.publication.instanceLabel) }
     }
 
     private func carry(_ actions: [SystemAdvertiserCore.Action]) {
@@ -80,7 +80,7 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
                 }
             }
         }
-        for event in core.takeEvents() { logger.info("advertiser: \(event)") }
+        for event in core.takeEvents() { event.log(to: logger, instanceLabel: core.publication.instanceLabel) }
     }
 
     private func freeGroup() {

@@ -1,28 +1,34 @@
 import Logging
 import NIOCore
 
-/// The system engine's browser: `SystemBrowserCore` carried out with Avahi's service browsers
-/// (one per interface) and resolvers (one per instance, interface and protocol). Avahi's
-/// callbacks run on the connection's poll thread; events go to the event loop, in order.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The system engine's browser: `SystemBrowserCore` carried out with Avahi's service browser (on
+/// every interface, filtered to the configured ones) and resolvers (one per instance, interface
+/// and protocol). Avahi's callbacks run on the connection's poll thread; events go to the event
+/// loop, in order.
 final class SystemBrowserService: DiscoveryRunner, @unchecked Sendable {
     private let connection: AvahiConnection
-    private let interfaces: [MDNSInterface]
+    /// nil: every interface the daemon uses.
+    private let interfaceNames: [String]?
     private let type: String
     private let eventLoop: any EventLoop
     private let logger: Logger
     private let onEvent: @Sendable (MDNSBrowserCore.Event) -> Void
     /// Confined to the poll thread or its lock, as the Avahi objects.
     private var core: SystemBrowserCore
-    private var browsers: [AvahiServiceBrowser] = []
+    private var browser: AvahiServiceBrowser?
     private var resolvers: [SystemServiceKey: AvahiServiceResolver] = [:]
     private var startFailure: DiscoveryError?
 
     init(
-        connection: AvahiConnection, interfaces: [MDNSInterface], core: SystemBrowserCore, eventLoop: any EventLoop, logger: Logger,
+        connection: AvahiConnection, interfaceNames: [String]?, core: SystemBrowserCore, eventLoop: any EventLoop, logger: Logger,
         onEvent: @escaping @Sendable (MDNSBrowserCore.Event) -> Void
     ) {
         self.connection = connection
-        self.interfaces = interfaces
+        self.interfaceNames = interfaceNames
         self.type = "_\(core.serviceType.name)._tcp"
         self.core = core
         self.eventLoop = eventLoop
@@ -57,11 +63,9 @@ final class SystemBrowserService: DiscoveryRunner, @unchecked Sendable {
     private func daemon(_ state: AvahiConnection.State) {
         switch state {
         case .running:
-            guard browsers.isEmpty, let client = connection.client else { return }
+            guard browser == nil, let client = connection.client else { return }
             do throws(DiscoveryError) {
-                for interface in interfaces {
-                    browsers.append(try AvahiServiceBrowser(client: client, interfaceIndex: interface.index, type: type) { [weak self] event in self?.browserEvent(event) })
-                }
+                browser = try AvahiServiceBrowser(client: client, type: type) { [weak self] event in self?.browserEvent(event) }
             } catch {
                 startFailure = startFailure ?? error
                 logger.warning("avahi-daemon refused to browse", metadata: ["reason": "\(error.reason)"])
@@ -79,7 +83,11 @@ final class SystemBrowserService: DiscoveryRunner, @unchecked Sendable {
 
     private func browserEvent(_ event: AvahiServiceBrowser.Event) {
         switch event {
-        case .new(let key): carry(core.serviceAdded(key, now: .now()))
+        case .new(let key):
+            // Looked up by name as each instance comes: an interface added (or re-created under
+            // a new index) while browsing counts as soon as it is configured by name.
+            if let interfaceNames, !interfaceNames.contains(Self.name(ofInterface: key.interfaceIndex) ?? "") { break }
+            carry(core.serviceAdded(key, now: .now()))
         case .remove(let key): carry(core.serviceRemoved(key))
         case .failure(let reason): logger.warning("avahi-daemon browser failed", metadata: ["reason": "\(reason)"])
         }
@@ -125,7 +133,13 @@ final class SystemBrowserService: DiscoveryRunner, @unchecked Sendable {
     private func freeAll() {
         for resolver in resolvers.values { resolver.free() }
         resolvers.removeAll()
-        for browser in browsers { browser.free() }
-        browsers.removeAll()
+        browser?.free()
+        browser = nil
+    }
+
+    private static func name(ofInterface index: Int) -> String? {
+        var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+        guard if_indextoname(UInt32(truncatingIfNeeded: index), &name) != nil else { return nil }
+        return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -1,6 +1,7 @@
 import CAvahiClient
 
-/// Avahi's service browser for one interface (C interop). Used only on the connection's poll
+/// Avahi's service browser on every interface the daemon uses (C interop): interfaces that
+/// come and go while it runs are the daemon's to follow. Used only on the connection's poll
 /// thread or under its lock.
 final class AvahiServiceBrowser {
     enum Event {
@@ -12,12 +13,12 @@ final class AvahiServiceBrowser {
     private var browser: OpaquePointer?
     private let onEvent: (Event) -> Void
 
-    /// Browses `type` (`_T._tcp`) in `local` on the interface, over IPv4 and IPv6.
-    init(client: OpaquePointer, interfaceIndex: Int, type: String, onEvent: @escaping (Event) -> Void) throws(DiscoveryError) {
+    /// Browses `type` (`_T._tcp`) in `local` on every interface, over IPv4 and IPv6.
+    init(client: OpaquePointer, type: String, onEvent: @escaping (Event) -> Void) throws(DiscoveryError) {
         self.onEvent = onEvent
         guard
             let made = cavahi_service_browser_new(
-                client, AvahiIfIndex(interfaceIndex), AvahiProtocol(AVAHI_PROTO_UNSPEC), type, "local", AvahiLookupFlags(rawValue: 0),
+                client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), type, "local", AvahiLookupFlags(rawValue: 0),
                 serviceBrowserCallback, Unmanaged.passUnretained(self).toOpaque())
         else {
             throw DiscoveryError(.systemUnavailable, "avahi_service_browser_new: \(AvahiConnection.describe(cavahi_client_errno(client)))")
