@@ -10,7 +10,9 @@
 //                                  optionally with the open-file limit lowered first
 //   multipeer-demo advertise NAME SERVICE INTERFACE [KEY=VALUE ...] | browse SERVICE INTERFACE
 //                                  (for tests, inside network namespaces) discovery on one
-//                                  interface, printing ADVERTISING / FOUND / LOST lines
+//                                  interface, printing ADVERTISING / INSTANCE / RENAMED / FOUND /
+//                                  LOST lines; MULTIPEER_PEER_IDENTIFIER (32 hex digits) fixes the
+//                                  advertiser's peer identifier, MULTIPEER_DISCOVERY_ENGINE its engine
 //   multipeer-demo invitations INTERFACE [ROUNDS]
 //                                  (for tests, inside a network namespace) the invitation scenarios,
 //                                  one OK/FAIL line each
