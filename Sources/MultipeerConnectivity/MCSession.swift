@@ -51,6 +51,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
     let subscribers = Mutex<[EventChannel]>([])
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
+    private let trustEvaluator = Mutex<(@Sendable (MCTrustRequest) async -> Bool)?>(nil)
+    /// The pairing code of each peer's latest connection (docs/PROTOCOL.md §7.3), one per peer.
+    private let pairingCodes = Mutex<[Bytes16: String]>([:])
     /// Peers we invited and already reported `connecting` for: the dial after an acceptance
     /// must not report it twice.
     private let invitingPeers = Mutex<Set<Bytes16>>([])
@@ -325,9 +328,15 @@ public final class MCSession: NSObject, @unchecked Sendable {
     private func askTrust(_ request: PeerTrustRequest, answer: @escaping @Sendable (Bool) -> Void) {
         let peer = mcPeer(request.peer)
         let certificates = request.certificateChain?.map(SecCertificate.init)
+        pairingCodes.withLock { $0[request.peer.identifier] = request.pairingCode }
         let decide: @Sendable (Bool) -> Void = { [weak self] accepted in
             answer(accepted)
             self?.emit(.certificateDecided(peer, certificates: certificates, accepted: accepted))
+        }
+        if let evaluator = trustEvaluator.withLock({ $0 }) {
+            let trustRequest = MCTrustRequest(peer: peer, certificates: certificates, pairingCode: request.pairingCode)
+            Task { decide(await evaluator(trustRequest)) }
+            return
         }
         if let evaluator = evaluator.withLock({ $0 }) {
             Task { decide(await evaluator(peer, certificates)) }
@@ -453,6 +462,19 @@ extension MCSession {
     /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
     public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {
         self.evaluator.withLock { $0 = evaluator }
+    }
+
+    /// Decides on peers with everything there is to know, the pairing code included; takes
+    /// precedence over `setCertificateEvaluator` and the delegate.
+    public func setTrustEvaluator(_ evaluator: (@Sendable (MCTrustRequest) async -> Bool)?) {
+        trustEvaluator.withLock { $0 = evaluator }
+    }
+
+    /// The pairing code of the connection to `peer` (docs/PROTOCOL.md §7.3): 6 digits that both
+    /// people compare before they accept; they differ when someone sits in between. Available
+    /// from the moment the certificate handler is asked (call it from there), kept while connected.
+    public func pairingCode(with peer: MCPeerID) -> String? {
+        pairingCodes.withLock { $0[peer.wire.identifier] }
     }
 
     /// Sends; returns once the message is queued. A reliable send waits while a peer's send queue

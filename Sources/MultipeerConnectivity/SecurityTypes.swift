@@ -91,3 +91,13 @@ enum SecurityIdentityArray {
         }
     }
 }
+
+/// What the application decides on before a peer can connect (the Swift-native trust question).
+public struct MCTrustRequest: Sendable {
+    public let peer: MCPeerID
+    /// Leaf first; nil when the peer has no identity.
+    public let certificates: [SecCertificate]?
+    /// The 6-digit pairing code of this connection (docs/PROTOCOL.md §7.3). Show it; the person
+    /// on the other side sees the same digits unless someone sits in between.
+    public let pairingCode: String
+}

@@ -27,3 +27,27 @@ extension ComparisonCode {
         return padded.prefix(4) + " " + padded.suffix(4)
     }
 }
+
+/// The pairing code of one connection (docs/PROTOCOL.md §7.3): 6 digits from both sides' fresh
+/// nonces (the dialer's committed to before it saw the listener's), both peer identifiers and,
+/// under TLS, the session's exported key. A man in the middle runs two connections whose codes
+/// he cannot make equal but by a one-in-a-million guess per attempt.
+public enum PairingCode {
+    public static let commitLabel = Array("mpcp pairing commit v1".utf8)
+    public static let codeLabel = Array("mpcp pairing code v1".utf8)
+    public static let exporterLabel = "EXPORTER-mpcp-pairing"
+
+    public static func commitment(to nonce: [UInt8]) -> [UInt8] {
+        SHA256Hasher.digest(commitLabel + nonce)
+    }
+
+    public static func make(
+        exporter: [UInt8], dialer: [UInt8], listener: [UInt8], commitment: [UInt8], dialerNonce: [UInt8], listenerNonce: [UInt8]
+    ) -> String {
+        let digest = SHA256Hasher.digest(codeLabel + exporter + dialer + listener + commitment + dialerNonce + listenerNonce)
+        let value = digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } % 1_000_000
+        let digits = String(value)
+        let padded = String(repeating: "0", count: 6 - digits.count) + digits
+        return padded.prefix(3) + " " + padded.suffix(3)
+    }
+}

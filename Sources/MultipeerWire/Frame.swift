@@ -12,6 +12,9 @@ public enum Frame: Hashable, Sendable {
     case goodbye(GoodbyeReason)
     case ping(UInt64)
     case pong(UInt64)
+    /// The dialer's commitment to its pairing nonce (docs/PROTOCOL.md §7.3).
+    case pairingCommit(SHA256Digest)
+    case pairingNonce(PairingNonce)
     case message(ByteBuffer, isEnd: Bool)
     case streamOpen(channel: UInt32, name: String)
     case streamData(channel: UInt32, ByteBuffer)
@@ -35,6 +38,8 @@ public enum Frame: Hashable, Sendable {
         case .goodbye: .goodbye
         case .ping: .ping
         case .pong: .pong
+        case .pairingCommit: .pairingCommit
+        case .pairingNonce: .pairingNonce
         case .message: .message
         case .streamOpen: .streamOpen
         case .streamData: .streamData
@@ -52,7 +57,8 @@ public enum Frame: Hashable, Sendable {
 
     public var channel: UInt32 {
         switch self {
-        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message:
+        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message,
+            .pairingCommit, .pairingNonce:
             0
         case .streamOpen(let channel, _), .streamData(let channel, _), .streamClose(let channel),
             .streamReset(let channel, _), .windowUpdate(let channel, _), .resourceOffer(let channel, _),
@@ -82,7 +88,7 @@ public enum Frame: Hashable, Sendable {
         case .streamClose, .resourceReceived: 0
         case .windowUpdate: 4
         case .resourceOffer(_, let offer): ResourceOffer.fixedLength + offer.name.utf8.count
-        case .resourceComplete: SHA256Digest.byteCount
+        case .resourceComplete, .pairingCommit, .pairingNonce: SHA256Digest.byteCount
         }
     }
 
@@ -122,6 +128,8 @@ public enum Frame: Hashable, Sendable {
         case .meshIntroduction(let introduction): introduction.encode(into: &buffer)
         case .goodbye(let reason): buffer.writeInteger(reason.rawValue)
         case .ping(let opaque), .pong(let opaque): buffer.writeInteger(opaque)
+        case .pairingCommit(let digest): buffer.writeBytes(digest.bytes)
+        case .pairingNonce(let nonce): buffer.writeBytes(nonce.bytes)
         case .message, .streamData, .resourceChunk: break  // the bulk payload goes last
         case .streamOpen(_, let name): buffer.writeString8(name)
         case .streamClose: break
@@ -176,6 +184,12 @@ public enum Frame: Hashable, Sendable {
             frame = .ping(try payload.readWireInteger("PING opaque"))
         case .pong:
             frame = .pong(try payload.readWireInteger("PONG opaque"))
+        case .pairingCommit:
+            let bytes = try payload.readWireSlice(length: SHA256Digest.byteCount, "PAIRING_COMMIT")
+            frame = .pairingCommit(try SHA256Digest(bytes: bytes.readableBytesView))
+        case .pairingNonce:
+            let bytes = try payload.readWireSlice(length: PairingNonce.byteCount, "PAIRING_NONCE")
+            frame = .pairingNonce(try PairingNonce(bytes: bytes.readableBytesView))
         case .message:
             frame = .message(payload.readSlice(length: payload.readableBytes)!, isEnd: header.flags & FrameFlags.endOfMessage != 0)
         case .streamOpen:

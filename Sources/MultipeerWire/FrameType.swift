@@ -8,6 +8,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     case goodbye = 0x06
     case ping = 0x07
     case pong = 0x08
+    case pairingCommit = 0x09
+    case pairingNonce = 0x0A
     case message = 0x10
     case streamOpen = 0x20
     case streamData = 0x21
@@ -35,7 +37,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
 
     public var channelRule: ChannelRule {
         switch self {
-        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message:
+        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message,
+            .pairingCommit, .pairingNonce:
             .connection
         case .streamOpen, .streamData, .streamClose, .streamReset, .resourceOffer, .resourceChunk,
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
@@ -68,7 +71,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .streamClose, .resourceReceived: 0...0
         case .windowUpdate: 4...4
         case .resourceOffer: ResourceOffer.fixedLength...ResourceOffer.fixedLength + WireLimits.maxChannelNameBytes
-        case .resourceComplete: 32...32
+        case .resourceComplete, .pairingCommit, .pairingNonce: 32...32
         }
     }
 }

@@ -50,6 +50,8 @@ struct Demo {
                 try await browse(service: arguments[1], interface: arguments[2])
             } else if arguments.first == "invitations", arguments.count >= 2 {
                 try await invitationScenarios(interface: arguments[1], rounds: arguments.count > 2 ? Int(arguments[2]) ?? 50 : 50)
+            } else if arguments.first == "assistant", arguments.count == 2 {
+                try await assistantScenarios(interface: arguments[1])
             } else if arguments.isEmpty {
                 try await runDemo()
             } else {
@@ -69,7 +71,7 @@ struct Demo {
 
         let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: aliceIdentity, encryptionPreference: .required, configuration: .loopbackOnly)
         let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: bobIdentity, encryptionPreference: .required, configuration: .loopbackOnly)
-        for (session, own) in [(alice, aliceIdentity), (bob, bobIdentity)] {
+        for session in [alice, bob] {
             let name = session.myPeerID.displayName
             session.setCertificateEvaluator { peer, certificates in
                 guard let leaf = certificates?.first?.certificate else {
@@ -78,7 +80,7 @@ struct Demo {
                 }
                 let outcome = TrustEvaluation(anchors: [authority.root]).evaluate(certificates!.map(\.certificate))
                 print("\(name) checks \(peer.displayName): CN=\(leaf.subjectCommonName ?? "?"), SHA-256 \(leaf.sha256FingerprintText.prefix(23))..., "
-                    + "\(outcome.isTrusted ? "trusted" : "REJECTED: \(outcome)"), comparison code \(ComparisonCode.make(own.certificate, leaf))")
+                    + "\(outcome.isTrusted ? "trusted" : "REJECTED: \(outcome)"), pairing code \(session.pairingCode(with: peer) ?? "?")")
                 return outcome.isTrusted && leaf.subjectCommonName == peer.displayName
             }
         }

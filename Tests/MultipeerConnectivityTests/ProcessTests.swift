@@ -9,7 +9,7 @@ struct ProcessTests {
     @Test func theDemoRunsAndPasses() throws {
         let (status, text) = try BuiltProducts.run(try BuiltProducts.executable("multipeer-demo"), [])
         #expect(status == 0, "\(text)")
-        #expect(text.contains("trusted, comparison code"))
+        #expect(text.contains("trusted, pairing code"))
         #expect(text.contains("byte-identical"))
         #expect(text.contains("unreliable datagrams"))
         #expect(text.contains("stream: 4 MiB, byte-identical"))

@@ -30,7 +30,14 @@ struct ScriptedConnection {
         let hello = try Hello(
             purpose: machineIsListener ? .connectionData : .answer, preambleEcho: Hello.echo(dialer: preamble, listener: preamble),
             listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: peer)
-        try receive([.hello(hello)])
+        // The pairing exchange (docs/PROTOCOL.md §7.3), with a fixed nonce for the scripted peer.
+        let nonce = try PairingNonce(bytes: [UInt8](repeating: 7, count: 32))
+        if machineIsListener {
+            try receive([.hello(hello), .pairingCommit(try SHA256Digest(bytes: PairingCode.commitment(to: nonce.bytes)))])
+            try receive([.pairingNonce(nonce)])
+        } else {
+            try receive([.hello(hello), .pairingNonce(nonce)])
+        }
         apply(machine.trustDecided(accepted: true))
         try receive([.trust(.accepted)])
         precondition(machine.isConnected, "the scripted handshake did not connect: \(String(describing: closedWith))")

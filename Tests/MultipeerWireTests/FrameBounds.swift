@@ -18,6 +18,8 @@ enum FrameBounds {
             .init(peerID: shortPeer, endpoint: try! WireEndpoint(address: .ipv4(0), port: 1))]))
         case .goodbye: .goodbye(.normal)
         case .ping: .ping(0)
+        case .pairingCommit: .pairingCommit(try! SHA256Digest(bytes: [UInt8](repeating: 1, count: 32)))
+        case .pairingNonce: .pairingNonce(try! PairingNonce(bytes: [UInt8](repeating: 2, count: 32)))
         case .pong: .pong(0)
         case .message: .message(ByteBuffer(), isEnd: true)
         case .streamOpen: .streamOpen(channel: 1, name: "")

@@ -79,7 +79,7 @@ struct RandomFrames {
     }
 
     mutating func frame() -> Frame {
-        switch int(0...19) {
+        switch int(0...21) {
         case 0: return .hello(hello())
         case 1: return .trust(TrustDecision.allCases[int(0...2)])
         case 2:
@@ -117,6 +117,8 @@ struct RandomFrames {
             return .resourceComplete(channel: channel(), sha256: try! SHA256Digest(bytes: bytes(32).readableBytesView))
         case 17: return .resourceCancel(channel: channel(), reason: ResourceCancelReason(rawValue: u16()))
         case 18: return .resourceAccept(channel: channel(), offset: u64())
+        case 19: return .pairingCommit(try! SHA256Digest(bytes: bytes(32).readableBytesView))
+        case 20: return .pairingNonce(try! PairingNonce(bytes: bytes(32).readableBytesView))
         default: return .resourceReceived(channel: channel())
         }
     }

@@ -41,6 +41,8 @@ struct SpecVectorTests {
         "frame-trust-accepted": .trust(.accepted),
         "frame-invitation": .invitation(try! Invitation(timeoutMilliseconds: 30_000, context: buffer("game=1"))),
         "frame-invitation-response-declined": .invitationResponse(try! InvitationAnswer(.declined)),
+        "frame-pairing-commit": .pairingCommit(try! SHA256Digest(bytes: hexBytes("c37c8a5b4585d3e42f936beef8df28e682cf84478b730a9f113418f511451795"))),
+        "frame-pairing-nonce": .pairingNonce(try! PairingNonce(bytes: Array(0..<32))),
         "frame-invitation-response-accepted": .invitationResponse(try! InvitationAnswer(.accepted, connectionData: aliceForBob)),
         "frame-mesh-introduction": .meshIntroduction(try! MeshIntroduction(entries: [
             .init(peerID: bob, endpoint: try! WireEndpoint(address: .ipv4(0x7F00_0001), port: 50003)),

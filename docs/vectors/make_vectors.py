@@ -76,6 +76,9 @@ VECTORS = [
      frame(0x05, b"\x02" + peer_id(BOB_ID, "bob") + endpoint_v4(127, 0, 0, 1, 50003)
            + peer_id(ALICE_ID, "alice") + endpoint_v6_loopback(50001))),
     ("frame-goodbye-duplicate-connection", "GOODBYE reason 7 (duplicateConnection).", frame(0x06, b"\x00\x07")),
+    ("frame-pairing-commit", "PAIRING_COMMIT: the commitment to the nonce 00 01 … 1f, SHA-256(\"mpcp pairing commit v1\" || nonce).",
+     frame(0x09, hashlib.sha256(b"mpcp pairing commit v1" + bytes(range(32))).digest())),
+    ("frame-pairing-nonce", "PAIRING_NONCE: the nonce 00 01 … 1f.", frame(0x0A, bytes(range(32)))),
     ("frame-ping", "PING 0x0102030405060708.", frame(0x07, bytes(range(1, 9)))),
     ("frame-pong", "PONG 0x0102030405060708.", frame(0x08, bytes(range(1, 9)))),
     ("frame-message-end", "MESSAGE \"hello\" with END: a whole one-fragment message.",

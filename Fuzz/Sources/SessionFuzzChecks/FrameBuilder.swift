@@ -13,7 +13,7 @@ struct FrameBuilder {
     /// nil when the chosen fields break a rule the payload types check on their own.
     func frame(_ input: inout FuzzInput) -> Frame? {
         let type = input.byte()
-        switch type % 20 {
+        switch type % 22 {
         case 0: return hello(&input)
         case 1: return TrustDecision(rawValue: input.byte() % 4).map(Frame.trust)
         case 2:
@@ -48,6 +48,12 @@ struct FrameBuilder {
                 .map { .resourceComplete(channel: channel, sha256: $0) }
         case 17: return .resourceCancel(channel: channel(&input), reason: ResourceCancelReason(rawValue: UInt16(input.byte())))
         case 18: return .resourceAccept(channel: channel(&input), offset: input.integer())
+        case 19:
+            let bytes = input.take(32)
+            return (try? SHA256Digest(bytes: bytes + [UInt8](repeating: 0, count: 32 - bytes.count))).map(Frame.pairingCommit)
+        case 20:
+            let bytes = input.take(32)
+            return (try? PairingNonce(bytes: bytes + [UInt8](repeating: 0, count: 32 - bytes.count))).map(Frame.pairingNonce)
         default: return .resourceReceived(channel: channel(&input))
         }
     }

@@ -33,6 +33,11 @@ public struct ConnectionConfiguration: Sendable {
     public var admission: @Sendable (Hello) -> Admission
     /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
     public var invitation: Invitation?
+    /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
+    public var randomBytes: @Sendable (Int) -> [UInt8] = { count in
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
 
     public init(
         role: Role,

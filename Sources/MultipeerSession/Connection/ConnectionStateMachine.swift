@@ -8,6 +8,9 @@ public struct PeerTrustRequest: Sendable {
     /// Leaf first; nil when the peer has no identity (an ephemeral TLS certificate is never shown).
     public let certificateChain: [Certificate]?
     public let hello: Hello
+    /// The 6-digit code both sides of this connection show (docs/PROTOCOL.md §7.3); different on
+    /// the two sides of a man in the middle.
+    public let pairingCode: String
 }
 
 /// A connection that both sides have accepted.
@@ -67,6 +70,14 @@ public struct ConnectionStateMachine {
         let peerChain: [Certificate]?
     }
 
+    /// Between HELLO and the trust step: the pairing nonces being exchanged (§7.3).
+    private struct Pairing {
+        var session: Session
+        let peerHello: Hello
+        /// Listener: the dialer's commitment, once read.
+        var peerCommitment: SHA256Digest?
+    }
+
     private struct Trust {
         var session: Session
         let peerHello: Hello
@@ -79,6 +90,7 @@ public struct ConnectionStateMachine {
         case awaitingPreamble(ByteBuffer)
         case tlsHandshake(TLSEngine, Negotiated)
         case awaitingHello(Session)
+        case pairing(Pairing)
         case trusting(Trust)
         case connected(Session, peerHello: Hello)
         /// An invitation connection after HELLO: the listener waiting for INVITATION and then for
@@ -94,6 +106,8 @@ public struct ConnectionStateMachine {
     private var state: State = .idle
     /// The peer's channels and the connection windows; consulted once connected.
     private(set) var channels: ChannelTable
+    /// This side's pairing nonce, fresh per connection (§7.3).
+    private let pairingNonce: PairingNonce
     /// Bytes of answers sent so far (PONG, channel refusals, window given back for dropped data):
     /// replies the peer provoked, which its reading must keep up with.
     public private(set) var replyByteCount = 0
@@ -102,6 +116,7 @@ public struct ConnectionStateMachine {
         self.configuration = configuration
         channels = ChannelTable(weAreDialer: configuration.role == .dialer)
         localPreamble = try Preamble(encryptionPreference: configuration.encryptionPreference, hasIdentity: configuration.hasIdentity)
+        pairingNonce = try PairingNonce(bytes: configuration.randomBytes(PairingNonce.byteCount))
     }
 
     public var isConnected: Bool {
@@ -115,7 +130,7 @@ public struct ConnectionStateMachine {
         switch state {
         case .idle, .awaitingPreamble, .modifying: 0
         case .tlsHandshake: 1
-        case .awaitingHello: 2
+        case .awaitingHello, .pairing: 2
         case .trusting, .invitation: 3
         case .connected, .closed: 4
         }
@@ -131,6 +146,7 @@ public struct ConnectionStateMachine {
         switch state {
         case .tlsHandshake(let engine, _): engine
         case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport.engine
+        case .pairing(let pairing): pairing.session.transport.engine
         case .trusting(let trust): trust.session.transport.engine
         case .idle, .awaitingPreamble, .closed, .modifying: nil
         }
@@ -164,6 +180,8 @@ public struct ConnectionStateMachine {
             return advanceTLS(engine, negotiated)
         case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _):
             return openAndProcess(bytes, transport: session.transport)
+        case .pairing(let pairing):
+            return openAndProcess(bytes, transport: pairing.session.transport)
         case .trusting(let trust):
             return openAndProcess(bytes, transport: trust.session.transport)
         }
@@ -257,7 +275,7 @@ public struct ConnectionStateMachine {
     public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
         switch frame.type {
-        case .hello, .trust, .invitation, .invitationResponse, .pong:
+        case .hello, .trust, .invitation, .invitationResponse, .pong, .pairingCommit, .pairingNonce:
             throw .unsupported(frame.type)
         case .goodbye, .ping, .message, .meshIntroduction:
             break
@@ -363,6 +381,11 @@ public struct ConnectionStateMachine {
             return fail(ConnectionError(.protocolViolation(error)))
         }
         var actions = sendFrame(.hello(hello), over: session.transport)
+        if configuration.role == .dialer, configuration.purpose != .invitation {
+            // Committed to before the listener's nonce can be known (§7.3).
+            let commitment = try! SHA256Digest(bytes: PairingCode.commitment(to: pairingNonce.bytes))
+            actions += sendFrame(.pairingCommit(commitment), over: session.transport)
+        }
         if configuration.role == .dialer, configuration.purpose == .invitation {
             guard let invitation = configuration.invitation else {
                 return actions + fail(ConnectionError(.protocolViolation(WireError(.invalidValue, "an invitation dial without an INVITATION"))))
@@ -418,6 +441,33 @@ public struct ConnectionStateMachine {
             default:
                 return violation("\(frame.type) before HELLO")
             }
+        case .pairing(var pairing):
+            switch frame {
+            case .pairingCommit(let commitment) where configuration.role == .listener && pairing.peerCommitment == nil:
+                pairing.peerCommitment = commitment
+                state = .pairing(pairing)
+                return sendFrame(.pairingNonce(pairingNonce), over: pairing.session.transport)
+            case .pairingNonce(let nonce) where configuration.role == .dialer:
+                // The listener's nonce: reveal ours, and the code is known.
+                var actions = sendFrame(.pairingNonce(pairingNonce), over: pairing.session.transport)
+                let commitment = PairingCode.commitment(to: pairingNonce.bytes)
+                actions += beginTrust(pairing, commitment: commitment, dialerNonce: pairingNonce, listenerNonce: nonce)
+                return actions
+            case .pairingNonce(let nonce) where configuration.role == .listener && pairing.peerCommitment != nil:
+                guard PairingCode.commitment(to: nonce.bytes) == pairing.peerCommitment!.bytes else {
+                    return violation("the dialer's pairing nonce does not match its commitment")
+                }
+                return beginTrust(pairing, commitment: pairing.peerCommitment!.bytes, dialerNonce: nonce, listenerNonce: pairingNonce)
+            case .ping(let opaque):
+                return reply(.pong(opaque), over: pairing.session.transport)
+            case .pong:
+                return []
+            case .goodbye(let reason):
+                state = .closed
+                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+            default:
+                return violation("\(frame.type) while pairing")
+            }
         case .trusting(var trust):
             switch frame {
             case .trust(.accepted) where !trust.peerAccepted:
@@ -459,7 +509,7 @@ public struct ConnectionStateMachine {
             }
         case .connected(let session, _):
             switch frame {
-            case .hello, .trust, .invitation, .invitationResponse:
+            case .hello, .trust, .invitation, .invitationResponse, .pairingCommit, .pairingNonce:
                 return violation("\(frame.type) after the handshake")
             case .ping(let opaque):
                 return reply(.pong(opaque), over: session.transport)
@@ -508,8 +558,24 @@ public struct ConnectionStateMachine {
             }
             return []
         }
-        state = .trusting(Trust(session: session, peerHello: hello))
-        return [.evaluateTrust(PeerTrustRequest(peer: hello.peerID, certificateChain: session.peerChain, hello: hello))]
+        // The pairing nonces first; the application is asked once the code is known (§7.3).
+        state = .pairing(Pairing(session: session, peerHello: hello))
+        return []
+    }
+
+    private mutating func beginTrust(_ pairing: Pairing, commitment: [UInt8], dialerNonce: PairingNonce, listenerNonce: PairingNonce) -> [ConnectionAction] {
+        let session = pairing.session
+        let exporter = (try? session.transport.engine?.exportKeyingMaterial(label: PairingCode.exporterLabel, context: [], length: 32))
+            .map { $0.withUnsafeBytes { Array($0) } } ?? []
+        let (dialer, listener) = configuration.role == .dialer
+            ? (configuration.localPeer.identifier, pairing.peerHello.peerID.identifier)
+            : (pairing.peerHello.peerID.identifier, configuration.localPeer.identifier)
+        let code = PairingCode.make(
+            exporter: exporter, dialer: dialer.bytes, listener: listener.bytes, commitment: commitment,
+            dialerNonce: dialerNonce.bytes, listenerNonce: listenerNonce.bytes)
+        state = .trusting(Trust(session: session, peerHello: pairing.peerHello))
+        return [.evaluateTrust(PeerTrustRequest(
+            peer: pairing.peerHello.peerID, certificateChain: session.peerChain, hello: pairing.peerHello, pairingCode: code))]
     }
 
     /// Stream, resource and window frames, checked against the channel table (docs/PROTOCOL.md
@@ -543,6 +609,7 @@ public struct ConnectionStateMachine {
     private var frameTransport: SecureTransport? {
         switch state {
         case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport
+        case .pairing(let pairing): pairing.session.transport
         case .trusting(let trust): trust.session.transport
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
         }
@@ -599,6 +666,10 @@ public struct ConnectionStateMachine {
             state = .modifying
             defer { state = .trusting(trust) }
             return try body(&trust.session.decoder)
+        case .pairing(var pairing):
+            state = .modifying
+            defer { state = .pairing(pairing) }
+            return try body(&pairing.session.decoder)
         case .connected(var session, let hello):
             state = .modifying
             defer { state = .connected(session, peerHello: hello) }
