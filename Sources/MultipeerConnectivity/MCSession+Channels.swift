@@ -41,7 +41,7 @@ extension MCSession {
                 let stream = MCInputStream(reader: reader)
                 delegate.session(self, didReceive: stream, withName: reader.name, fromPeer: peer)
             }
-        } else if subscribers.withLock({ !$0.isEmpty }) {
+        } else if subscribers.withLock({ $0.contains(where: \.takesChannels) }) {
             emit(.streamReceived(MCStreamReader(reader: reader), from: peer))
         } else {
             reader.cancel()  // nobody to read it: release the writer at once
@@ -171,7 +171,7 @@ extension MCSession {
         let peer = mcPeer(transfer.peer)
         let mapped = result.map { URL(fileURLWithPath: $0) }.mapError { MCError(transfer: $0) }
         let hasDelegate = delegateBox.value != nil
-        let hasSubscribers = subscribers.withLock { !$0.isEmpty }
+        let hasSubscribers = subscribers.withLock { $0.contains(where: \.takesChannels) }
         emit(.resourceReceived(name: transfer.name, from: peer, result: mapped))
         guard hasDelegate else {
             // Nobody will take the file: do not leave it behind.

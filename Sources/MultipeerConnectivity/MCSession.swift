@@ -148,7 +148,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
         // Streams and resources are refused while nobody would take them.
         engine?.setChannelAcceptance { [weak self] in
             guard let self else { return false }
-            return self.delegateBox.value != nil || self.subscribers.withLock { !$0.isEmpty }
+            return self.delegateBox.value != nil || self.subscribers.withLock { $0.contains(where: \.takesChannels) }
         }
     }
 
@@ -442,8 +442,12 @@ extension MCSession {
     }
 
     /// A new stream of this session's events from now on; each call gets its own.
-    public func events() -> Events {
-        let channel = EventChannel { [weak self] finished in
+    public func events() -> Events { events(takingChannels: true) }
+
+    /// `takingChannels: false` for the library's own watchers: their subscription does not make
+    /// the session accept streams and resources that nobody would take.
+    func events(takingChannels: Bool) -> Events {
+        let channel = EventChannel(takesChannels: takingChannels) { [weak self] finished in
             self?.subscribers.withLock { $0.removeAll { $0 === finished } }
         }
         subscribers.withLock { $0.append(channel) }

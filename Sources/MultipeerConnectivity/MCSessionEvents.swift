@@ -68,8 +68,12 @@ final class EventChannel: Sendable {
     private let state = Mutex(State())
     /// Removes the channel from its session once finished.
     private let onFinish: @Sendable (EventChannel) -> Void
+    /// Whether this subscriber takes the peers' streams and files (an app's `events()`), so
+    /// that the session accepts them; the library's own watchers (the browser model) do not.
+    let takesChannels: Bool
 
-    init(onFinish: @escaping @Sendable (EventChannel) -> Void) {
+    init(takesChannels: Bool = true, onFinish: @escaping @Sendable (EventChannel) -> Void) {
+        self.takesChannels = takesChannels
         self.onFinish = onFinish
     }
 

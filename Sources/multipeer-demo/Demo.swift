@@ -16,6 +16,9 @@
 //   multipeer-demo invitations INTERFACE [ROUNDS]
 //                                  (for tests, inside a network namespace) the invitation scenarios,
 //                                  one OK/FAIL line each
+//   multipeer-demo assistant INTERFACE
+//                                  (for tests, inside a network namespace) the advertiser assistant
+//                                  and the browser model, one OK/FAIL line each
 //   multipeer-demo sink PEERID COUNT
 //                                  (for tests) the same, with an application that takes no
 //                                  message until a line arrives on standard input, then checks

@@ -1,0 +1,146 @@
+import Foundation
+import MultipeerDiscovery
+import Synchronization
+
+/// Apple's assistant delegate; both calls are optional, as in Apple's protocol.
+public protocol MCAdvertiserAssistantDelegate: AnyObject {
+    /// The prompt is about to be asked about an invitation.
+    func advertiserAssistantWillPresentInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
+    /// The prompt answered (or the assistant stopped while it was asking).
+    func advertiserAssistantDidDismissInvitation(_ advertiserAssistant: MCAdvertiserAssistant)
+}
+
+extension MCAdvertiserAssistantDelegate {
+    public func advertiserAssistantWillPresentInvitation(_ advertiserAssistant: MCAdvertiserAssistant) {}
+    public func advertiserAssistantDidDismissInvitation(_ advertiserAssistant: MCAdvertiserAssistant) {}
+}
+
+/// What the assistant's prompt is asked about: who invites, and the context it sent (untrusted
+/// bytes, at most 4,096; nil when it sent none).
+public struct MCAssistantInvitation: Sendable {
+    public let peerID: MCPeerID
+    public let context: Data?
+
+    /// For exercising a prompt outside the assistant.
+    public init(peerID: MCPeerID, context: Data?) {
+        self.peerID = peerID
+        self.context = context
+    }
+}
+
+/// Apple's advertiser assistant: advertises a session and answers invitations into it. Apple's
+/// shows an alert; Linux has none, so the app supplies `prompt`, which shows the invitation its
+/// own way and returns true to accept (the inviter joins `session`) or false to decline.
+/// Without a prompt every invitation is declined. Prompts are asked one at a time, in arrival
+/// order, from a task of the assistant's; the delegate is called on that task, just before and
+/// just after each one. An answer given after the inviter's timeout is ignored (it gave up).
+public final class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
+    // @unchecked: the delegate, the prompt and the answering task are behind locks.
+
+    public typealias Prompt = @Sendable (MCAssistantInvitation) async -> Bool
+
+    public let session: MCSession
+    public let discoveryInfo: [String: String]?
+    public let serviceType: String
+    /// Does the discovery and the invitation protocol; not public, as a delegate set on it
+    /// would take the invitations away from the prompt.
+    let advertiser: MCNearbyServiceAdvertiser
+    private let delegateLock = NSLock()
+    private weak var storedDelegate: (any MCAdvertiserAssistantDelegate)?
+    private let storedPrompt: Mutex<Prompt?>
+    private let answering = Mutex<Task<Void, Never>?>(nil)
+
+    public weak var delegate: (any MCAdvertiserAssistantDelegate)? {
+        get { delegateLock.withLock { storedDelegate } }
+        set { delegateLock.withLock { storedDelegate = newValue } }
+    }
+
+    /// Asked about each invitation; nil declines them all.
+    public var prompt: Prompt? {
+        get { storedPrompt.withLock { $0 } }
+        set { storedPrompt.withLock { $0 = newValue } }
+    }
+
+    /// Apple's initialiser: an invalid service type or discoveryInfo stops the program, as
+    /// Apple's raises. Set `prompt` before `start()`, or invitations are declined.
+    public convenience init(serviceType: String, discoveryInfo info: [String: String]?, session: MCSession) {
+        do {
+            try self.init(serviceType: serviceType, discoveryInfo: info, session: session, configuration: DiscoveryConfiguration())
+        } catch {
+            preconditionFailure("MCAdvertiserAssistant: \(error.reason)")
+        }
+    }
+
+    /// Throws `invalidParameter` with the reason for a bad service type or discoveryInfo.
+    public init(
+        serviceType: String, discoveryInfo info: [String: String]?, session: MCSession, configuration: DiscoveryConfiguration,
+        listenHost: String = "0.0.0.0", prompt: Prompt? = nil
+    ) throws(MCError) {
+        advertiser = try MCNearbyServiceAdvertiser(
+            peer: session.myPeerID, discoveryInfo: info, serviceType: serviceType, configuration: configuration, listenHost: listenHost)
+        self.session = session
+        self.discoveryInfo = info
+        self.serviceType = serviceType
+        storedPrompt = Mutex(prompt)
+        super.init()
+    }
+
+    /// Apple's call: advertises in the background; use `startAdvertising()` to learn of a failure.
+    public func start() {
+        listen()
+        advertiser.startAdvertisingPeer()
+    }
+
+    public func stop() {
+        stopAnswering()
+        advertiser.stopAdvertisingPeer()
+    }
+
+    /// The same as `start()`, returning once advertised; throws `unavailable` when it cannot be.
+    public func startAdvertising() async throws(MCError) {
+        listen()
+        do {
+            try await advertiser.start()
+        } catch {
+            stopAnswering()
+            throw error
+        }
+    }
+
+    /// Stops advertising; a prompt still being asked is cancelled and its invitation declined.
+    public func stopAdvertising() async {
+        stopAnswering()
+        await advertiser.stop()
+    }
+
+    /// Takes invitations from the advertiser (it has no delegate of its own, so they come here).
+    private func listen() {
+        let invitations = advertiser.invitations()
+        let task = Task { [weak self] in
+            for await invitation in invitations {
+                guard let self else { return invitation.decline() }
+                await self.answer(invitation)
+            }
+        }
+        let previous = answering.withLock { current in defer { current = task }; return current }
+        previous?.cancel()
+    }
+
+    private func stopAnswering() {
+        answering.withLock { current in defer { current = nil }; return current }?.cancel()
+    }
+
+    /// Asks the prompt about one invitation and answers it. A stop while asking declines it,
+    /// whatever the prompt then says.
+    func answer(_ invitation: MCInvitation) async {
+        guard let prompt, !Task.isCancelled else { return invitation.decline() }
+        delegate?.advertiserAssistantWillPresentInvitation(self)
+        let accepted = await prompt(MCAssistantInvitation(peerID: invitation.peer, context: invitation.context.isEmpty ? nil : invitation.context))
+        delegate?.advertiserAssistantDidDismissInvitation(self)
+        if accepted && !Task.isCancelled { invitation.accept(into: session) } else { invitation.decline() }
+    }
+
+    deinit {
+        answering.withLock { $0 }?.cancel()
+    }
+}
