@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import MultipeerDiscovery
 import MultipeerWire
 import Synchronization
@@ -40,7 +41,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private let delegateQueue: DispatchQueue
     /// Start and stop, from Apple's calls or the async ones, run in order, one at a time.
     private let sequencer = OperationSequencer()
-    private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID], endpoints: [Bytes16: [WireEndpoint]])>((nil, [:], [:], [:]))
+    private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID], endpoints: [Bytes16: [SocketAddress]])>((nil, [:], [:], [:]))
 
     public weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
@@ -154,17 +155,11 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         try await session.invite(peerID, at: endpoints, context: context ?? Data(), timeout: timeout)
     }
 
-    /// IPv4 first; IPv6 link-local addresses need their interface, which an endpoint cannot carry.
-    private static func dialable(_ endpoints: [MDNSBrowserCore.Endpoint]) -> [WireEndpoint] {
-        let converted: [(WireEndpoint, Bool)] = endpoints.compactMap { endpoint in
-            switch endpoint.address {
-            case .ipv4(let value): (try? WireEndpoint(address: .ipv4(value), port: endpoint.port)).map { ($0, true) }
-            case .ipv6(let bytes):
-                bytes.first == 0xFE && (bytes.dropFirst().first ?? 0) & 0xC0 == 0x80 ? nil
-                    : Bytes16(bytes: bytes).flatMap { try? WireEndpoint(address: .ipv6($0), port: endpoint.port) }.map { ($0, false) }
-            }
-        }
-        return converted.filter(\.1).map(\.0) + converted.filter { !$0.1 }.map(\.0)
+    /// IPv4 first, then IPv6; link-local IPv6 keeps the interface it was seen on (its scope).
+    private static func dialable(_ endpoints: [MDNSBrowserCore.Endpoint]) -> [SocketAddress] {
+        let ipv4 = endpoints.filter { if case .ipv4 = $0.address { true } else { false } }
+        let ipv6 = endpoints.filter { if case .ipv6 = $0.address { true } else { false } }
+        return (ipv4 + ipv6).map { MDNSInterfaces.socketAddress($0.address, port: $0.port, interfaceIndex: $0.interfaceIndex) }
     }
 
     private func handle(_ event: DiscoveryBrowser.Event) {

@@ -37,7 +37,7 @@ extension MCSession {
     /// Invites a peer found by discovery into this session (docs/PROTOCOL.md §7.2). Reports the
     /// peer `connecting` at once, then `connected` or `notConnected` (with the reason in
     /// `events()` as `.connectionFailed`), as Apple's session does for an invitation.
-    func invite(_ peer: MCPeerID, at endpoints: [WireEndpoint], context: Data, timeout: TimeInterval) async throws(MCInvitationError) {
+    func invite(_ peer: MCPeerID, at addresses: [SocketAddress], context: Data, timeout: TimeInterval) async throws(MCInvitationError) {
         guard let engine else { throw MCInvitationError(.unreachable, setupError?.reason ?? "the session is unusable") }
         guard !connectedPeers.contains(peer) else { return }
         let milliseconds = UInt32(clamping: Int64((timeout > 0 ? timeout : 30) * 1000))
@@ -47,7 +47,7 @@ extension MCSession {
         let outcome: InvitationOutcome
         do {
             outcome = try await engine.invite(
-                peer.wire, at: endpoints, context: ByteBuffer(bytes: context),
+                peer.wire, at: addresses, context: ByteBuffer(bytes: context),
                 timeoutMilliseconds: min(max(milliseconds, 1), WireLimits.invitationTimeoutMilliseconds.upperBound)).get()
         } catch {
             endInvitation(peer, failed: MCError(.invalidParameter, reason: "\(error)"))

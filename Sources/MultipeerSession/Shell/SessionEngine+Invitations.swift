@@ -22,8 +22,9 @@ extension SessionEngine {
     /// Invites the advertiser at `endpoints` (from discovery) into this session: dials its
     /// invitation port, sends HELLO purpose 2 and INVITATION, and waits for the answer; on
     /// acceptance dials the accepting session with the connection data it sent (§7.2).
+    /// `addresses` are socket addresses, so IPv6 link-local ones keep their interface.
     public func invite(
-        _ peer: WirePeerID, at endpoints: [WireEndpoint], context: ByteBuffer, timeoutMilliseconds: UInt32
+        _ peer: WirePeerID, at addresses: [SocketAddress], context: ByteBuffer, timeoutMilliseconds: UInt32
     ) -> EventLoopFuture<InvitationOutcome> {
         let invitation: Invitation
         do {
@@ -32,7 +33,7 @@ extension SessionEngine {
             return eventLoop.makeFailedFuture(error)
         }
         return eventLoop.flatSubmit { [self] in
-            dialInvitation(peer, endpoints: endpoints[...], invitation: invitation, lastError: "no address to dial")
+            dialInvitation(peer, addresses: addresses[...], invitation: invitation, lastError: "no address to dial")
         }.map { [self] result in
             switch result {
             case .answered(let answer): follow(answer, from: peer)
@@ -43,12 +44,9 @@ extension SessionEngine {
 
     /// Tries the addresses in order until one connects; what happens on that connection is the result.
     private func dialInvitation(
-        _ peer: WirePeerID, endpoints: ArraySlice<WireEndpoint>, invitation: Invitation, lastError: String
+        _ peer: WirePeerID, addresses: ArraySlice<SocketAddress>, invitation: Invitation, lastError: String
     ) -> EventLoopFuture<InvitationDialResult> {
-        guard let endpoint = endpoints.first else { return eventLoop.makeSucceededFuture(.failed(.unreachable(lastError))) }
-        guard let address = try? endpoint.socketAddress() else {
-            return dialInvitation(peer, endpoints: endpoints.dropFirst(), invitation: invitation, lastError: "unusable address \(endpoint)")
-        }
+        guard let address = addresses.first else { return eventLoop.makeSucceededFuture(.failed(.unreachable(lastError))) }
         let answer = eventLoop.makePromise(of: InvitationDialResult.self)
         let connection = ConnectionConfiguration(
             role: .dialer, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
@@ -69,7 +67,7 @@ extension SessionEngine {
             .flatMap { _ in answer.futureResult }
             .flatMapError { [self] error in
                 // Not even connected: the next address may work.
-                dialInvitation(peer, endpoints: endpoints.dropFirst(), invitation: invitation, lastError: "\(error)")
+                dialInvitation(peer, addresses: addresses.dropFirst(), invitation: invitation, lastError: "\(error)")
             }
     }
 
