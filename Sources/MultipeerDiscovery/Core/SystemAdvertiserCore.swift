@@ -3,11 +3,16 @@ import NIOCore
 
 /// The system engine's advertiser, sans-I/O: what to publish through avahi-daemon, the same
 /// renaming on a collision as the embedded responder (`InstanceNaming`), and what to do when the
-/// daemon comes and goes. Avahi itself probes, announces, answers and says goodbye.
+/// daemon comes and goes, and which interfaces to publish on as they come and go. Avahi itself
+/// probes, announces, answers and says goodbye.
 struct SystemAdvertiserCore {
     enum Action: Equatable {
-        /// Withdraw what is published (Avahi: reset the entry group).
+        /// Withdraw everything published (Avahi: reset every entry group).
         case withdraw
+        /// Withdraw what is published on these interfaces only (Avahi: free their entry groups).
+        case withdrawFrom(interfaceIndexes: [Int])
+        /// Publish on `publication.interfaces` (Avahi: one entry group per interface, so that
+        /// one can come or go without touching the others).
         case publish(SystemPublication)
         /// Call `wake()` after this long.
         case wake(after: TimeAmount)
@@ -18,10 +23,13 @@ struct SystemAdvertiserCore {
     private var naming: InstanceNaming
     private let port: UInt16
     private let txt: [[UInt8]]
-    private let interfaces: [MDNSInterface]
+    private var interfaces: [MDNSInterface]
     private var daemonRunning = false
-    /// Published (or being probed) under the current names.
+    /// Published (or being probed) under the current names, on every interface in `interfaces`.
     private var published = false
+    /// `announced` was reported for the current names: once, as the embedded core does, however
+    /// many interfaces' groups Avahi establishes.
+    private var announced = false
     /// A rename is waiting out the conflict throttle.
     private var deferred = false
     private var events: [Event] = []
@@ -33,7 +41,9 @@ struct SystemAdvertiserCore {
         txt = try DiscoveryTXT.encode(peer, info: discoveryInfo)
     }
 
-    var publication: SystemPublication {
+    var publication: SystemPublication { publication(on: interfaces) }
+
+    private func publication(on interfaces: [MDNSInterface]) -> SystemPublication {
         SystemPublication(
             instanceLabel: naming.instanceLabel, serviceType: "_\(naming.serviceType.name)._tcp", hostName: "\(naming.hostLabel).local",
             port: port, txt: txt, interfaces: interfaces)
@@ -44,6 +54,7 @@ struct SystemAdvertiserCore {
         daemonRunning = true
         guard !published, !deferred else { return [] }
         published = true
+        announced = false
         return [.publish(publication)]
     }
 
@@ -63,8 +74,25 @@ struct SystemAdvertiserCore {
 
     /// Avahi probed and announced the records.
     mutating func established() {
-        guard published else { return }
+        guard published, !announced else { return }
+        announced = true
         events.append(.announced)
+    }
+
+    /// The interfaces were listed again (`MDNSInterfaces.current`). Those gone or changed (name or
+    /// addresses) are withdrawn; those new or changed are published under the names held, so the
+    /// others keep their records and nothing is renamed.
+    mutating func updateInterfaces(_ updated: [MDNSInterface]) -> [Action] {
+        guard updated != interfaces else { return [] }
+        let old = interfaces
+        interfaces = updated
+        var actions: [Action] = []
+        let stale = old.filter { !updated.contains($0) }.map(\.index)
+        if !stale.isEmpty { actions.append(.withdrawFrom(interfaceIndexes: stale)) }
+        // Unpublished (daemon away, or a rename waiting): the next publish takes the new list.
+        let fresh = updated.filter { !old.contains($0) }
+        if published, !fresh.isEmpty { actions.append(.publish(publication(on: fresh))) }
+        return actions
     }
 
     /// Another host holds one of our names: move to the next ones, as the embedded core does.
@@ -72,6 +100,7 @@ struct SystemAdvertiserCore {
         guard published else { return [] }
         let delay = naming.rename(now: now)
         events.append(.renamed(naming.instanceName))
+        announced = false
         guard delay == .zero else {
             published = false
             deferred = true

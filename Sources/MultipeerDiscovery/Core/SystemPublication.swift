@@ -10,4 +10,9 @@ struct SystemPublication: Equatable, Sendable {
     let txt: [[UInt8]]
     /// Where to publish, with the addresses for the host name (A over IPv4, AAAA over IPv6).
     let interfaces: [MDNSInterface]
+
+    /// The same, on `interface` only: what one interface's entry group holds.
+    func on(_ interface: MDNSInterface) -> SystemPublication {
+        SystemPublication(instanceLabel: instanceLabel, serviceType: serviceType, hostName: hostName, port: port, txt: txt, interfaces: [interface])
+    }
 }

@@ -37,7 +37,7 @@ public final class DiscoveryAdvertiser: Sendable {
             },
             makeSystem: { connection, interfaces throws(DiscoveryError) in
                 let core = try SystemAdvertiserCore(serviceType: serviceType, peer: peer, port: port, discoveryInfo: discoveryInfo, interfaces: interfaces)
-                return SystemAdvertiserService(connection: connection, core: core, logger: logger)
+                return SystemAdvertiserService(connection: connection, core: core, interfaceNames: configuration.interfaceNames, logger: logger)
             })
     }
 

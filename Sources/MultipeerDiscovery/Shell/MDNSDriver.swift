@@ -26,7 +26,7 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
     private var timer: Scheduled<Void>?
     private var watch: RepeatedTask?
     /// How often the interfaces are listed again while running.
-    static var interfaceCheckInterval: TimeAmount { .seconds(2) }
+    static var interfaceCheckInterval: TimeAmount { MDNSInterfaces.checkInterval }
     private var closed = false
     private let afterInput: @Sendable (inout Core) -> Void
     private let logger: Logger

@@ -6,6 +6,9 @@ import Glibc
 
 /// The machine's interfaces as discovery sees them.
 public enum MDNSInterfaces {
+    /// How often either engine lists the interfaces again while running.
+    static var checkInterval: TimeAmount { .seconds(2) }
+
     /// Up, multicast-capable interfaces with an address. `names` picks them by name (for example
     /// `["lo"]` inside a test's network namespace); nil takes every one but loopback.
     public static func current(names: [String]? = nil) throws(DiscoveryError) -> [MDNSInterface] {

@@ -2,20 +2,25 @@ import Logging
 import NIOCore
 import NIOPosix
 
-/// The system engine's advertiser: `SystemAdvertiserCore` carried out on an Avahi entry group.
-/// Everything but start and stop runs on the connection's poll thread (Avahi's callbacks).
+/// The system engine's advertiser: `SystemAdvertiserCore` carried out on Avahi entry groups, one
+/// per interface. Everything but start and stop runs on the connection's poll thread (Avahi's
+/// callbacks and timers), which also lists the interfaces again as the embedded engine does.
 final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
     private let connection: AvahiConnection
     private let logger: Logger
-    /// Confined to the poll thread or its lock, as `group`.
+    /// The configured interface names (nil: every multicast interface), listed again while running.
+    private let interfaceNames: [String]?
+    /// Confined to the poll thread or its lock, as `groups`.
     private var core: SystemAdvertiserCore
-    private var group: AvahiEntryGroup?
+    /// By interface index.
+    private var groups: [Int: AvahiEntryGroup] = [:]
     /// A publish that failed while starting, thrown by `start()`.
     private var startFailure: DiscoveryError?
 
-    init(connection: AvahiConnection, core: SystemAdvertiserCore, logger: Logger) {
+    init(connection: AvahiConnection, core: SystemAdvertiserCore, interfaceNames: [String]?, logger: Logger) {
         self.connection = connection
         self.core = core
+        self.interfaceNames = interfaceNames
         self.logger = logger
     }
 
@@ -25,16 +30,27 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
                 // The first state arrives inside `start`, before the poll thread runs.
                 try self.connection.start { [weak self] state in self?.daemon(state) }
                 if let failure = self.startFailure { throw failure }
+                try self.connection.locked { self.watchInterfaces() }
             } catch {
-                self.connection.close { self.freeGroup() }
+                self.connection.close { self.freeGroups() }
                 throw error
             }
         }
     }
 
     func stop() async {
-        // Freeing the group withdraws the records: avahi-daemon sends the goodbyes.
-        try? await onBlockingPool { () throws(DiscoveryError) in self.connection.close { self.freeGroup() } }
+        // Freeing the groups withdraws the records: avahi-daemon sends the goodbyes.
+        try? await onBlockingPool { () throws(DiscoveryError) in self.connection.close { self.freeGroups() } }
+    }
+
+    /// Lists the interfaces again every `MDNSInterfaces.checkInterval` until closed (the
+    /// connection drops its timers then), and follows what changed.
+    private func watchInterfaces() {
+        connection.schedule(after: MDNSInterfaces.checkInterval) { [weak self] in
+            guard let self else { return }
+            if let current = try? MDNSInterfaces.current(names: interfaceNames) { carry(core.updateInterfaces(current)) }
+            watchInterfaces()
+        }
     }
 
     private func daemon(_ state: AvahiConnection.State) {
@@ -44,7 +60,7 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
         case .disconnected(let reason):
             logger.warning("avahi-daemon went away; advertising resumes when it is back", metadata: ["reason": "\(reason)"])
             core.daemonLost()
-            freeGroup()
+            freeGroups()
         }
     }
 
@@ -62,17 +78,12 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
         for action in actions {
             switch action {
             case .withdraw:
-                group?.reset()
+                // Reset, not freed: a collision arrives inside a group's own callback.
+                for group in groups.values { group.reset() }
+            case .withdrawFrom(let indexes):
+                for index in indexes { groups.removeValue(forKey: index)?.free() }
             case .publish(let publication):
-                do throws(DiscoveryError) {
-                    if group == nil, let client = connection.client {
-                        group = try AvahiEntryGroup(client: client) { [weak self] state in self?.groupChanged(state) }
-                    }
-                    try group?.publish(publication)
-                } catch {
-                    startFailure = startFailure ?? error
-                    logger.warning("avahi-daemon refused to publish", metadata: ["reason": "\(error.reason)"])
-                }
+                for interface in publication.interfaces { publish(publication.on(interface)) }
             case .wake(let delay):
                 connection.schedule(after: delay) { [weak self] in
                     guard let self else { return }
@@ -83,9 +94,22 @@ final class SystemAdvertiserService: DiscoveryRunner, @unchecked Sendable {
         for event in core.takeEvents() { event.log(to: logger, instanceLabel: core.publication.instanceLabel) }
     }
 
-    private func freeGroup() {
-        group?.free()
-        group = nil
+    private func publish(_ publication: SystemPublication) {
+        guard let interface = publication.interfaces.first else { return }
+        do throws(DiscoveryError) {
+            if groups[interface.index] == nil, let client = connection.client {
+                groups[interface.index] = try AvahiEntryGroup(client: client) { [weak self] state in self?.groupChanged(state) }
+            }
+            try groups[interface.index]?.publish(publication)
+        } catch {
+            startFailure = startFailure ?? error
+            logger.warning("avahi-daemon refused to publish", metadata: ["interface": "\(interface.name)", "reason": "\(error.reason)"])
+        }
+    }
+
+    private func freeGroups() {
+        for group in groups.values { group.free() }
+        groups.removeAll()
     }
 }
 
