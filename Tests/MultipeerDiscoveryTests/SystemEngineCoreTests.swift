@@ -46,6 +46,38 @@ struct SystemEngineCoreTests {
         #expect(publication.interfaces == interfaces)
     }
 
+    /// Interfaces that come and go: only what changed is withdrawn or published, under the
+    /// names held; nothing is done while nothing is published but remembering the list.
+    @Test func interfaceChangesTouchOnlyWhatChanged() throws {
+        let first = MDNSInterface(index: 2, name: "mp0", addresses: [.ipv4(0xA9FE_0101)])
+        let second = MDNSInterface(index: 3, name: "mp1", addresses: [.ipv4(0xA9FE_0201)])
+        var core = try SystemAdvertiserCore(serviceType: Self.type, peer: Self.peer("Alice", 7), port: 1, discoveryInfo: [:], interfaces: [first])
+        _ = core.daemonRan()
+        #expect(core.updateInterfaces([first]).isEmpty)
+        let added = core.updateInterfaces([first, second])
+        guard case .publish(let publication) = added.first, added.count == 1 else { Issue.record("\(added)"); return }
+        #expect(publication.interfaces == [second] && publication.instanceLabel == DiscoveryTXT.hex(Self.peer("Alice", 7).identifier))
+        #expect(core.updateInterfaces([first]) == [.withdrawFrom(interfaceIndexes: [3])])
+        let moved = MDNSInterface(index: 2, name: "mp0", addresses: [.ipv4(0xA9FE_0102)])
+        let changed = core.updateInterfaces([moved])
+        #expect(changed.first == .withdrawFrom(interfaceIndexes: [2]) && changed.count == 2)
+        if case .publish(let again) = changed.last { #expect(again.interfaces == [moved]) } else { Issue.record("\(changed)") }
+        // Nothing published (the daemon went away): the list is kept for the next publish.
+        core.daemonLost()
+        #expect(core.updateInterfaces([moved, second]) == [])
+        guard case .publish(let next) = core.daemonRan().first else { Issue.record("no publish"); return }
+        #expect(next.interfaces == [moved, second])
+        #expect(core.takeEvents().isEmpty)
+    }
+
+    @Test func announcedIsReportedOncePerName() throws {
+        var core = try SystemAdvertiserCore(serviceType: Self.type, peer: Self.peer("Alice", 7), port: 1, discoveryInfo: [:], interfaces: [])
+        _ = core.daemonRan()
+        core.established()
+        core.established()
+        #expect(core.takeEvents() == [.announced])
+    }
+
     @Test func aCollisionRenamesAsTheEmbeddedAdvertiserDoesWithTheSameThrottle() throws {
         let peer = Self.peer("Alice", 7)
         var core = try SystemAdvertiserCore(serviceType: Self.type, peer: peer, port: 1, discoveryInfo: [:], interfaces: [])
