@@ -123,11 +123,15 @@ struct ResourceChannelTests {
         let scratch = try Scratch()
         let (alice, bob) = try await Self.pair(scratch) { $0.maximumConcurrentIncomingResources = 1 }
         defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        // The first stays in progress (its store waits) until the second has been refused.
+        let gate = WriteGate(at: 0)
+        bob.engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
         let first = try Self.send(try scratch.file("one", Self.content(8 << 20, seed: 3)), from: alice, to: bob)
-        try #require(try await eventually { bob.startedResources.count == 1 })
+        try #require(try await eventually { bob.startedResources.count == 1 && gate.reached })
         let second = try Self.send(try scratch.file("two", [1]), from: alice, to: bob)
         guard case .failure(let error) = try await Self.outcome(second) else { Issue.record("a second resource was taken"); return }
         #expect(error.code == .refusedByPeer)
+        gate.open()
         guard case .success = try await Self.outcome(first) else { Issue.record("the first failed"); return }
     }
 
