@@ -336,7 +336,10 @@ struct MCStreamResourceTests {
                 completed.withLock { $0.append(error) }
             })
             let index = delegate.started.count
-            try #require(try await eventually(seconds: 30) { delegate.started.count == index + 1 && delegate.started[index].2.completedUnitCount > 0 })
+            // Under way: the receiver has started and the sender has sent something.
+            try #require(
+                try await eventually(seconds: 30) { delegate.started.count == index + 1 && progress.completedUnitCount > 0 },
+                "round \(receiverCancels ? 2 : 1): started \(delegate.started.count), sent \(progress.completedUnitCount), completion \(completed.withLock { $0.map { "\(String(describing: $0))" } })")
             if receiverCancels { delegate.started[index].2.cancel() } else { progress.cancel() }
             #expect(try await eventually(seconds: 20) { completed.withLock { $0.count } == 1 && delegate.finished.count == index + 1 })
             #expect((completed.withLock { $0[0] } as? MCError)?.code == .cancelled)
