@@ -173,15 +173,7 @@ struct MCStreamResourceTests {
         try #require(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
     }
 
-    static func content(_ count: Int, seed: UInt64) -> [UInt8] {
-        var generator = SeededGenerator(seed: seed)
-        var bytes = [UInt8](repeating: 0, count: count)
-        for offset in stride(from: 0, to: count, by: 8) {
-            let word = generator.next()
-            for index in 0..<min(8, count - offset) { bytes[offset + index] = UInt8(truncatingIfNeeded: word >> (8 * UInt64(index))) }
-        }
-        return bytes
-    }
+    static func content(_ count: Int, seed: UInt64) -> [UInt8] { seededContent(count, seed: seed) }
 
     /// Apple-era code: both ends scheduled in run loops, the writer pumping a chunk per
     /// `hasSpaceAvailable`, the reader reading per `hasBytesAvailable` until `endEncountered`.

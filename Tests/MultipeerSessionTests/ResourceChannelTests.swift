@@ -41,19 +41,7 @@ struct ResourceChannelTests {
         return (alice, bob)
     }
 
-    static func content(_ count: Int, seed: UInt64) -> [UInt8] {
-        var generator = SeededGenerator(seed: seed)
-        var bytes = [UInt8](repeating: 0, count: count)
-        bytes.withUnsafeMutableBytes { raw in
-            // Eight bytes per draw: debug builds are slow at one.
-            for offset in stride(from: 0, to: count, by: 8) {
-                withUnsafeBytes(of: generator.next()) { word in
-                    for index in 0..<min(8, count - offset) { raw[offset + index] = word[index] }
-                }
-            }
-        }
-        return bytes
-    }
+    static func content(_ count: Int, seed: UInt64) -> [UInt8] { seededContent(count, seed: seed) }
 
     static func outcome(_ transfer: ResourceTransfer, seconds: Double = 60) async throws -> Result<String?, TransferError> {
         try await withDeadline(seconds: seconds) { await transfer.result() }

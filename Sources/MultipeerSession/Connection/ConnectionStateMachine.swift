@@ -458,15 +458,8 @@ public struct ConnectionStateMachine {
                     return violation("the dialer's pairing nonce does not match its commitment")
                 }
                 return beginTrust(pairing, commitment: pairing.peerCommitment!.bytes, dialerNonce: nonce, listenerNonce: pairingNonce)
-            case .ping(let opaque):
-                return reply(.pong(opaque), over: pairing.session.transport)
-            case .pong:
-                return []
-            case .goodbye(let reason):
-                state = .closed
-                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
             default:
-                return violation("\(frame.type) while pairing")
+                return handshakeControl(frame, over: pairing.session.transport, phase: "while pairing")
             }
         case .trusting(var trust):
             switch frame {
@@ -477,15 +470,8 @@ public struct ConnectionStateMachine {
             case .trust(let decision) where decision != .accepted:
                 state = .closed
                 return [.close(ConnectionError(.trustRejectedByPeer(decision)))]
-            case .ping(let opaque):
-                return reply(.pong(opaque), over: trust.session.transport)
-            case .pong:
-                return []
-            case .goodbye(let reason):
-                state = .closed
-                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
             default:
-                return violation("\(frame.type) before both sides accepted each other")
+                return handshakeControl(frame, over: trust.session.transport, phase: "before both sides accepted each other")
             }
         case .invitation(let session, let peerHello, let received):
             switch frame {
@@ -497,15 +483,8 @@ public struct ConnectionStateMachine {
                 var actions: [ConnectionAction] = [.invitationAnswered(answer)]
                 actions += closeTransport(session.transport, ConnectionError(.invitationEnded))
                 return actions
-            case .ping(let opaque):
-                return reply(.pong(opaque), over: session.transport)
-            case .pong:
-                return []
-            case .goodbye(let reason):
-                state = .closed
-                return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
             default:
-                return violation("\(frame.type) on an invitation connection")
+                return handshakeControl(frame, over: session.transport, phase: "on an invitation connection")
             }
         case .connected(let session, _):
             switch frame {
@@ -524,6 +503,22 @@ public struct ConnectionStateMachine {
             }
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return []
+        }
+    }
+
+    /// PING, PONG and GOODBYE before a connection is established; anything else is a violation
+    /// of the phase (§7.1).
+    private mutating func handshakeControl(_ frame: Frame, over transport: SecureTransport, phase: String) -> [ConnectionAction] {
+        switch frame {
+        case .ping(let opaque):
+            return reply(.pong(opaque), over: transport)
+        case .pong:
+            return []
+        case .goodbye(let reason):
+            state = .closed
+            return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
+        default:
+            return violation("\(frame.type) \(phase)")
         }
     }
 
