@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "multipeer-demo", targets: ["multipeer-demo"]),
         .executable(name: "mpc-certgen", targets: ["mpc-certgen"]),
         .executable(name: "multipeer-bench", targets: ["multipeer-bench"]),
+        .executable(name: "multipeer", targets: ["multipeer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -119,6 +120,14 @@ let package = Package(
             name: "multipeer-bench",
             dependencies: [
                 "MultipeerConnectivity", "MultipeerCrypto", "CMultipeerOpenSSL", "CMultipeerSodium", "CMultipeerShims",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // The terminal app: chat and file transfer between authenticated peers.
+        .executableTarget(
+            name: "multipeer",
+            dependencies: [
+                "MultipeerConnectivity",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
