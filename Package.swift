@@ -20,6 +20,7 @@ let package = Package(
         .executable(name: "mpc-certgen", targets: ["mpc-certgen"]),
         .executable(name: "multipeer-bench", targets: ["multipeer-bench"]),
         .executable(name: "multipeer", targets: ["multipeer"]),
+        .executable(name: "interop-peer", targets: ["interop-peer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -130,6 +131,11 @@ let package = Package(
                 "MultipeerConnectivity",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
+        ),
+        // One session behind a line protocol (Interop/HARNESS.md), for peers written in other languages.
+        .executableTarget(
+            name: "interop-peer",
+            dependencies: ["MultipeerConnectivity", "MultipeerCrypto"]
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build links them as no-op executables.
         .target(

@@ -1,0 +1,100 @@
+import Foundation
+import MultipeerConnectivity
+import MultipeerCrypto
+
+/// The command line (Interop/HARNESS.md, "Command line").
+struct Options {
+    enum Trust {
+        case accept, reject
+        /// Accepts a peer whose chain verifies to these anchors.
+        case authority(TrustEvaluation)
+    }
+
+    var name = "swift"
+    var encryption = MCEncryptionPreference.required
+    var identityFile: String?
+    var passwordFile: String?
+    var trust = Trust.accept
+    var resourceDirectory: String?
+    var keepalive: Duration?
+
+    static let usage = """
+        usage: interop-peer [--name NAME] [--encryption required|optional|none]
+                            [--identity FILE.p12 --password-file FILE] [--trust accept|reject|ca:PEMFILE]
+                            [--resource-dir DIR] [--keepalive SECONDS]
+        """
+
+    struct Invalid: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func parse(_ arguments: [String]) throws(Invalid) -> Options {
+        var options = Options()
+        var remaining = arguments[...]
+        while let flag = remaining.popFirst() {
+            guard let value = remaining.popFirst() else { throw Invalid(description: "\(flag) needs a value") }
+            switch flag {
+            case "--name": options.name = value
+            case "--encryption":
+                switch value {
+                case "required": options.encryption = .required
+                case "optional": options.encryption = .optional
+                case "none": options.encryption = .none
+                default: throw Invalid(description: "--encryption \(value): required, optional or none")
+                }
+            case "--identity": options.identityFile = value
+            case "--password-file": options.passwordFile = value
+            case "--trust": options.trust = try trust(value)
+            case "--resource-dir": options.resourceDirectory = value
+            case "--keepalive":
+                guard let seconds = Double(value), seconds > 0, seconds <= 3600 else {
+                    throw Invalid(description: "--keepalive \(value): seconds, more than 0 and at most 3600")
+                }
+                options.keepalive = .milliseconds(Int64(seconds * 1000))
+            default: throw Invalid(description: "unknown option \(flag)")
+            }
+        }
+        guard (options.identityFile == nil) == (options.passwordFile == nil) else {
+            throw Invalid(description: "--identity and --password-file go together")
+        }
+        return options
+    }
+
+    private static func trust(_ value: String) throws(Invalid) -> Trust {
+        switch value {
+        case "accept": return .accept
+        case "reject": return .reject
+        case _ where value.hasPrefix("ca:"):
+            let path = String(value.dropFirst(3))
+            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw Invalid(description: "cannot read \(path)")
+            }
+            // Every certificate in the file is an anchor (a root, or an intermediate and its root).
+            guard let anchors = try? Certificate.chain(pemEncoded: pem), !anchors.isEmpty else {
+                throw Invalid(description: "\(path) holds no PEM certificate")
+            }
+            return .authority(TrustEvaluation(anchors: anchors))
+        default: throw Invalid(description: "--trust \(value): accept, reject or ca:PEMFILE")
+        }
+    }
+
+    /// The identity from the .p12 file, or nil when none was given.
+    func identity() throws -> SecurityIdentity? {
+        guard let identityFile, let passwordFile else { return nil }
+        // The password is the file's first line; editors add a newline.
+        let password = try String(contentsOfFile: passwordFile, encoding: .utf8)
+            .split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        return try SecurityIdentity(pkcs12File: identityFile, password: password)
+    }
+
+    var configuration: MCSessionConfiguration {
+        var configuration = MCSessionConfiguration.loopbackOnly
+        if let resourceDirectory { configuration.resourceDirectory = URL(fileURLWithPath: resourceDirectory) }
+        if let keepalive {
+            configuration.keepaliveInterval = keepalive
+            // A peer is declared dead after missing several pings, as with the library's defaults.
+            configuration.deadPeerDeadline = max(configuration.deadPeerDeadline, keepalive * 4.5)
+        }
+        return configuration
+    }
+}

@@ -1,0 +1,428 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import MultipeerCrypto
+import MultipeerTestSupport
+import Synchronization
+import Testing
+
+/// `interop-peer` (Interop/HARNESS.md) in child processes, driven line by line as a peer written
+/// in another language would drive it: two harnesses connect and exchange every kind of traffic.
+@Suite("Processes: the interop harness, two of them talking", .serialized)
+struct InteropHarnessProcessTests {
+    @Test func twoHarnessesConnectAndExchangeMessagesStreamsAndResources() async throws {
+        let scratch = try Scratch()
+        defer { scratch.remove() }
+        let a = try HarnessPeer(["--name", "a"])
+        defer { a.kill() }
+        let b = try HarnessPeer(["--name", "b", "--resource-dir", scratch.path("received")])
+        defer { b.kill() }
+        try await HarnessPeer.connect(a, b, expecting: "connected")
+
+        // A small reliable message: its bytes come back in the line.
+        try a.send("SEND reliable \(b.peer) 68656c6c6f")
+        try await a.expect("OK SEND")
+        let hello = try await b.expect("RECEIVED \(a.peer)")
+        #expect(hello == ["RECEIVED", a.peer, "5", sha256Hex(Array("hello".utf8)), "68656c6c6f"])
+
+        // A multi-MiB message from a file: only its length and digest come back.
+        let big = seededContent(3 << 20 | 12_345, seed: 1)
+        let bigPath = try scratch.file("big.bin", big)
+        try a.send("SEND reliable \(b.peer) @\(bigPath)")
+        try await a.expect("OK SEND", seconds: 60)
+        let received = try await b.expect("RECEIVED \(a.peer)", seconds: 60)
+        #expect(received == ["RECEIVED", a.peer, "\(big.count)", sha256Hex(big), "-"])
+
+        // Unreliable: datagrams may be lost, so several go out and one arriving is the evidence.
+        let datagrams = ["01", "0202", "030303"]
+        for payload in datagrams {
+            try a.send("SEND unreliable \(b.peer) \(payload)")
+            try await a.expect("OK SEND")
+        }
+        let datagram = try await b.expect("RECEIVED \(a.peer)")
+        #expect(datagram.count == 5 && datagrams.contains(datagram[4]), "\(datagram)")
+        if datagram.count == 5, let bytes = hexBytes(datagram[4]) {
+            #expect(datagram[2] == "\(bytes.count)" && datagram[3] == sha256Hex(bytes))
+        }
+
+        // A stream, its name percent-encoded both ways.
+        let streamed = seededContent(2 << 20 | 777, seed: 2)
+        let streamPath = try scratch.file("stream.bin", streamed)
+        try a.send("STREAM \(b.peer) a%20stream \(streamPath)")
+        #expect(try await a.expect("STREAM-SENT a%20stream", seconds: 60) == ["STREAM-SENT", "a%20stream", "ok"])
+        let stream = try await b.expect("STREAM \(a.peer)", seconds: 60)
+        #expect(stream == ["STREAM", a.peer, "a%20stream", "\(streamed.count)", sha256Hex(streamed)])
+
+        // A resource: offered, then verified and reported on arrival, and acknowledged to the sender.
+        let resource = seededContent(3 << 20 | 4_321, seed: 3)
+        let resourcePath = try scratch.file("resource.bin", resource)
+        try a.send("RESOURCE \(b.peer) r%C3%A9sum%C3%A9 \(resourcePath)")
+        #expect(try await b.expect("RESOURCE-STARTED \(a.peer)", seconds: 60) == ["RESOURCE-STARTED", a.peer, "r%C3%A9sum%C3%A9"])
+        let arrived = try await b.expect("RESOURCE \(a.peer)", seconds: 60)
+        #expect(arrived == ["RESOURCE", a.peer, "r%C3%A9sum%C3%A9", "\(resource.count)", sha256Hex(resource)])
+        #expect(try await a.expect("RESOURCE-SENT r%C3%A9sum%C3%A9", seconds: 60) == ["RESOURCE-SENT", "r%C3%A9sum%C3%A9", "ok"])
+
+        try a.send("PEERS")
+        #expect(try await a.expect("PEERS") == ["PEERS", b.peer])
+
+        // QUIT says goodbye: the other side sees the peer leave.
+        try await a.quit()
+        try await b.expect("STATE \(a.peer) notConnected")
+        try await b.quit()
+    }
+
+    @Test func aHarnessThatRejectsTheCertificateLeavesBothSidesNotConnected() async throws {
+        let a = try HarnessPeer(["--name", "a", "--trust", "reject"])
+        defer { a.kill() }
+        let b = try HarnessPeer(["--name", "b"])
+        defer { b.kill() }
+        try await HarnessPeer.connect(a, b, expecting: "notConnected")
+        let trust = try await a.line("TRUST \(b.peer)")
+        #expect(trust.last == "rejected", "\(trust)")
+        try a.send("PEERS")
+        #expect(try await a.expect("PEERS") == ["PEERS"])
+        try await a.quit()
+        try await b.quit()
+    }
+
+    @Test func identitiesIssuedUnderTheTrustedCAConnect() async throws {
+        let authority = "ca:" + certificates("ca/ca.pem")
+        let a = try HarnessPeer(["--name", "alice", "--trust", authority] + identity("alice"))
+        defer { a.kill() }
+        let b = try HarnessPeer(["--name", "bob", "--trust", authority] + identity("bob"))
+        defer { b.kill() }
+        try await HarnessPeer.connect(a, b, expecting: "connected")
+        // Each side saw the other's leaf, by its fingerprint, and accepted it.
+        #expect(try await a.line("TRUST \(b.peer)") == ["TRUST", b.peer, try fingerprint("bob"), "accepted"])
+        #expect(try await b.line("TRUST \(a.peer)") == ["TRUST", a.peer, try fingerprint("alice"), "accepted"])
+        try await a.quit()
+        try await b.quit()
+    }
+
+    @Test func identitiesFromAnotherCAAreRejected() async throws {
+        // Alice trusts only the unrelated CA, so bob's chain (issued under the test root) fails.
+        let a = try HarnessPeer(["--name", "alice", "--trust", "ca:" + certificates("other-ca/ca.pem")] + identity("alice"))
+        defer { a.kill() }
+        let b = try HarnessPeer(["--name", "bob", "--trust", "ca:" + certificates("ca/ca.pem")] + identity("bob"))
+        defer { b.kill() }
+        try await HarnessPeer.connect(a, b, expecting: "notConnected")
+        #expect(try await a.line("TRUST \(b.peer)") == ["TRUST", b.peer, try fingerprint("bob"), "rejected"])
+        try await a.quit()
+        try await b.quit()
+    }
+
+    @Test func malformedCommandsAreAnsweredAndTheHarnessCarriesOn() async throws {
+        let a = try HarnessPeer(["--name", "a"])
+        defer { a.kill() }
+        let stranger = "01" + String(repeating: "ab", count: 16) + "0161"  // a well-formed peer ID
+        let malformed: [(line: String, word: String)] = [
+            ("FROB", "FROB"),
+            ("make-data \(stranger)", "make-data"),
+            ("MAKE-DATA", "MAKE-DATA"),
+            ("MAKE-DATA zz", "MAKE-DATA"),
+            ("MAKE-DATA 0102", "MAKE-DATA"),
+            ("CONNECT \(stranger) 0", "CONNECT"),
+            ("SEND reliable \(stranger)", "SEND"),
+            ("SEND sometimes \(stranger) 00", "SEND"),
+            ("SEND reliable \(stranger) xyz", "SEND"),
+            ("SEND reliable \(stranger) @", "SEND"),
+            ("STREAM \(stranger) bad%zzname /dev/null", "STREAM"),
+            ("RESOURCE \(stranger) name", "RESOURCE"),
+            ("CANCEL", "CANCEL"),
+            ("PEERS now", "PEERS"),
+            ("QUIT please", "QUIT"),
+            ("\u{7F}\u{1}%", "%7F%01%25"),
+        ]
+        for (line, word) in malformed {
+            try a.send(line)
+            #expect(try await a.expect("ERROR ") == ["ERROR", word, "usage"], "\(line)")
+        }
+        // Well-formed but refused by the library: the MCError code is the reason.
+        try a.send("SEND reliable \(stranger) 00")
+        #expect(try await a.expect("ERROR ") == ["ERROR", "SEND", "notConnected"])
+        try a.send("CONNECT \(stranger) 00")
+        #expect(try await a.expect("ERROR ") == ["ERROR", "CONNECT", "invalidParameter"])
+        // Still working.
+        try a.send("MAKE-DATA \(stranger)")
+        #expect(try await a.expect("DATA ").count == 3)
+        try a.send("CANCEL \(stranger)")
+        try await a.expect("OK CANCEL")
+        try await a.quit()
+
+        // A bad command line is no session at all: the reason on standard error, status 2.
+        let (status, text) = try BuiltProducts.run(try BuiltProducts.executable("interop-peer"), ["--trust", "sometimes"], seconds: 20)
+        #expect(status == 2 && text.contains("--trust sometimes"), "\(text)")
+    }
+
+    @Test func theEndOfInputEndsTheHarnessAsQuitDoes() async throws {
+        let a = try HarnessPeer(["--name", "a"])
+        defer { a.kill() }
+        try a.closeInput()
+        try await a.expect("BYE")
+        #expect(try await a.exitStatus() == 0)
+    }
+
+    // MARK: Helpers
+
+    private func certificates(_ path: String) -> String {
+        repositoryRootURL.appendingPathComponent("Certificates/" + path).path
+    }
+
+    private func identity(_ name: String) -> [String] {
+        ["--identity", certificates("peers/\(name).p12"), "--password-file", certificates("password.txt")]
+    }
+
+    /// The leaf's SHA-256 fingerprint in the harness's form (lowercase hex).
+    private func fingerprint(_ name: String) throws -> String {
+        let pem = try String(contentsOfFile: certificates("peers/\(name).pem"), encoding: .utf8)
+        return hexString(try Certificate.chain(pemEncoded: pem)[0].sha256Fingerprint)
+    }
+}
+
+/// One `interop-peer` child: commands in, lines out. Every wait has a deadline; `kill()` ends it
+/// with SIGKILL (a child inherits the test thread's blocked signals, SIGTERM among them).
+/// @unchecked: the Process and Pipes are set up in init and then only used through thread-safe calls.
+private final class HarnessPeer: @unchecked Sendable {
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    private let process = Process()
+    /// Our end of the child's standard input: a socket, so that a write to a child that died
+    /// fails with EPIPE (MSG_NOSIGNAL) instead of raising SIGPIPE in the test process.
+    private let input: Int32
+    private let output = Pipe()
+    private let lines = LineQueue()
+    private let exited = Exit()
+    /// The hex peer ID from the READY line.
+    private(set) var peer = ""
+
+    init(_ arguments: [String]) throws {
+        process.executableURL = try BuiltProducts.executable("interop-peer")
+        process.arguments = arguments
+        var ends: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            throw Failure(description: "socketpair: errno \(errno)")
+        }
+        input = ends[0]
+        let childInput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+        process.standardInput = childInput
+        process.standardOutput = output
+        process.terminationHandler = { [exited] process in exited.record(process.terminationStatus) }
+        do {
+            try process.run()
+        } catch {
+            close(input)
+            throw error
+        }
+        try? childInput.close()  // the child has its copy
+        // A thread of its own reads: a blocking read must not hold a task's thread.
+        let (reader, lines) = (output.fileHandleForReading, lines)
+        Thread.detachNewThread {
+            var buffered = Data()
+            while true {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }
+                buffered += chunk
+                while let newline = buffered.firstIndex(of: 0x0A) {
+                    lines.push(String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self))
+                    buffered = Data(buffered[(newline + 1)...])
+                }
+            }
+            lines.end()
+        }
+    }
+
+    /// Waits for READY (the first line) and keeps the peer ID.
+    func ready() async throws {
+        let fields = try await expect("READY ")
+        guard fields.count == 2 else { throw Failure(description: "bad READY line: \(fields)") }
+        peer = fields[1]
+    }
+
+    /// Both start, `b` makes connection data for `a`, `a` connects, and both report `state` for
+    /// the other as the first state after connecting.
+    static func connect(_ a: HarnessPeer, _ b: HarnessPeer, expecting state: String) async throws {
+        try await a.ready()
+        try await b.ready()
+        try b.send("MAKE-DATA \(a.peer)")
+        let data = try await b.expect("DATA \(a.peer)")
+        try a.send("CONNECT \(b.peer) \(data[2])")
+        #expect(try await a.settledState(of: b.peer) == state)
+        #expect(try await b.settledState(of: a.peer) == state)
+        // Checked last: the states may come out before the answer.
+        #expect(try await a.line("OK CONNECT") == ["OK", "CONNECT"])
+    }
+
+    /// The first state of `peer` other than connecting.
+    func settledState(of peer: String) async throws -> String {
+        while true {
+            let fields = try await expect("STATE \(peer) ", seconds: 30)
+            if fields.count == 3 && fields[2] != "connecting" { return fields[2] }
+        }
+    }
+
+    deinit { close(input) }
+
+    func send(_ command: String) throws {
+        let bytes = Array((command + "\n").utf8)
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes { Glibc.send(input, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { throw Failure(description: "writing \"\(command)\" to the harness: errno \(errno)") }
+            sent += count
+        }
+    }
+
+    /// The end of input, as a tester closing its pipe.
+    func closeInput() throws { shutdown(input, Int32(SHUT_WR)) }
+
+    /// The fields of the next line that starts with `prefix`; the lines before it are passed over
+    /// (they stay in the transcript). Throws if the output ends or the deadline passes first.
+    @discardableResult
+    func expect(_ prefix: String, seconds: Double = 20) async throws -> [String] {
+        let lines = lines
+        do {
+            return try await withDeadline(seconds: seconds) {
+                while let line = await lines.next() {
+                    if line.hasPrefix(prefix) { return line.split(separator: " ").map(String.init) }
+                }
+                throw Failure(description: "the output ended")
+            }
+        } catch {
+            throw Failure(description: "waiting for \"\(prefix)\": \(error); printed so far:\n\(lines.transcript.joined(separator: "\n"))")
+        }
+    }
+
+    /// The fields of the first line that starts with `prefix`, printed already (passed over or
+    /// taken) or still to come. No race: a line not yet in the transcript is not yet taken either.
+    func line(_ prefix: String) async throws -> [String] {
+        if let line = lines.transcript.first(where: { $0.hasPrefix(prefix) }) { return line.split(separator: " ").map(String.init) }
+        return try await expect(prefix)
+    }
+
+    /// QUIT: BYE is the last line, and the process exits 0.
+    func quit() async throws {
+        try send("QUIT")
+        try await expect("BYE")
+        let status = try await exitStatus()
+        #expect(status == 0)
+        #expect(lines.transcript.last == "BYE")
+    }
+
+    func exitStatus(seconds: Double = 20) async throws -> Int32 {
+        let exited = exited
+        return try await withDeadline(seconds: seconds) { await exited.status() }
+    }
+
+    func kill() {
+        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// Lines as the reader thread pushes them, taken in order by one waiting task at a time.
+private final class LineQueue: Sendable {
+    private struct State {
+        var pending: [String] = []
+        var all: [String] = []
+        var ended = false
+        var waiter: CheckedContinuation<String?, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func push(_ line: String) {
+        let waiter = state.withLock { state -> CheckedContinuation<String?, Never>? in
+            state.all.append(line)
+            guard let waiter = state.waiter else {
+                state.pending.append(line)
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume(returning: line)
+    }
+
+    func end() {
+        let waiter = state.withLock { state in
+            defer { state.waiter = nil }
+            state.ended = true
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    func next() async -> String? {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> String?? in
+                if !state.pending.isEmpty { return .some(state.pending.removeFirst()) }
+                if state.ended { return .some(nil) }
+                // A waiter left behind by a deadline that passed is dropped for the new one.
+                state.waiter?.resume(returning: nil)
+                state.waiter = continuation
+                return .none
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// Every line printed so far, for assertions on lines passed over and for failure messages.
+    var transcript: [String] { state.withLock { $0.all } }
+}
+
+/// The child's exit status, once it has one.
+private final class Exit: Sendable {
+    private let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
+
+    func record(_ status: Int32) {
+        let waiters = state.withLock { state in
+            state.status = status
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: status) }
+    }
+
+    func status() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let status = state.withLock { state -> Int32? in
+                if let status = state.status { return status }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let status { continuation.resume(returning: status) }
+        }
+    }
+}
+
+/// A scratch directory of the test's own; `remove()` it when the test ends (a deferred call, not
+/// a deinit, which could run after the last use while a child still reads the files).
+private struct Scratch {
+    let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("interop-harness-\(UUID().uuidString)")
+
+    init() throws { try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true) }
+
+    func remove() { try? FileManager.default.removeItem(at: root) }
+
+    func path(_ name: String) -> String { root.appendingPathComponent(name).path }
+
+    func file(_ name: String, _ bytes: [UInt8]) throws -> String {
+        let url = root.appendingPathComponent(name)
+        try Data(bytes).write(to: url)
+        return url.path
+    }
+}
+
+private func sha256Hex(_ bytes: [UInt8]) -> String { hexString(SHA256Hasher.digest(bytes)) }
+
+private func hexString(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+private func hexBytes(_ text: String) -> [UInt8]? {
+    let digits = Array(text.utf8)
+    guard digits.count % 2 == 0 else { return nil }
+    let bytes = stride(from: 0, to: digits.count, by: 2).compactMap { UInt8(String(decoding: digits[$0..<$0 + 2], as: UTF8.self), radix: 16) }
+    return bytes.count == digits.count / 2 ? bytes : nil
+}
