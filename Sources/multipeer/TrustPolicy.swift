@@ -44,7 +44,8 @@ final class TrustPolicy: Sendable {
             }
             return await confirm(name, question: "accept unauthenticated \(name)? Only if \(name)'s screen shows \(code)")
         }
-        console.say("\(name) is \(Terminal.safe(leaf.subject)), issued by \(Terminal.safe(leaf.issuer)), SHA-256 \(leaf.sha256FingerprintText); \(code)")
+        let issuer = leaf.issuer == leaf.subject ? "self-signed" : "issued by \(Terminal.safe(leaf.issuer))"
+        console.say("\(name) is \(Terminal.safe(leaf.subject)), \(issuer), SHA-256 \(leaf.sha256FingerprintText); \(code)")
         if let anchors {
             let outcome = TrustEvaluation(anchors: anchors).evaluate(chain)
             guard outcome.isTrusted else {
