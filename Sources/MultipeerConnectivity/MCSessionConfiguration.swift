@@ -4,7 +4,8 @@ import MultipeerWire
 
 /// The things Apple's framework fixes silently, with the defaults it would use.
 public struct MCSessionConfiguration: Sendable {
-    /// Where to accept connections: "0.0.0.0" (every IPv4 interface), "::", or one address.
+    /// Where to accept connections: "0.0.0.0" (every IPv4 interface), "::" (both families, IPv6
+    /// link-local included, for links without IPv4), or one address.
     public var listenAddress: String = "0.0.0.0"
     /// Addresses to put in connection data; nil derives them from the interfaces.
     public var advertisedAddresses: [String]?

@@ -27,7 +27,8 @@ final class ChatSession: Sendable {
         do {
             model = try MCBrowserModel(serviceType: options.service, session: session, configuration: options.discovery)
             assistant = try MCAdvertiserAssistant(
-                serviceType: options.service, discoveryInfo: ["app": "multipeer"], session: session, configuration: options.discovery)
+                serviceType: options.service, discoveryInfo: ["app": "multipeer"], session: session, configuration: options.discovery,
+                listenHost: PeerOptions.listenHost)
         } catch {
             throw AppFailure(.setup, "--service \(options.service): \(error.reason)")
         }

@@ -51,6 +51,15 @@ struct PeerOptions: ParsableArguments {
         }
     }
 
+    /// Both families where the machine has IPv6 (Linux's "::" takes IPv4 too), so that peers
+    /// on an IPv6-only link, link-local addresses included, can connect; IPv4 otherwise.
+    static let listenHost: String = {
+        let probe = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+        guard probe >= 0 else { return "0.0.0.0" }
+        close(probe)
+        return "::"
+    }()
+
     var discovery: DiscoveryConfiguration {
         DiscoveryConfiguration(interfaceNames: interface.isEmpty ? nil : interface)
     }
@@ -98,7 +107,9 @@ struct PeerOptions: ParsableArguments {
         let policy = TrustPolicy(anchors: try loadAnchors(), trustAny: trustAny, console: console)
         let session: MCSession
         do {
-            session = try MCSession(peer: peerID, identity: identity, encryptionPreference: encryption.preference)
+            var configuration = MCSessionConfiguration()
+            configuration.listenAddress = Self.listenHost
+            session = try MCSession(peer: peerID, identity: identity, encryptionPreference: encryption.preference, configuration: configuration)
         } catch {
             throw AppFailure(.setup, "cannot make the session: \(error.reason)")
         }

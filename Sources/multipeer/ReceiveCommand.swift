@@ -55,7 +55,8 @@ struct FileReceiver {
         let advertiser: MCNearbyServiceAdvertiser
         do {
             advertiser = try MCNearbyServiceAdvertiser(
-                peer: session.myPeerID, discoveryInfo: ["app": "multipeer"], serviceType: options.service, configuration: options.discovery)
+                peer: session.myPeerID, discoveryInfo: ["app": "multipeer"], serviceType: options.service, configuration: options.discovery,
+                listenHost: PeerOptions.listenHost)
         } catch {
             throw AppFailure(.setup, "--service \(options.service): \(error.reason)")
         }

@@ -9,7 +9,7 @@ struct TerminalAppScriptProcessTests {
     static let certificates = repositoryRootURL.appendingPathComponent("Certificates")
 
     /// The arguments that make `name` (a test identity), on mp0, with service `service`.
-    static func peer(_ name: String, service: String) -> [String] {
+    static func peer(_ name: String, _ service: String) -> [String] {
         [
             "--interface", "mp0", "--service", service,
             "--identity", certificates.appendingPathComponent("peers/\(name).p12").path,
@@ -72,9 +72,9 @@ struct TerminalAppScriptProcessTests {
 
         // Success: the receiver trusts the sender by its CA and vice versa; the file arrives whole.
         do {
-            let receiver = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + Self.peer("bob", service: "mp-ok") + Self.trustCA)
+            let receiver = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + Self.peer("bob", "mp-ok") + Self.trustCA)
             _ = await Self.read(receiver, until: "waiting for files as bob")
-            let sent = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", service: "mp-ok") + Self.trustCA)
+            let sent = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", "mp-ok") + Self.trustCA)
             #expect(sent.status == 0, "\(sent.output)")
             #expect(sent.output.contains("bob's certificate verifies to the trusted CA"), "\(sent.output)")
             #expect(sent.output.contains("sent notes.txt > bob"), "\(sent.output)")
@@ -85,18 +85,18 @@ struct TerminalAppScriptProcessTests {
         }
 
         // 3: nobody of that name; nothing arrives.
-        let missing = try Self.run(namespaces, 0, ["send", small.path, "--to", "nobody", "--timeout", "2"] + Self.peer("alice", service: "mp-none"))
+        let missing = try Self.run(namespaces, 0, ["send", small.path, "--to", "nobody", "--timeout", "2"] + Self.peer("alice", "mp-none"))
         #expect(missing.status == 3, "\(missing.output)")
         #expect(missing.output.contains("no peer named nobody found within 2 s"), "\(missing.output)")
-        let idle = try Self.run(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "2"] + Self.peer("bob", service: "mp-none") + Self.trustCA)
+        let idle = try Self.run(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "2"] + Self.peer("bob", "mp-none") + Self.trustCA)
         #expect(idle.status == 3, "\(idle.output)")
         #expect(idle.output.contains("no file arrived in time"), "\(idle.output)")
 
         // 4: a chat with nobody at its terminal declines invitations.
         do {
-            let chat = try Self.start(namespaces, 1, ["chat", "--dir", inbox.path] + Self.peer("bob", service: "mp-decline") + Self.trustCA)
+            let chat = try Self.start(namespaces, 1, ["chat", "--dir", inbox.path] + Self.peer("bob", "mp-decline") + Self.trustCA)
             _ = await Self.read(chat, until: "looking for peers")
-            let declined = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--timeout", "20"] + Self.peer("alice", service: "mp-decline") + Self.trustCA)
+            let declined = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--timeout", "20"] + Self.peer("alice", "mp-decline") + Self.trustCA)
             #expect(declined.status == 4, "\(declined.output)")
             #expect(declined.output.contains("bob declined the invitation"), "\(declined.output)")
             chat.finish()
@@ -104,9 +104,9 @@ struct TerminalAppScriptProcessTests {
 
         // 6: this side does not trust the peer (mallory's CA is not ours)...
         do {
-            let mallory = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "30", "--trust-any"] + Self.peer("mallory", service: "mp-distrust"))
+            let mallory = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "30", "--trust-any"] + Self.peer("mallory", "mp-distrust"))
             _ = await Self.read(mallory, until: "waiting for files")
-            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "mallory"] + Self.peer("alice", service: "mp-distrust") + Self.trustCA)
+            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "mallory"] + Self.peer("alice", "mp-distrust") + Self.trustCA)
             #expect(refused.status == 6, "\(refused.output)")
             #expect(refused.output.contains("rejected mallory: its certificate does not verify"), "\(refused.output)")
             #expect(refused.output.contains("you did not trust mallory"), "\(refused.output)")
@@ -114,9 +114,9 @@ struct TerminalAppScriptProcessTests {
         }
         // ... and the peer does not trust this side; the receiver reports it when its time runs out.
         do {
-            let bob = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "8"] + Self.peer("bob", service: "mp-distrusted") + Self.trustCA)
+            let bob = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "8"] + Self.peer("bob", "mp-distrusted") + Self.trustCA)
             _ = await Self.read(bob, until: "waiting for files")
-            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--trust-any"] + Self.peer("mallory", service: "mp-distrusted"))
+            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--trust-any"] + Self.peer("mallory", "mp-distrusted"))
             #expect(refused.status == 6, "\(refused.output)")
             #expect(refused.output.contains("bob did not trust this peer"), "\(refused.output)")
             #expect(await Self.read(bob, until: "you did not trust mallory") != nil)
@@ -126,9 +126,9 @@ struct TerminalAppScriptProcessTests {
         // 7: the receiver dies mid-transfer (its plain progress lines show the transfer running).
         do {
             let (large, _) = try Self.file(directory, "large.bin", size: 256 << 20, seed: 2)
-            let receiver = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + Self.peer("bob", service: "mp-cut") + Self.trustCA)
+            let receiver = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + Self.peer("bob", "mp-cut") + Self.trustCA)
             _ = await Self.read(receiver, until: "waiting for files")
-            let sender = try Self.start(namespaces, 0, ["send", large.path, "--to", "bob"] + Self.peer("alice", service: "mp-cut") + Self.trustCA)
+            let sender = try Self.start(namespaces, 0, ["send", large.path, "--to", "bob"] + Self.peer("alice", "mp-cut") + Self.trustCA)
             let progress = await Self.read(receiver, until: "progress large.bin < alice ", within: 60)
             #expect(progress != nil)
             receiver.kill()
@@ -138,7 +138,7 @@ struct TerminalAppScriptProcessTests {
         }
 
         // 2: what cannot even start.
-        let unreadable = try Self.run(namespaces, 0, ["send", directory.appendingPathComponent("absent").path, "--to", "bob"] + Self.peer("alice", service: "mp-setup"))
+        let unreadable = try Self.run(namespaces, 0, ["send", directory.appendingPathComponent("absent").path, "--to", "bob"] + Self.peer("alice", "mp-setup"))
         #expect(unreadable.status == 2, "\(unreadable.output)")
         #expect(unreadable.output.contains("cannot read"), "\(unreadable.output)")
         let wrongPassword = directory.appendingPathComponent("wrong-password")
@@ -163,11 +163,36 @@ struct TerminalAppScriptProcessTests {
         let tmux = Tmux()
         let bob = try tmux.start(
             ["/usr/sbin/ip", "netns", "exec", namespaces.names[1], try BuiltProducts.executable("multipeer").path, "chat", "--dir", directory.path]
-                + Self.peer("bob", service: "mp-noanswer") + Self.trustCA)
+                + Self.peer("bob", "mp-noanswer") + Self.trustCA)
         try tmux.waitFor(bob, showing: "looking for peers")
-        let sent = try Self.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "4"] + Self.peer("alice", service: "mp-noanswer") + Self.trustCA)
+        let sent = try Self.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "4"] + Self.peer("alice", "mp-noanswer") + Self.trustCA)
         #expect(sent.status == 5, "\(sent.output)")
         #expect(sent.output.contains("bob did not answer within 4 s"), "\(sent.output)")
         #expect(try tmux.screen(bob).contains("alice invites you"))
+    }
+}
+
+/// Peers that have nothing but IPv6 link-local addresses: the invitation goes to the address
+/// discovery found (with its interface), and the session connection that follows uses the
+/// acceptor's link-local endpoint on the same link (docs/PROTOCOL.md §9.2).
+@Suite("multipeer over IPv6 link-local only", .serialized, .enabled(if: NetworkNamespaces.available))
+struct TerminalAppIPv6ProcessTests {
+    @Test func aFileCrossesALinkWithOnlyIPv6LinkLocalAddresses() async throws {
+        let namespaces = try NetworkNamespaces(count: 2, ipv4: false, ipv6: true)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("mp-ipv6-\(getpid())-\(UInt32.random(in: 0 ... .max))")
+        let inbox = directory.appendingPathComponent("inbox")
+        try FileManager.default.createDirectory(at: inbox, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (file, content) = try TerminalAppScriptProcessTests.file(directory, "v6.bin", size: 2 << 20, seed: 6)
+        let peer = TerminalAppScriptProcessTests.peer
+        let trustCA = TerminalAppScriptProcessTests.trustCA
+        let receiver = try TerminalAppScriptProcessTests.start(
+            namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + peer("bob", "mp-v6") + trustCA)
+        _ = await TerminalAppScriptProcessTests.read(receiver, until: "waiting for files as bob")
+        let sent = try TerminalAppScriptProcessTests.run(namespaces, 0, ["send", file.path, "--to", "bob"] + peer("alice", "mp-v6") + trustCA)
+        #expect(sent.status == 0, "\(sent.output)")
+        #expect(await TerminalAppScriptProcessTests.read(receiver, until: "received v6.bin from alice") != nil)
+        #expect(await TerminalAppScriptProcessTests.exitStatus(receiver) == 0)
+        #expect(try Data(contentsOf: inbox.appendingPathComponent("v6.bin")) == content)
     }
 }

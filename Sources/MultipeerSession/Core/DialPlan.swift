@@ -10,13 +10,17 @@ public struct DialPlan: Sendable, Hashable {
     public let fingerprint: SHA256Digest?
     /// Tried in order until one accepts the TCP connection.
     public let endpoints: [WireEndpoint]
+    /// The interface index for the endpoints' IPv6 link-local addresses, when the link is known
+    /// (an inviter's invitation connection went over it); without it those endpoints are skipped.
+    public let linkScope: UInt32?
 
-    public init(_ data: ConnectionData) {
+    public init(_ data: ConnectionData, linkScope: UInt32? = nil) {
         peer = data.peerID
         purpose = .connectionData
         token = data.token
         fingerprint = data.certificateFingerprint
         endpoints = data.endpoints
+        self.linkScope = linkScope
     }
 
     public init(introduced peer: WirePeerID, by introducer: Bytes16, at endpoint: WireEndpoint) {
@@ -25,5 +29,6 @@ public struct DialPlan: Sendable, Hashable {
         token = introducer
         fingerprint = nil
         endpoints = [endpoint]
+        linkScope = nil
     }
 }

@@ -20,7 +20,16 @@ extension WireEndpoint {
         }
     }
 
-    func socketAddress() throws -> SocketAddress {
+    /// Whether the address is IPv6 link-local (fe80::/10), which names no link by itself.
+    var isLinkLocal: Bool {
+        guard case .ipv6(let value) = address else { return false }
+        return value.bytes[0] == 0xFE && value.bytes[1] & 0xC0 == 0x80
+    }
+
+    /// The address to dial. A link-local one needs `linkScope`, the index of the interface of
+    /// the link it is on (docs/PROTOCOL.md §9.2); without it this throws and the dialer skips it.
+    func socketAddress(linkScope: UInt32? = nil) throws -> SocketAddress {
+        if isLinkLocal && linkScope == nil { throw WireError(.invalidValue, "link-local \(self) without a known link") }
         switch address {
         case .ipv4(let value):
             let octets = (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0)))) }
@@ -32,6 +41,7 @@ extension WireEndpoint {
             address.sin6_family = sa_family_t(AF_INET6)
             address.sin6_port = in_port_t(port).bigEndian
             address.sin6_addr = storage
+            if isLinkLocal, let linkScope { address.sin6_scope_id = linkScope }
             return SocketAddress(address, host: "")
         }
     }

@@ -36,7 +36,7 @@ extension SessionEngine {
             dialInvitation(peer, addresses: addresses[...], invitation: invitation, lastError: "no address to dial")
         }.map { [self] result in
             switch result {
-            case .answered(let answer): follow(answer, from: peer)
+            case .answered(let answer, let address): follow(answer, from: peer, via: address)
             case .failed(let outcome): outcome
             }
         }
@@ -60,7 +60,7 @@ extension SessionEngine {
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(try ConnectionHandler(
                         configuration: connection, handshakeTimeout: handshakeTimeout, keepalive: nil))
-                    try channel.pipeline.syncOperations.addHandler(InvitationAnswerHandler { answer.succeed($0) })
+                    try channel.pipeline.syncOperations.addHandler(InvitationAnswerHandler(address: address) { answer.succeed($0) })
                 }
             }
             .connect(to: address)
@@ -72,8 +72,9 @@ extension SessionEngine {
     }
 
     /// On the loop: an acceptance is followed by a dial with its connection data, once it is
-    /// checked to be the invitee's and made for us.
-    private func follow(_ answer: InvitationAnswer, from peer: WirePeerID) -> InvitationOutcome {
+    /// checked to be the invitee's and made for us. Its link-local endpoints are on the link the
+    /// invitation went over (§9.2).
+    private func follow(_ answer: InvitationAnswer, from peer: WirePeerID, via address: SocketAddress) -> InvitationOutcome {
         switch answer.response {
         case .declined: return .declined
         case .timedOut: return .timedOut
@@ -83,7 +84,9 @@ extension SessionEngine {
             guard let data = answer.connectionData else { return .invalidAnswer("an acceptance without connection data") }
             guard data.peerID.identifier == peer.identifier else { return .invalidAnswer("the connection data was made by another peer") }
             guard data.forPeer == configuration.localPeer.identifier else { return .invalidAnswer("the connection data was made for another peer") }
-            connect(to: data)
+            var linkScope: UInt32?
+            if case .v6(let ipv6) = address, ipv6.address.sin6_scope_id != 0 { linkScope = ipv6.address.sin6_scope_id }
+            connect(to: data, linkScope: linkScope)
             return .accepted
         }
     }
@@ -93,12 +96,17 @@ extension SessionEngine {
 private final class InvitationAnswerHandler: ChannelInboundHandler {
     typealias InboundIn = ConnectionEvent
     private var report: ((InvitationDialResult) -> Void)?
+    /// Where the invitation went.
+    private let address: SocketAddress
 
-    init(report: @escaping (InvitationDialResult) -> Void) { self.report = report }
+    init(address: SocketAddress, report: @escaping (InvitationDialResult) -> Void) {
+        self.address = address
+        self.report = report
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .invitationAnswered(let answer): complete(.answered(answer))
+        case .invitationAnswered(let answer): complete(.answered(answer, via: address))
         case .closed(let error) where error.code == .invitationEnded: break
         case .closed(let error) where error.code == .handshakeTimedOut: complete(.failed(.timedOut))
         case .closed(let error): complete(.failed(.unreachable("\(error)")))
@@ -120,6 +128,6 @@ private final class InvitationAnswerHandler: ChannelInboundHandler {
 
 /// What one invitation connection came to.
 enum InvitationDialResult: Sendable {
-    case answered(InvitationAnswer)
+    case answered(InvitationAnswer, via: SocketAddress)
     case failed(InvitationOutcome)
 }

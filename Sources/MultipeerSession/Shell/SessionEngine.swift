@@ -86,10 +86,11 @@ public final class SessionEngine: Sendable {
         }
     }
 
-    /// Dials the peer that made `data`. The outcome arrives as peer state events.
-    public func connect(to data: ConnectionData) {
+    /// Dials the peer that made `data`. The outcome arrives as peer state events. `linkScope`:
+    /// the interface to reach its IPv6 link-local endpoints through, when known.
+    public func connect(to data: ConnectionData, linkScope: UInt32? = nil) {
         eventLoop.execute { [self] in
-            core.connect(DialPlan(data))
+            core.connect(DialPlan(data, linkScope: linkScope))
             perform()
         }
     }
@@ -398,7 +399,7 @@ public final class SessionEngine: Sendable {
 
     private func dial(_ id: LinkID, plan: DialPlan, endpoints: ArraySlice<WireEndpoint>) {
         guard core.isLive(id) else { return }
-        guard let endpoint = endpoints.first, let address = try? endpoint.socketAddress() else {
+        guard let endpoint = endpoints.first, let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else {
             if endpoints.isEmpty {
                 state.value.links[id] = nil
                 core.dialFailed(id)
@@ -536,16 +537,26 @@ public final class SessionEngine: Sendable {
         if let advertised = configuration.advertisedAddresses {
             hosts = advertised
         } else if configuration.listenHost == "0.0.0.0" || configuration.listenHost == "::" {
+            // A "0.0.0.0" listener takes IPv4 only; "::" takes both families (Linux's default).
+            let bothFamilies = configuration.listenHost == "::"
             let devices = (try? System.enumerateDevices()) ?? []
-            let addresses = devices.compactMap { $0.address?.ipAddress }.filter { !$0.hasPrefix("fe80") }
-            // Routable addresses first; loopback last, so a peer on this machine still finds us.
-            hosts = addresses.filter { $0 != "127.0.0.1" && $0 != "::1" } + addresses.filter { $0 == "127.0.0.1" || $0 == "::1" }
+            let addresses = devices.compactMap(\.address).filter { bothFamilies || $0.protocol == .inet }.compactMap(\.ipAddress)
+            let loopback = addresses.filter { $0 == "127.0.0.1" || $0 == "::1" }
+            let linkLocal = addresses.filter { $0.lowercased().hasPrefix("fe80") }
+            let routable = addresses.filter { !loopback.contains($0) && !linkLocal.contains($0) }
+            // Routable first; link-local next (only a dialer that knows the link uses those,
+            // §9.2); loopback last, so a peer on this machine still finds us.
+            hosts = routable + linkLocal + loopback
         } else {
             hosts = [configuration.listenHost]
         }
-        let endpoints = try hosts.compactMap { host -> WireEndpoint? in
-            guard let address = try? SocketAddress(ipAddress: host, port: port) else { return nil }
-            return try WireEndpoint(socketAddress: address)
+        var endpoints: [WireEndpoint] = []
+        for host in hosts {
+            // Link-local text carries its interface ("fe80::1%eth0"), which the wire form drops.
+            let bare = host.split(separator: "%", maxSplits: 1).first.map(String.init) ?? host
+            guard let address = try? SocketAddress(ipAddress: bare, port: port) else { continue }
+            let endpoint = try WireEndpoint(socketAddress: address)
+            if !endpoints.contains(endpoint) { endpoints.append(endpoint) }
         }
         guard !endpoints.isEmpty else { throw WireError(.invalidValue, "no address to advertise") }
         return Array(endpoints.prefix(WireLimits.maxConnectionDataEndpoints))
