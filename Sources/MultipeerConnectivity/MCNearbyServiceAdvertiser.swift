@@ -137,7 +137,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
                         })
                     }
                 }
-                .bind(host: listenHost, port: 0).get()
+                .bind(to: SocketAddress.listening(on: listenHost)).get()
         } catch {
             throw MCError(.unavailable, reason: "cannot listen for invitations: \(error)")
         }

@@ -328,6 +328,12 @@ public final class SessionEngine: Sendable {
     private func ensureStarted() -> EventLoopFuture<Int> {
         let state = state.value
         if let listening = state.listening { return listening }
+        let address: SocketAddress
+        do {
+            address = try SocketAddress.listening(on: configuration.listenHost)
+        } catch {
+            return eventLoop.makeFailedFuture(error)
+        }
         let listening = DatagramBootstrap(group: eventLoop)
             // Bursts of datagrams outrun the default receive buffer.
             .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
@@ -341,11 +347,11 @@ public final class SessionEngine: Sendable {
                     try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
                 }
             }
-            .bind(host: configuration.listenHost, port: 0)
+            .bind(to: address)
             .flatMap { [self] udp in
                 self.state.value.datagramChannel = udp
                 self.state.value.datagramPort = udp.localAddress?.port
-                return self.bindListener()
+                return self.bindListener(at: address)
             }
         state.listening = listening
         // A failed start is not remembered, so the next request tries again.
@@ -353,7 +359,7 @@ public final class SessionEngine: Sendable {
         return listening
     }
 
-    private func bindListener() -> EventLoopFuture<Int> {
+    private func bindListener(at address: SocketAddress) -> EventLoopFuture<Int> {
         ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { [weak self] channel in
@@ -388,7 +394,7 @@ public final class SessionEngine: Sendable {
                     }
                 }
             }
-            .bind(host: configuration.listenHost, port: 0)
+            .bind(to: address)
             .map { [self] channel in
                 let port = channel.localAddress?.port ?? 0
                 self.state.value.listener = channel
