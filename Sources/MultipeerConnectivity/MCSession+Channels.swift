@@ -157,7 +157,10 @@ extension MCSession {
         let progress = Progress(totalUnitCount: Int64(clamping: transfer.size))
         progress.completedUnitCount = Int64(clamping: transfer.completedBytes)
         progress.cancellationHandler = { transfer.cancel() }
-        transfer.setProgressObserver { progress.completedUnitCount = Int64(clamping: $0) }
+        // Linux Foundation's Progress takes no lock: it changes on the network thread only, where
+        // a task preferring `taskExecutor` can read it without a race.
+        let networkThread = (networkTaskExecutor as! EventLoopTaskExecutor).eventLoop
+        transfer.setProgressObserver { bytes in networkThread.execute { progress.completedUnitCount = Int64(clamping: bytes) } }
         let peer = mcPeer(transfer.peer)
         emit(.resourceStarted(name: transfer.name, from: peer, progress: progress))
         guard delegateBox.value != nil else { return }

@@ -39,7 +39,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
     public let executor: any SerialExecutor
 
     /// Kept for the session's lifetime: executors are referenced unowned by what runs on them.
-    private let networkTaskExecutor: AnyObject
+    let networkTaskExecutor: AnyObject
 
     let delegateBox = DelegateBox()
     let delegateQueue: DispatchQueue
@@ -334,7 +334,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
             self?.emit(.certificateDecided(peer, certificates: certificates, accepted: accepted))
         }
         if let evaluator = trustEvaluator.withLock({ $0 }) {
-            let trustRequest = MCTrustRequest(peer: peer, certificates: certificates, pairingCode: request.pairingCode)
+            let trustRequest = MCTrustRequest(
+                peer: peer, certificates: certificates, pairingCode: request.pairingCode, isEncrypted: request.isEncrypted)
             Task { decide(await evaluator(trustRequest)) }
             return
         }
@@ -433,7 +434,9 @@ extension MCSession {
         /// A peer opened a stream. Delivered here only when the session has no delegate (which
         /// would get it as an `InputStream`); read it from one task, or cancel it.
         case streamReceived(MCStreamReader, from: MCPeerID)
-        /// A peer's resource is arriving; watch or cancel it through the progress.
+        /// A peer's resource is arriving; watch or cancel it through the progress. It changes on
+        /// the session's network thread: read it from a task preferring `taskExecutor` (Linux
+        /// Foundation's `Progress` takes no lock).
         case resourceStarted(name: String, from: MCPeerID, progress: Progress)
         /// A resource arrived and was verified (SHA-256), or failed. Without a delegate the file
         /// is yours: move it or remove it. With a delegate it is removed after

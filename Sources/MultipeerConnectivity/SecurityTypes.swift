@@ -100,4 +100,8 @@ public struct MCTrustRequest: Sendable {
     /// The 6-digit pairing code of this connection (docs/PROTOCOL.md §7.3). Show it; the person
     /// on the other side sees the same digits unless someone sits in between.
     public let pairingCode: String
+    /// Whether the connection is TLS. In plaintext (both sides chose `.none`, or `.optional`
+    /// with `.none`) the code binds no keys: someone relaying the connection sees it too, so
+    /// matching codes prove nothing.
+    public let isEncrypted: Bool
 }

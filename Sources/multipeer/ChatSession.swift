@@ -14,7 +14,12 @@ final class ChatSession: Sendable {
     let stopper = Stopper()
     let nearby = NearbyList()
     /// Keys of incoming transfers by sender and name, in arrival order.
-    private let incoming = Mutex<[String: [String]]>([:])
+    private let incoming = Mutex<[IncomingName: [String]]>([:])
+
+    private struct IncomingName: Hashable {
+        let peer: MCPeerID
+        let name: String
+    }
     private let transferCounter = Atomic<Int>(0)
     /// Peers seen connected, so that only they are announced as leaving.
     private let members = Mutex<Set<MCPeerID>>([])
@@ -23,7 +28,8 @@ final class ChatSession: Sendable {
         self.console = console
         self.files = files
         board = TransferBoard(console: console)
-        (session, _) = try options.makeSession(console: console)
+        let policy: TrustPolicy
+        (session, policy) = try options.makeSession(console: console)
         do {
             model = try MCBrowserModel(serviceType: options.service, session: session, configuration: options.discovery)
             assistant = try MCAdvertiserAssistant(
@@ -32,10 +38,14 @@ final class ChatSession: Sendable {
         } catch {
             throw AppFailure(.setup, "--service \(options.service): \(error.reason)")
         }
+        // The invitation is not authenticated (docs/PROTOCOL.md §7.2): who the inviter is shows
+        // in the trust step after an acceptance.
+        let next = policy.asksPerson ? " You will see its certificate and compare pairing codes next" : ""
         assistant.prompt = { [console] invitation in
             let name = Terminal.safe(invitation.peerID.displayName)
             let context = invitation.context.map { " (\"\(Terminal.safe(String(decoding: $0, as: UTF8.self), limit: 200))\")" } ?? ""
-            return await console.ask("\(name) invites you\(context). Accept? You will compare pairing codes next")
+            // Answered before the inviter's 30 s run out.
+            return await console.ask("\(name) invites you\(context). Accept?\(next)", within: 25)
         }
     }
 
@@ -69,16 +79,20 @@ final class ChatSession: Sendable {
     private func read(_ lines: AsyncStream<String>) async {
         for await line in lines {
             if console.answer(with: line) { continue }
-            await handle(line)
+            if console.isAsking && !line.hasPrefix("/") {
+                console.repeatQuestion()
+                continue
+            }
+            handle(line)
             if stopper.reason != nil { return }
         }
         stopper.request(.endOfInput)
     }
 
-    private func handle(_ line: String) async {
+    private func handle(_ line: String) {
         let trimmed = line.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return }
-        guard trimmed.hasPrefix("/") else { return await say(trimmed) }
+        guard trimmed.hasPrefix("/") else { return say(trimmed) }
         let parts = trimmed.split(separator: " ", maxSplits: 1).map(String.init)
         let argument = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
         switch parts[0] {
@@ -92,11 +106,13 @@ final class ChatSession: Sendable {
         }
     }
 
-    private func say(_ text: String) async {
+    /// Never waits: a peer that stops reading must not freeze the keyboard. A full queue to
+    /// anyone means the line goes to nobody (it says so).
+    private func say(_ text: String) {
         let peers = session.connectedPeers
         guard !peers.isEmpty else { return console.say("nobody is connected yet: /invite a peer from the nearby list") }
         do {
-            try await session.send(Data(text.utf8), to: peers, mode: .reliable)
+            try session.sendChecked(Data(text.utf8), toPeers: peers, with: .reliable)
         } catch {
             console.say("not sent: \(error.reason)")
         }
@@ -125,7 +141,7 @@ final class ChatSession: Sendable {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue,
             FileManager.default.isReadableFile(atPath: url.path)
-        else { return console.say("cannot send \(Terminal.safe(path)): not a readable file") }
+        else { return console.say("cannot send \(path): not a readable file") }
         let peers = session.connectedPeers
         guard !peers.isEmpty else { return console.say("nobody is connected yet: /invite a peer from the nearby list") }
         for peer in peers {
@@ -186,21 +202,14 @@ final class ChatSession: Sendable {
 
     private func receiving(_ name: String, from peer: MCPeerID, progress: Progress) {
         let key = "in \(transferCounter.add(1, ordering: .relaxed).newValue)"
-        incoming.withLock { $0["\(peer.hashValue) \(name)", default: []].append(key) }
+        incoming.withLock { $0[IncomingName(peer: peer, name: name), default: []].append(key) }
         board.begin(key, label: "\(Terminal.safe(name)) < \(Terminal.safe(peer.displayName))")
-        let watched = UncheckedProgress(progress)
-        let board = board
-        Task {
-            while !watched.progress.isFinished && !watched.progress.isCancelled && !Task.isCancelled {
-                board.update(key, done: watched.progress.completedUnitCount, total: watched.progress.totalUnitCount)
-                try? await Task.sleep(for: .milliseconds(100))
-            }
-        }
+        board.follow(key, progress, of: session)
     }
 
     private func received(_ name: String, from peer: MCPeerID, result: Result<URL, MCError>) {
         let key = incoming.withLock { keys -> String in
-            let slot = "\(peer.hashValue) \(name)"
+            let slot = IncomingName(peer: peer, name: name)
             guard let key = keys[slot]?.first else { return "in unknown" }
             keys[slot]?.removeFirst()
             if keys[slot]?.isEmpty == true { keys[slot] = nil }
@@ -209,6 +218,8 @@ final class ChatSession: Sendable {
         let label = "\(Terminal.safe(name)) from \(Terminal.safe(peer.displayName))"
         switch result {
         case .success(let url):
+            let size = (try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? Int64 ?? 0
+            board.update(key, done: size, total: size)
             do {
                 let stored = try files.store(url, sentAs: name)
                 board.finish(key, "received \(label), saved as \(Terminal.safe(stored.path))", succeeded: true)
@@ -220,10 +231,4 @@ final class ChatSession: Sendable {
             board.finish(key, "failed to receive \(label): \(error.reason)", succeeded: false)
         }
     }
-}
-
-/// Foundation's Progress is thread-safe but not marked Sendable; only read from the watcher.
-struct UncheckedProgress: @unchecked Sendable {
-    let progress: Progress
-    init(_ progress: Progress) { self.progress = progress }
 }

@@ -95,8 +95,12 @@ struct PeerOptions: ParsableArguments {
     }
 
     /// The session with its trust policy installed, after a line saying who this peer is.
+    /// Off a terminal a trust option is required: nobody could be asked about peers.
     func makeSession(console: Console) throws(AppFailure) -> (MCSession, TrustPolicy) {
         let identity = try loadIdentity()
+        guard console.canAsk || trustCa != nil || trustAny else {
+            throw AppFailure(.setup, "no terminal to ask about peers: pass --trust-ca or --trust-any")
+        }
         let name = name ?? identity?.certificate.subjectCommonName ?? ProcessInfo.processInfo.hostName
         let peerID: MCPeerID
         do {

@@ -52,6 +52,8 @@ struct FileReceiver {
         let stopper = Stopper()
         stopper.catchSignals()
         let (session, policy) = try options.makeSession(console: console)
+        let answeringQuestions = console.answerFromInput()
+        defer { answeringQuestions?.cancel() }
         let advertiser: MCNearbyServiceAdvertiser
         do {
             advertiser = try MCNearbyServiceAdvertiser(
@@ -106,13 +108,7 @@ struct FileReceiver {
             case .resourceStarted(let name, let peer, let progress):
                 let label = "\(Terminal.safe(name)) < \(Terminal.safe(peer.displayName))"
                 board.begin(label, label: label)
-                let watched = UncheckedProgress(progress)
-                Task {
-                    while !watched.progress.isFinished && !watched.progress.isCancelled && !Task.isCancelled {
-                        board.update(label, done: watched.progress.completedUnitCount, total: watched.progress.totalUnitCount)
-                        try? await Task.sleep(for: .milliseconds(100))
-                    }
-                }
+                board.follow(label, progress, of: session)
             case .resourceReceived(let name, let peer, .success(let url)):
                 let label = "\(Terminal.safe(name)) < \(Terminal.safe(peer.displayName))"
                 do {

@@ -21,7 +21,7 @@ struct SendCommand: AsyncParsableCommand {
     @OptionGroup var peer: PeerOptions
 
     func validate() throws {
-        guard timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be between 0 and 3600 seconds") }
+        guard timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be more than 0 and at most 3600 seconds") }
     }
 
     func run() async throws {
@@ -42,12 +42,15 @@ struct FileSender {
 
     func send(_ path: String, to name: String, timeout: Double) async throws(AppFailure) {
         let url = URL(fileURLWithPath: path)
-        guard let size = (try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? Int64,
+        let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
+        guard attributes?[.type] as? FileAttributeType == .typeRegular, let size = attributes?[.size] as? Int64,
             FileManager.default.isReadableFile(atPath: url.path)
-        else { throw AppFailure(.setup, "cannot read \(path)") }
+        else { throw AppFailure(.setup, "cannot read \(path): not a readable file") }
         let stopper = Stopper()
         stopper.catchSignals()
         let (session, policy) = try options.makeSession(console: console)
+        let answering = console.answerFromInput()
+        defer { answering?.cancel() }
         let browser: MCNearbyServiceBrowser
         do {
             browser = try MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: options.service, configuration: options.discovery)

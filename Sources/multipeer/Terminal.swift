@@ -1,16 +1,19 @@
 import Foundation
 
-/// Text from peers (names, chat lines, file names, certificate fields) is untrusted: shown with
-/// control characters made visible, so no peer can move the cursor, clear the screen or forge
-/// a line.
+/// Text from peers (names, chat lines, file names, certificate fields, and error texts that
+/// quote them) is untrusted: shown with control and format characters made visible, so no peer
+/// can move the cursor, clear the screen, forge a line or disguise its name.
 enum Terminal {
     static func safe(_ text: String, limit: Int = 4_096) -> String {
         var shown = ""
         for scalar in text.unicodeScalars.prefix(limit) {
-            switch scalar.value {
-            case 0x00..<0x20, 0x7F..<0xA0, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
+            // Controls move the cursor or end lines; format characters (zero-width, bidi) make
+            // one name look like another.
+            if scalar.value < 0x20 || (0x7F..<0xA0).contains(scalar.value) || scalar.value == 0x2028 || scalar.value == 0x2029
+                || scalar.properties.generalCategory == .format
+            {
                 shown += "\\u{\(String(scalar.value, radix: 16))}"
-            default:
+            } else {
                 shown.unicodeScalars.append(scalar)
             }
         }

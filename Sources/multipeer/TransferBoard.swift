@@ -37,6 +37,8 @@ final class TransferBoard: Sendable {
         }
     }
 
+    func isShowing(_ key: String) -> Bool { transfers.withLock { $0[key] != nil } }
+
     /// Stops showing the transfer and prints its outcome; `succeeded` adds size, time and rate.
     func finish(_ key: String, _ message: String, succeeded: Bool) {
         guard let transfer = transfers.withLock({ $0.removeValue(forKey: key) }) else { return console.say(message) }

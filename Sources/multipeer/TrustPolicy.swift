@@ -25,6 +25,9 @@ final class TrustPolicy: Sendable {
         return console.canAsk ? "asking you about each peer" : "no way to trust peers: pass --trust-ca or --trust-any"
     }
 
+    /// Whether a person decides about peers (no CA, no --trust-any, a terminal to ask at).
+    var asksPerson: Bool { anchors == nil && !trustAny && console.canAsk }
+
     func wasRejected(_ peer: MCPeerID) -> Bool { rejected.withLock { $0.contains(peer) } }
 
     func decide(_ request: MCTrustRequest) async -> Bool {
@@ -36,6 +39,9 @@ final class TrustPolicy: Sendable {
     private func evaluate(_ request: MCTrustRequest) async -> Bool {
         let name = Terminal.safe(request.peer.displayName)
         let code = "pairing code \(request.pairingCode)"
+        if !request.isEncrypted {
+            console.say("the connection to \(name) is not encrypted: anyone on the way can read it, and the pairing code proves nothing")
+        }
         guard let chain = request.certificates?.map(\.certificate), let leaf = chain.first else {
             console.say("\(name) has no identity: unauthenticated, anyone could use that name; \(code)")
             if anchors != nil {
@@ -44,7 +50,8 @@ final class TrustPolicy: Sendable {
             }
             return await confirm(name, question: "accept unauthenticated \(name)? Only if \(name)'s screen shows \(code)")
         }
-        let issuer = leaf.issuer == leaf.subject ? "self-signed" : "issued by \(Terminal.safe(leaf.issuer))"
+        // Without a CA nothing checked the issuer: it is only what the certificate claims.
+        let issuer = leaf.issuer == leaf.subject ? "self-signed" : "issued by \(Terminal.safe(leaf.issuer))\(anchors == nil ? " (not verified)" : "")"
         console.say("\(name) is \(Terminal.safe(leaf.subject)), \(issuer), SHA-256 \(leaf.sha256FingerprintText); \(code)")
         if let anchors {
             let outcome = TrustEvaluation(anchors: anchors).evaluate(chain)
@@ -63,6 +70,7 @@ final class TrustPolicy: Sendable {
         return await confirm(name, question: "accept \(name)? Only if \(name)'s screen shows the same \(code)")
     }
 
+    /// Answered before the library's 30 s certificate deadline.
     private func confirm(_ name: String, question: String) async -> Bool {
         if trustAny {
             console.say("accepted \(name) (--trust-any)")
@@ -72,7 +80,7 @@ final class TrustPolicy: Sendable {
             console.say("rejected \(name): pass --trust-ca or --trust-any to trust peers without asking")
             return false
         }
-        let yes = await console.ask(question)
+        let yes = await console.ask(question, within: 25)
         console.say(yes ? "accepted \(name)" : "rejected \(name)")
         return yes
     }

@@ -4,7 +4,7 @@ import MultipeerTestSupport
 /// A tmux server of the test's own (its own socket), whose panes run programs on a terminal that
 /// the test drives as a person would: keys in with send-keys, the screen out with capture-pane.
 /// Each pane's command is followed by `[exited STATUS]` so the test sees how it ended.
-final class Tmux: @unchecked Sendable {
+final class Tmux {
     struct ScreenWaitFailed: Error, CustomStringConvertible {
         let description: String
     }

@@ -11,6 +11,8 @@ public struct PeerTrustRequest: Sendable {
     /// The 6-digit code both sides of this connection show (docs/PROTOCOL.md §7.3); different on
     /// the two sides of a man in the middle.
     public let pairingCode: String
+    /// TLS protects the connection; without it the code binds no keys and proves nothing.
+    public let isEncrypted: Bool
 }
 
 /// A connection that both sides have accepted.
@@ -570,7 +572,8 @@ public struct ConnectionStateMachine {
             dialerNonce: dialerNonce.bytes, listenerNonce: listenerNonce.bytes)
         state = .trusting(Trust(session: session, peerHello: pairing.peerHello))
         return [.evaluateTrust(PeerTrustRequest(
-            peer: pairing.peerHello.peerID, certificateChain: session.peerChain, hello: pairing.peerHello, pairingCode: code))]
+            peer: pairing.peerHello.peerID, certificateChain: session.peerChain, hello: pairing.peerHello, pairingCode: code,
+            isEncrypted: session.transport.engine != nil))]
     }
 
     /// Stream, resource and window frames, checked against the channel table (docs/PROTOCOL.md

@@ -548,11 +548,15 @@ public final class SessionEngine: Sendable {
             let devices = (try? System.enumerateDevices()) ?? []
             let addresses = devices.compactMap(\.address).filter { bothFamilies || $0.protocol == .inet }.compactMap(\.ipAddress)
             let loopback = addresses.filter { $0 == "127.0.0.1" || $0 == "::1" }
-            let linkLocal = addresses.filter { $0.lowercased().hasPrefix("fe80") }
+            let linkLocal = addresses.filter { host in
+                (try? SocketAddress(ipAddress: host, port: 1)).flatMap { try? WireEndpoint(socketAddress: $0).isLinkLocal } ?? false
+            }
             let routable = addresses.filter { !loopback.contains($0) && !linkLocal.contains($0) }
             // Routable first; link-local next (only a dialer that knows the link uses those,
-            // §9.2); loopback last, so a peer on this machine still finds us.
-            hosts = routable + linkLocal + loopback
+            // §9.2); loopback last, and kept when the list is cut, so a peer on this machine
+            // still finds us.
+            let limit = WireLimits.maxConnectionDataEndpoints - min(loopback.count, 1)
+            hosts = Array((routable + linkLocal).prefix(limit)) + loopback.prefix(1)
         } else {
             hosts = [configuration.listenHost]
         }
