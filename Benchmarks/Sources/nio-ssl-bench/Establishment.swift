@@ -1,0 +1,32 @@
+import NIOCore
+
+enum Establishment {
+    /// Connections per second, each timed from connect through the mutual TLS 1.3 handshake (both
+    /// sides verifying the other's chain) to the first 64 B echo; closing is not timed, as
+    /// multipeer-bench times establishment up to "connected" and disconnects afterwards.
+    static func run(loops: Loops, identities: Identities, count: Int) async throws -> Double {
+        let server = try await LoopbackServer.start(group: loops.server, context: identities.server, handler: echo)
+        do {
+            var total = 0.0
+            for index in 0..<count { total += try await once(loops: loops, identities: identities, port: server.port, index: index) }
+            await server.stop()
+            return Double(count) / total
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
+    /// A failed handshake throws, so it can never count as a cheaper success.
+    private static func once(loops: Loops, identities: Identities, port: Int, index: Int) async throws -> Double {
+        let start = ContinuousClock.now
+        let client = try await Loopback.connect(group: loops.client, context: identities.client, port: port)
+        return try await client.executeThenClose { inbound, outbound in
+            var replies = inbound.makeAsyncIterator()
+            let request = RoundTrip.probe(index)
+            try await outbound.write(request)
+            guard try await replies.next() == request else { throw LoopbackError("connection \(index) got no echo") }
+            return seconds(ContinuousClock.now - start)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+
+@main
+enum NIOSSLBench {
+    static func main() async {
+        do {
+            try await run(Options.parse(Array(CommandLine.arguments.dropFirst())))
+        } catch {
+            FileHandle.standardError.write(Data("nio-ssl-bench: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func run(_ options: Options) async throws {
+        let plan = Plan(options)
+        let identities = try Identities(directory: try Identities.locate(options.certificates))
+        let loops = Loops()
+        print("nio-ssl-bench \(options.quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; swift-nio-ssl (BoringSSL), TLS 1.3, 127.0.0.1")
+        var figures: [Figure] = []
+        do {
+            if options.wants("bulk") {
+                var rates: [Double] = []
+                for _ in 0..<plan.repetitions {
+                    rates.append(try await Bulk.run(loops: loops, identities: identities, bytes: plan.bulkBytes) / 1e6)
+                }
+                figures.append(Figure(key: "bulk", scenario: "1 bulk, 1 MiB length-prefixed messages (\(plan.bulkBytes >> 20) MiB)",
+                                      unit: "MB/s", stats: Stats(rates), p99: nil, note: nil))
+            }
+            if options.wants("latency") {
+                var medians: [Double] = []
+                var p99s: [Double] = []
+                for _ in 0..<plan.repetitions {
+                    let times = try await RoundTrip.run(loops: loops, identities: identities, samples: plan.roundTrips)
+                    medians.append(percentile(times, 0.5))
+                    p99s.append(percentile(times, 0.99))
+                }
+                figures.append(Figure(key: "roundtrip", scenario: "3 round trip, 64 B, Swift task awaiting each echo",
+                                      unit: "µs median", stats: Stats(medians), p99: Stats(p99s),
+                                      note: "\(plan.roundTrips) round trips per repetition"))
+            }
+            if options.wants("establishment") {
+                var rates: [Double] = []
+                for _ in 0..<plan.repetitions {
+                    rates.append(try await Establishment.run(loops: loops, identities: identities, count: plan.establishments))
+                }
+                figures.append(Figure(key: "establishment", scenario: "5 establishment: connect, mutual TLS 1.3, first echo",
+                                      unit: "per s", stats: Stats(rates), p99: nil,
+                                      note: "\(plan.establishments) connections per repetition"))
+            }
+        } catch {
+            await loops.shutdown()
+            throw error
+        }
+        await loops.shutdown()
+        Report.print(figures)
+        if let path = options.json {
+            try Report.write(Document(date: ISO8601DateFormatter().string(from: Date()), quick: options.quick,
+                                      repetitions: plan.repetitions, results: figures), to: path)
+            print("wrote \(path)")
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+
+/// Command-line options, parsed by hand: this package depends on swift-nio and swift-nio-ssl only.
+struct Options {
+    var quick = false
+    var json: String?
+    var only: [String] = []
+    var certificates: String?
+    var repetitions: Int?
+    var bulkMiB: Int?
+    var roundTrips: Int?
+    var establishments: Int?
+
+    static let groups = ["bulk", "latency", "establishment"]
+
+    static let usage = """
+        usage: nio-ssl-bench [--quick] [--json FILE] [--only bulk|latency|establishment]...
+                             [--certificates DIR] [--repetitions N] [--bulk-mib N]
+                             [--round-trips N] [--establishments N]
+
+        TLS 1.3 over SwiftNIO and swift-nio-ssl on 127.0.0.1, mutual authentication with the
+        Certificates/ test identities; the baseline for multipeer-bench (scripts/bench-compare).
+        Defaults: 5 repetitions, 1024 MiB bulk, 20000 round trips, 200 establishments;
+        --quick: 3, 64, 2000, 40.
+        """
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        var options = Options()
+        var rest = arguments[...]
+        func value(_ flag: String) throws -> String {
+            guard let next = rest.popFirst() else { throw UsageError("\(flag) needs a value") }
+            return next
+        }
+        func count(_ flag: String) throws -> Int {
+            guard let number = Int(try value(flag)), number > 0 else { throw UsageError("\(flag) needs a positive integer") }
+            return number
+        }
+        while let argument = rest.popFirst() {
+            switch argument {
+            case "--quick": options.quick = true
+            case "--json": options.json = try value(argument)
+            case "--only":
+                let group = try value(argument)
+                guard groups.contains(group) else { throw UsageError("--only takes \(groups.joined(separator: ", "))") }
+                options.only.append(group)
+            case "--certificates": options.certificates = try value(argument)
+            case "--repetitions": options.repetitions = try count(argument)
+            case "--bulk-mib": options.bulkMiB = try count(argument)
+            case "--round-trips": options.roundTrips = try count(argument)
+            case "--establishments": options.establishments = try count(argument)
+            case "-h", "--help":
+                print(usage)
+                exit(0)
+            default: throw UsageError("unknown argument \(argument)")
+            }
+        }
+        return options
+    }
+
+    func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Sizes and counts for one run.
+struct Plan {
+    let repetitions: Int
+    let bulkBytes: Int
+    let roundTrips: Int
+    let establishments: Int
+
+    init(_ options: Options) {
+        repetitions = options.repetitions ?? (options.quick ? 3 : 5)
+        bulkBytes = (options.bulkMiB ?? (options.quick ? 64 : 1024)) << 20
+        roundTrips = options.roundTrips ?? (options.quick ? 2_000 : 20_000)
+        establishments = options.establishments ?? (options.quick ? 40 : 200)
+    }
+}

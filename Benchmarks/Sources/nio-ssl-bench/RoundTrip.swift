@@ -1,0 +1,50 @@
+import NIOCore
+
+/// Serves every message straight back, from the connection's task.
+let echo: ConnectionHandler = { inbound, outbound in
+    for try await message in inbound { try await outbound.write(message) }
+}
+
+enum RoundTrip {
+    static let size = 64
+
+    /// A probe of `size` bytes carrying its index, so an echo is checked against its request.
+    static func probe(_ index: Int) -> ByteBuffer {
+        var probe = ByteBuffer(repeating: 0, count: size)
+        probe.setInteger(UInt64(index), at: 0)
+        return probe
+    }
+
+    /// Round trips of 64 B messages in microseconds, measured from an ordinary Swift task that
+    /// writes each request and awaits its echo, as multipeer-bench's "events task" figure.
+    static func run(loops: Loops, identities: Identities, samples: Int) async throws -> [Double] {
+        let server = try await LoopbackServer.start(group: loops.server, context: identities.server, handler: echo)
+        do {
+            let times = try await measure(loops: loops, identities: identities, port: server.port, samples: samples)
+            await server.stop()
+            return times
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
+    private static func measure(loops: Loops, identities: Identities, port: Int, samples: Int) async throws -> [Double] {
+        let client = try await Loopback.connect(group: loops.client, context: identities.client, port: port)
+        return try await client.executeThenClose { inbound, outbound in
+            var replies = inbound.makeAsyncIterator()
+            var times: [Double] = []
+            times.reserveCapacity(samples)
+            // Index 0 completes the handshake and is not counted.
+            for index in 0...samples {
+                let request = probe(index)
+                let start = ContinuousClock.now
+                try await outbound.write(request)
+                guard let reply = try await replies.next() else { throw LoopbackError("the server closed during round trips") }
+                guard reply == request else { throw LoopbackError("echo \(index) does not match its request") }
+                if index > 0 { times.append(seconds(ContinuousClock.now - start) * 1e6) }
+            }
+            return times
+        }
+    }
+}
