@@ -72,8 +72,22 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
                 } else {
                     channels[key] = channel
                     socketInterfaces[key] = interfaces.first { $0.index == key.interfaceIndex }
+                    forgetWhenClosed(channel, key: key)
                 }
             }
+        }
+    }
+
+    /// SwiftNIO closes a UDP socket when a send fails with most errors: EPERM from a firewall
+    /// that drops the packet, ENETUNREACH, ENOBUFS. A socket closed that way is forgotten, so
+    /// the next interface check (within `interfaceCheckInterval`) opens it again, and discovery
+    /// goes on through lossy or filtered links. On the loop.
+    private func forgetWhenClosed(_ channel: any Channel, key: MDNSSocket.Key) {
+        channel.closeFuture.whenComplete { [self] _ in
+            guard !closed, let current = channels[key], current === channel else { return }
+            channels[key] = nil
+            socketInterfaces[key] = nil
+            logger.info("mDNS socket closed after an error; opening it again", metadata: ["interface": "\(key.interfaceIndex)", "ipv6": "\(key.ipv6)"])
         }
     }
 
