@@ -165,6 +165,44 @@ struct InteropHarnessProcessTests {
 
     // MARK: Helpers
 
+    /// A firewall drop makes `sendmsg` fail (EPERM), and SwiftNIO closes a UDP socket on that
+    /// error: the session binds its datagram socket again on the same port, so unreliable
+    /// messages flow once datagrams pass again. In a namespace of the test's own (nftables).
+    @Test(.enabled(if: NetworkNamespaces.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/nft")))
+    func unreliableMessagesFlowAgainAfterTheirSocketFailed() async throws {
+        let namespaces = try NetworkNamespaces(count: 1)
+        defer { namespaces.remove() }
+        let namespace = namespaces.names[0]
+        let a = try HarnessPeer(["--name", "a"], namespace: namespace)
+        defer { a.kill() }
+        let b = try HarnessPeer(["--name", "b"], namespace: namespace)
+        defer { b.kill() }
+        try await HarnessPeer.connect(a, b, expecting: "connected")
+        let nft = { (arguments: [String]) throws in _ = try NetworkNamespaces.ip(["netns", "exec", namespace, "nft"] + arguments) }
+        try nft(["add", "table", "inet", "blackout"])
+        try nft(["add", "chain", "inet", "blackout", "out", "{ type filter hook output priority 0; }"])
+        try nft(["add", "rule", "inet", "blackout", "out", "meta", "l4proto", "udp", "drop"])
+        // Into the blackout: the send fails in the kernel and a's datagram socket is closed.
+        for _ in 0..<3 {
+            try a.send("SEND unreliable \(b.peer) 0d")
+            try await a.expect("OK SEND")
+        }
+        try nft(["delete", "table", "inet", "blackout"])
+        // Datagrams pass again: one of several arriving is the evidence (they may be lost).
+        let expected = "RECEIVED \(a.peer) 1 \(sha256Hex([0x0E])) 0e"
+        let arrived = try await withDeadline(seconds: 15) { () -> [String] in
+            while true {
+                try a.send("SEND unreliable \(b.peer) 0e")
+                try await a.expect("OK SEND")
+                try await Task.sleep(for: .milliseconds(200))
+                if let line = b.printed(expected) { return line }
+            }
+        }
+        #expect(arrived.joined(separator: " ") == expected)
+        // The blackout's datagrams never arrived: nothing was queued and replayed.
+        #expect(b.printed("RECEIVED \(a.peer) 1 \(sha256Hex([0x0D]))") == nil)
+    }
+
     private func certificates(_ path: String) -> String {
         repositoryRootURL.appendingPathComponent("Certificates/" + path).path
     }
@@ -198,9 +236,15 @@ private final class HarnessPeer: @unchecked Sendable {
     /// The hex peer ID from the READY line.
     private(set) var peer = ""
 
-    init(_ arguments: [String]) throws {
-        process.executableURL = try BuiltProducts.executable("interop-peer")
-        process.arguments = arguments
+    /// With `namespace`, the harness runs inside that network namespace.
+    init(_ arguments: [String], namespace: String? = nil) throws {
+        if let namespace {
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+            process.arguments = ["netns", "exec", namespace, try BuiltProducts.executable("interop-peer").path] + arguments
+        } else {
+            process.executableURL = try BuiltProducts.executable("interop-peer")
+            process.arguments = arguments
+        }
         var ends: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             throw Failure(description: "socketpair: errno \(errno)")
@@ -294,6 +338,11 @@ private final class HarnessPeer: @unchecked Sendable {
         } catch {
             throw Failure(description: "waiting for \"\(prefix)\": \(error); printed so far:\n\(lines.transcript.joined(separator: "\n"))")
         }
+    }
+
+    /// The fields of a line printed so far that starts with `prefix`, if any; never waits.
+    func printed(_ prefix: String) -> [String]? {
+        lines.transcript.first { $0.hasPrefix(prefix) }.map { $0.split(separator: " ").map(String.init) }
     }
 
     /// The fields of the first line that starts with `prefix`, printed already (passed over or

@@ -78,7 +78,10 @@ final class NetworkNamespaces: @unchecked Sendable {
     deinit { remove() }
 
     @discardableResult
-    static func ip(_ arguments: String...) throws -> String {
+    static func ip(_ arguments: String...) throws -> String { try ip(arguments) }
+
+    @discardableResult
+    static func ip(_ arguments: [String]) throws -> String {
         let result = try BuiltProducts.run(URL(fileURLWithPath: "/usr/sbin/ip"), arguments, seconds: 20)
         guard result.status == 0 else {
             throw CommandFailed(description: "ip \(arguments.joined(separator: " ")) failed: \(result.output)")

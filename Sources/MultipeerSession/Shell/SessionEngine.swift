@@ -334,7 +334,21 @@ public final class SessionEngine: Sendable {
         } catch {
             return eventLoop.makeFailedFuture(error)
         }
-        let listening = DatagramBootstrap(group: eventLoop)
+        let listening = bindDatagrams(at: address)
+            .flatMap { [self] udp in
+                self.state.value.datagramChannel = udp
+                self.state.value.datagramPort = udp.localAddress?.port
+                self.reopenWhenClosed(udp, at: address)
+                return self.bindListener(at: address)
+            }
+        state.listening = listening
+        // A failed start is not remembered, so the next request tries again.
+        listening.whenFailure { [self] _ in self.state.value.listening = nil }
+        return listening
+    }
+
+    private func bindDatagrams(at address: SocketAddress) -> EventLoopFuture<any Channel> {
+        DatagramBootstrap(group: eventLoop)
             // Bursts of datagrams outrun the default receive buffer.
             .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
             // Up to this many datagrams per recvmmsg call, each with room for the largest datagram
@@ -348,15 +362,27 @@ public final class SessionEngine: Sendable {
                 }
             }
             .bind(to: address)
-            .flatMap { [self] udp in
-                self.state.value.datagramChannel = udp
-                self.state.value.datagramPort = udp.localAddress?.port
-                return self.bindListener(at: address)
+    }
+
+    /// SwiftNIO closes a UDP socket when a send fails with most errors (EPERM from a firewall
+    /// that drops the datagram, ENETUNREACH, ENOBUFS). The session's socket is bound again on
+    /// the same port, which its peers know from HELLO, so unreliable messages go on. On the loop.
+    private func reopenWhenClosed(_ udp: any Channel, at address: SocketAddress) {
+        udp.closeFuture.whenComplete { [self] _ in
+            guard let current = state.value.datagramChannel, current === udp, let port = state.value.datagramPort else { return }
+            state.value.datagramChannel = nil
+            configuration.logger.info("datagram socket closed after an error; binding it again", metadata: ["port": "\(port)"])
+            guard let samePort = try? SocketAddress.listening(on: configuration.listenHost, port: port) else { return }
+            bindDatagrams(at: samePort).whenComplete { [self] result in
+                guard case .success(let reopened) = result else {
+                    return configuration.logger.warning("datagram socket could not be bound again", metadata: ["port": "\(port)"])
+                }
+                // The session stopped meanwhile (or another socket took over): this one is not needed.
+                guard state.value.listening != nil, state.value.datagramChannel == nil else { return reopened.close(promise: nil) }
+                state.value.datagramChannel = reopened
+                reopenWhenClosed(reopened, at: samePort)
             }
-        state.listening = listening
-        // A failed start is not remembered, so the next request tries again.
-        listening.whenFailure { [self] _ in self.state.value.listening = nil }
-        return listening
+        }
     }
 
     private func bindListener(at address: SocketAddress) -> EventLoopFuture<Int> {
