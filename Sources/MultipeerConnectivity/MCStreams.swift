@@ -273,6 +273,17 @@ public struct MCStreamWriter: Sendable {
     /// Ends the stream once everything written has been sent.
     public func close() { writer.close() }
 
+    /// Closes the stream and returns once everything written, and the close, went to the
+    /// connection; throws if the reader refused or reset the stream, or the connection was lost,
+    /// before that. Use it to learn that a stream did not get through; `close()` cannot tell.
+    public func finish() async throws(MCError) {
+        do {
+            try await writer.finish()
+        } catch {
+            throw MCError(transfer: error)
+        }
+    }
+
     /// Abandons the stream; the reader sees an error.
     public func cancel() { writer.cancel() }
 }

@@ -133,7 +133,12 @@ final class Driver: Sendable {
             writer.cancel()  // the file failed, not the stream: the reader must not take it as complete
             return out.line("STREAM-SENT \(Format.name(name)) failed unreadable")
         }
-        writer.close()
+        do {
+            // Returns once everything went to the connection: a reader's refusal before then fails it.
+            try await writer.finish()
+        } catch {
+            return out.line("STREAM-SENT \(Format.name(name)) failed \(error.code)")
+        }
         out.line("STREAM-SENT \(Format.name(name)) ok")
     }
 

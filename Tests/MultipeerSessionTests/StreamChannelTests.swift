@@ -93,6 +93,29 @@ struct StreamChannelTests {
         #expect(received == content)
     }
 
+    /// A reader that refuses the stream while bytes still wait for its window: `finish()`
+    /// throws, where `close()` alone would leave the writer believing it got through.
+    @Test func finishReportsAStreamTheReaderRefused() async throws {
+        let (alice, bob) = try await Self.pair()
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let writer = try alice.engine.openStream(named: "refused", to: bob.peer.identifier)
+        // More than the channel's window: the rest waits in the writer's buffer.
+        let window = Int(bob.engine.configuration.channels.channelReceiveWindow)
+        let total = window + min(writer.bufferLimit, 64 << 10)
+        try await writer.write(ByteBuffer(bytes: Self.content(total, seed: 9)))
+        try #require(try await eventually { bob.openedStreams.count == 1 })
+        bob.openedStreams[0].cancel()
+        let outcome = try await withDeadline(seconds: 10) { () -> TransferError? in
+            do {
+                try await writer.finish()
+                return nil
+            } catch {
+                return error as? TransferError ?? TransferError(.connectionLost)
+            }
+        }
+        #expect(outcome != nil, "finish() returned as if the refused stream got through")
+    }
+
     @Test func theWriterCancellingFailsTheReader() async throws {
         let (alice, bob) = try await Self.pair()
         defer { Task { await alice.shutdown(); await bob.shutdown() } }

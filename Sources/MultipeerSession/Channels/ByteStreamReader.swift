@@ -112,10 +112,14 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
             state.failure = TransferError(.cancelled)
             return (true, dropped)
         }
+        // The reset goes first: returning the dropped bytes' window while the channel is still
+        // open would let the writer send the rest, close, and take the stream as delivered. Once
+        // it ended, only the connection's share of the window goes back.
+        if send {
+            wake()
+            linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
+        }
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
-        guard send else { return }
-        wake()
-        linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
     }
 
     public struct AsyncIterator: AsyncIteratorProtocol {

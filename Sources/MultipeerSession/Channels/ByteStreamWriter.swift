@@ -24,6 +24,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         var channel: UInt32?
         var linkage: (any ChannelLinkage)?
         var spaceWaiters: [UnsafeContinuation<Void, any Error>] = []
+        /// `finish()` callers, resumed once STREAM_CLOSE is handed to the connection, or failed.
+        var finishWaiters: [UnsafeContinuation<Void, any Error>] = []
         var wantsSpaceEvent = false
         var observer: (@Sendable (Event) -> Void)?
     }
@@ -120,6 +122,28 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         if let linkage = wake.0, let channel = wake.1 { linkage.channelReady(channel) }
     }
 
+    /// Closes the stream and returns once every byte and the close were handed to the connection;
+    /// throws if the stream failed first (the reader reset it, the connection was lost). Unlike
+    /// `close()`, a writer learns that a refused or cancelled stream did not get through.
+    public func finish() async throws(TransferError) {
+        close()
+        do {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                let resumeNow: Result<Void, TransferError>? = state.withLock { state in
+                    if let failure = state.failure { return .failure(failure) }
+                    if state.finishSent { return .success(()) }
+                    state.finishWaiters.append(continuation)
+                    return nil
+                }
+                if let resumeNow { continuation.resume(with: resumeNow) }
+            }
+        } catch let error as TransferError {
+            throw error
+        } catch {
+            throw TransferError(.connectionLost)
+        }
+    }
+
     /// Abandons the stream (STREAM_RESET 1); buffered bytes are dropped.
     public func cancel() {
         let send = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
@@ -152,6 +176,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
 
     func nextOutput(allowance: Int) -> ChannelOutput {
+        var finished: [UnsafeContinuation<Void, any Error>] = []
+        defer { for waiter in finished { waiter.resume() } }
         let (output, wakeWaiters) = state.withLock { state -> (ChannelOutput, Bool) in
             guard state.failure == nil, !state.finishSent else { return (.idle, false) }
             if var first = state.chunks.first {
@@ -164,6 +190,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
             }
             if state.closeRequested {
                 state.finishSent = true
+                finished = state.finishWaiters
+                state.finishWaiters = []
                 return (.finish(.streamClose(channel: state.channel ?? 0)), false)
             }
             return (.idle, false)
@@ -204,8 +232,8 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
 
     private func failWaiters(_ error: TransferError, notify: Bool) {
         let (waiters, observer) = state.withLock { state in
-            defer { state.spaceWaiters = [] }
-            return (state.spaceWaiters, state.observer)
+            defer { state.spaceWaiters = []; state.finishWaiters = [] }
+            return (state.spaceWaiters + state.finishWaiters, state.observer)
         }
         for waiter in waiters { waiter.resume(throwing: error) }
         if notify { observer?(.failed(error)) }
