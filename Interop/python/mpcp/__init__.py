@@ -1,0 +1,2 @@
+"""MPCP/1 (swift-multipeer wire protocol), an independent Python implementation
+written from docs/PROTOCOL.md alone."""

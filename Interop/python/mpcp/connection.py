@@ -1,0 +1,538 @@
+"""One MPCP connection (§3-§7): preamble, negotiation, TLS, HELLO, pairing and
+trust, then messages, keepalive, goodbye, streams, resources and flow control.
+
+Threads: the connection's own thread runs the handshake and then reads frames;
+a writer thread drains an outgoing queue, so the reader never blocks on a
+write. Application calls (send_message, open_stream, ...) only enqueue."""
+import os
+import queue
+import socket
+import threading
+import time
+
+from . import frames as F
+from .datagram import LABEL_D2L, LABEL_L2D
+from .preamble import Preamble, negotiate_version, negotiate_encryption, TLS, PLAINTEXT, REFUSED
+from .pairing import commitment, code as pairing_code, EXPORTER_LABEL
+from .tls import make_context, peer_chain, fingerprint
+from .transport import PlainTransport, TlsTransport, TransportClosed
+from .channels import ChannelsMixin, INITIAL_CONNECTION_WINDOW
+from .wire import ProtocolViolation, u32
+
+class Failed(Exception):
+    """Ends a connection: `why` is reported, `goodbye` (if any) is sent."""
+
+    def __init__(self, why, goodbye=None):
+        super().__init__(why)
+        self.why = why
+        self.goodbye = goodbye
+
+
+class Connection(ChannelsMixin):
+    def __init__(self, session, sock: socket.socket, dialer: bool, data=None, purpose=None, token=None,
+                 expected=None):
+        self.session = session
+        self.expected = expected          # PeerID a purpose-3 dial expects to reach
+        self.sock = sock
+        self.dialer = dialer
+        self.data = data                  # ConnectionData when dialing with it
+        self.purpose = purpose if purpose is not None else (F.PURPOSE_CONNECTION_DATA if dialer else F.PURPOSE_ANSWER)
+        self.token = token or (data.token if data else bytes(16))
+        self.peer_addr = sock.getpeername()[0]
+        self.transport = None
+        self.outcome = None
+        self.phase = "preamble"
+        self.peer_hello = None
+        self.peer_id = data.peer_id if data else expected
+        self.peer_chain = []
+        self.pairing_code = None
+        self.sent_trust = None
+        self.got_trust = None
+        self.connected = False
+        self.closed = threading.Event()
+        self.end_reason = None
+        self.frames_began = False
+        self.outq = queue.Queue()
+        self.msg_lock = threading.Lock()
+        self.frag = bytearray()
+        self.frag_len = 0
+        self.last_rx = time.monotonic()
+        self.last_ping = 0.0
+        self.pings = {}
+        # datagrams
+        self.my_rid = int.from_bytes(os.urandom(4), "big") or 1
+        self.send_epoch = 0
+        self.send_counter = 0
+        self.recv_epoch = 0
+        self.recv_keys = {}
+        self.windows = {}
+        self.dgram_lock = threading.Lock()
+        # channels and flow control
+        self.chan_lock = threading.Condition()
+        self.channels = {}
+        self.refused = {}                 # channels of the peer we reset: bytes discarded
+        self.next_channel = 1 if dialer else 2
+        self.peer_highest = 0
+        self.conn_send_window = INITIAL_CONNECTION_WINDOW
+        self.conn_recv_window = INITIAL_CONNECTION_WINDOW
+        self.conn_taken = 0
+        self.my_nonce = os.urandom(32)
+        self.peer_commit = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="mpcp-conn")
+        self.writer = threading.Thread(target=self._write_loop, daemon=True, name="mpcp-writer")
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def log(self):
+        return self.session.events
+
+    def start(self):
+        self.thread.start()
+
+    def _post(self, kind, **data):
+        self.log.post(kind, self.peer_id, conn=self, **data)
+
+    def enqueue(self, *frame_bytes):
+        self.outq.put(b"".join(frame_bytes))
+
+    def _write_loop(self):
+        while True:
+            try:
+                item = self.outq.get(timeout=0.5)
+            except queue.Empty:
+                if self.closed.is_set():
+                    return
+                try:
+                    self.transport.flush(time.monotonic() + 5)   # ciphertext the reader produced
+                except TransportClosed:
+                    pass
+                continue
+            if item is None:
+                self._close_transport(notify=True)
+                return
+            try:
+                self.transport.send_all(item, deadline=time.monotonic() + 30)
+            except TransportClosed:
+                # the peer is gone for writing; the reader may still have a
+                # GOODBYE to read, so leave closing to it
+                self.write_failed = True
+                while not self.closed.is_set():
+                    try:
+                        if self.outq.get(timeout=0.5) is None:
+                            break
+                    except queue.Empty:
+                        pass
+                self._close_transport(notify=False)
+                return
+
+    def _start_frames(self):
+        if not self.frames_began:
+            self.frames_began = True
+            self.writer.start()
+
+    def _close_transport(self, notify):
+        if self.transport is not None:
+            self.transport.close(notify=notify)
+        else:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ life cycle
+    def _run(self):
+        s = self.session
+        deadline = time.monotonic() + s.handshake_deadline
+        self._post("state", state="connecting")
+        try:
+            self._preambles(deadline)
+            self._secure(deadline)
+            self._start_frames()
+            if "before_hello" in s.hooks:
+                s.hooks["before_hello"](self)
+            self._send_hello()
+            if self.dialer and self.purpose in (F.PURPOSE_CONNECTION_DATA, F.PURPOSE_MESH):
+                self.enqueue(F.frame(F.PAIRING_COMMIT, commitment(self.my_nonce)))
+            if "after_hello" in s.hooks:
+                s.hooks["after_hello"](self)
+            self._loop(deadline)
+        except Failed as e:
+            self._end(e.why, e.goodbye)
+        except ProtocolViolation as e:
+            self._end("protocolError: %s" % e, e.reason)
+        except TransportClosed as e:
+            self._end(self.end_reason or "closed: %s" % e, None)
+        except Exception as e:  # pragma: no cover - keep the thread from dying silently
+            self._end("internal: %r" % e, 10)
+
+    def _end(self, why, goodbye):
+        if self.closed.is_set():
+            return
+        self.end_reason = self.end_reason or why
+        if self.frames_began and goodbye is not None and self.writer.is_alive():
+            self.enqueue(F.frame(F.GOODBYE, goodbye.to_bytes(2, "big")))
+        if self.writer.is_alive():
+            self.outq.put(None)
+            self.writer.join(5)
+        else:
+            self._close_transport(notify=self.transport is not None and self.transport.tls is not None)
+        self.closed.set()
+        with self.chan_lock:
+            self.chan_lock.notify_all()
+        for ch in list(self.channels.values()):
+            ch.done.set()
+        self.session._forget(self)
+        self._post("state", state="notConnected", reason=self.end_reason)
+
+    def disconnect(self, reason=0):
+        """The application's disconnect: GOODBYE then close."""
+        if self.closed.is_set():
+            return
+        self.end_reason = "local disconnect"
+        if self.frames_began and self.writer.is_alive():
+            self.enqueue(F.frame(F.GOODBYE, reason.to_bytes(2, "big")))
+            self.outq.put(None)
+        else:
+            self._close_transport(notify=False)
+        self.closed.wait(5)
+
+    # ------------------------------------------------------------- preambles
+    def _preambles(self, deadline):
+        s = self.session
+        mine = Preamble(s.preference, s.identity is not None)
+        if s.hooks.get("preamble"):
+            mine_bytes = s.hooks["preamble"]
+        else:
+            mine_bytes = mine.encode()
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            self.sock.sendall(mine_bytes)
+            theirs = b""
+            while len(theirs) < 8:
+                chunk = self.sock.recv(8 - len(theirs))
+                if not chunk:
+                    raise Failed("closed during preamble")
+                theirs += chunk
+        except socket.timeout:
+            raise Failed("preamble deadline")
+        except OSError as e:
+            raise Failed("preamble: %s" % e)
+        try:
+            peer = Preamble.decode(theirs)
+        except ProtocolViolation as e:
+            raise Failed("bad preamble: %s" % e)
+        mine = Preamble.decode(mine_bytes)
+        self.my_preamble, self.peer_preamble = mine, peer
+        self.echo = (mine_bytes + theirs) if self.dialer else (theirs + mine_bytes)
+        d, l = (mine, peer) if self.dialer else (peer, mine)
+        self.version = negotiate_version(d, l)
+        if self.version is None:
+            raise Failed("version mismatch")
+        self.outcome = negotiate_encryption(mine.preference, mine.has_identity,
+                                            peer.preference, peer.has_identity)
+        self._post("negotiated", outcome=self.outcome)
+        if self.outcome == REFUSED:
+            if s.hooks.get("observe_refusal"):
+                self._observe_after_preamble()
+            raise Failed("encryptionIncompatible")
+        if self.outcome == PLAINTEXT and self.data is not None and self.data.fingerprint is not None:
+            raise Failed("certificateMismatch (plaintext outcome)")
+
+    def _observe_after_preamble(self, timeout=2.0):
+        """Test hook: what does the peer send after a refused negotiation?"""
+        got, eof = b"", False
+        self.sock.settimeout(timeout)
+        try:
+            while len(got) < 4096:
+                chunk = self.sock.recv(4096)
+                if not chunk:
+                    eof = True
+                    break
+                got += chunk
+        except (socket.timeout, OSError):
+            pass
+        self._post("after-refusal", bytes=len(got), eof=eof)
+
+    def _secure(self, deadline):
+        s = self.session
+        if self.outcome == PLAINTEXT:
+            self.transport = PlainTransport(self.sock)
+            return
+        if s.hooks.get("tickets") and self.dialer:
+            # test hook: one client context that keeps sessions, to try resumption
+            if "ticket_ctx" not in s.hooks:
+                s.hooks["ticket_ctx"] = make_context(server=False, identity=s.identity, tickets=True)
+            ctx = s.hooks["ticket_ctx"]
+        else:
+            ctx = make_context(server=not self.dialer, identity=s.identity)
+        if "tls" in s.hooks:
+            s.hooks["tls"](ctx, not self.dialer)
+        self.transport = TlsTransport(self.sock, ctx, server=not self.dialer)
+        if "tls_conn" in s.hooks:
+            s.hooks["tls_conn"](self.transport.tls)
+        try:
+            self.transport.handshake(deadline)
+        except TransportClosed as e:
+            raise Failed("tls handshake failed: %s" % e)
+        tls = self.transport.tls
+        if tls.get_alpn_proto_negotiated() != b"mpcp/1":
+            # client: the server did not select it; server: the client did not offer it
+            raise Failed("ALPN mpcp/1 not negotiated")
+        chain = peer_chain(tls)
+        if self.dialer:
+            if self.data is not None and self.data.fingerprint is not None:
+                if not chain or fingerprint(chain[0]) != self.data.fingerprint:
+                    raise Failed("certificateMismatch")
+            # A server without identity presents an ephemeral certificate: ignored.
+            self.peer_chain = chain if self.peer_preamble.has_identity else []
+        else:
+            self.peer_chain = chain
+        self._start_frames()
+        if self.peer_preamble.has_identity and not chain:
+            raise Failed("downgrade: identity flag without certificate", 4)
+        if not self.dialer and not self.peer_preamble.has_identity and chain:
+            raise Failed("downgrade: certificate without identity flag", 4)
+
+    def _send_hello(self):
+        s = self.session
+        hello = F.Hello(self.version, self.purpose, self.echo,
+                        self.token if self.purpose in (1, 3) else bytes(16),
+                        s.listen_port, s.udp_port if s.udp_port else 0,
+                        self.my_rid if s.udp_port else 0, s.peer_id)
+        if "hello" in s.hooks:
+            hello = s.hooks["hello"](hello) or hello
+        self.enqueue(F.frame(F.HELLO, hello.encode_payload()))
+
+    # ----------------------------------------------------------- frame loop
+    def _loop(self, deadline):
+        parser = F.FrameParser()
+        s = self.session
+        while not self.closed.is_set():
+            now = time.monotonic()
+            if not self.connected and now > deadline and self.phase in ("hello", "pairing"):
+                raise Failed("handshake deadline", 6)
+            if not self.connected and self.phase == "trust" and now > deadline + s.trust_timeout:
+                raise Failed("trust deadline", 6)
+            if self.connected:
+                idle = now - self.last_rx
+                if idle > s.dead_peer:
+                    raise Failed("dead peer", 6)
+                if s.keepalive and idle > s.keepalive and now - self.last_ping > s.keepalive:
+                    self.send_ping()
+            try:
+                data = self.transport.recv(0.2)
+            except TransportClosed as e:
+                raise TransportClosed(self.end_reason or str(e))
+            if not data:
+                self._flush_window_updates()
+                continue
+            self.last_rx = time.monotonic()
+            for fr in parser.feed(data):
+                self._handle(fr)
+                if self.closed.is_set():
+                    return
+            self._flush_window_updates()
+
+    def _handle(self, fr: F.Frame):
+        t = fr.type
+        if t == F.GOODBYE:
+            name = F.GOODBYE_REASONS[fr.value] if fr.value < len(F.GOODBYE_REASONS) else "other"
+            self._post("goodbye", reason=fr.value, name=name)
+            self.end_reason = "goodbye %d %s" % (fr.value, name)
+            raise TransportClosed(self.end_reason)
+        if self.phase == "preamble":
+            self.phase = "hello"
+        if self.phase == "hello":
+            if t != F.HELLO:
+                raise ProtocolViolation("%s before HELLO" % fr.name)
+            return self._on_hello(fr.value)
+        if t == F.PING:
+            if not self.session.hooks.get("mute"):
+                self.enqueue(F.frame(F.PONG, fr.value))
+            self._post("ping", opaque=fr.value)
+            return
+        if t == F.PONG:
+            self._post("pong", opaque=fr.value, rtt=time.monotonic() - self.pings.pop(fr.value, time.monotonic()))
+            return
+        if self.phase == "pairing":
+            return self._on_pairing(fr)
+        if self.phase == "trust":
+            if t != F.TRUST:
+                raise ProtocolViolation("%s during trust" % fr.name)
+            return self._on_trust(fr.value)
+        if self.phase == "connected":
+            return self._on_connected(fr)
+        raise ProtocolViolation("%s in phase %s" % (fr.name, self.phase))
+
+    def _on_hello(self, h: F.Hello):
+        s = self.session
+        if h.version != self.version:
+            raise ProtocolViolation("HELLO version")
+        if self.dialer and h.purpose != F.PURPOSE_ANSWER:
+            raise ProtocolViolation("listener HELLO purpose")
+        if not self.dialer and h.purpose == F.PURPOSE_ANSWER:
+            raise ProtocolViolation("dialer HELLO purpose 0")
+        if h.preamble_echo != self.echo:
+            raise Failed("downgradeDetected (preamble echo)", 4)
+        self.peer_hello = h
+        if self.dialer:
+            want = self.data.peer_id if self.data is not None else self.expected
+            if want is not None and h.peer_id.identifier != want.identifier:
+                self.peer_id = h.peer_id
+                raise Failed("unexpectedPeer", 1)
+            self.peer_id = h.peer_id
+        else:
+            self.peer_id = h.peer_id
+            if h.peer_id.identifier == s.peer_id.identifier:
+                raise ProtocolViolation("equal peer identifiers")
+            if h.purpose == F.PURPOSE_CONNECTION_DATA:
+                if not s.redeem_token(h.token, h.peer_id.identifier):
+                    raise Failed("unknownToken", 9)
+            elif h.purpose == F.PURPOSE_MESH:
+                if not s.admit_introduced(h.token, h.peer_id.identifier):
+                    raise Failed("unknownToken (introduction)", 9)
+            elif h.purpose == F.PURPOSE_INVITATION:
+                raise Failed("invitations not supported by this peer", 10)
+            self._resolve_duplicates(h.peer_id.identifier)
+        self._post("hello", hello=h)
+        self.phase = "pairing"
+
+    def _resolve_duplicates(self, ident):
+        """§7.5, applied by a listener that has just read a dialer's HELLO."""
+        s = self.session
+        others = s.other_connections(ident, self)
+        if any(o.connected for o in others):
+            raise Failed("duplicateConnection (already connected)", 7)
+        for o in others:
+            if o.dialer and ident > s.peer_id.identifier:
+                o.abort(7, "duplicateConnection (superseded by the peer's dial)")
+            else:
+                raise Failed("duplicateConnection", 7)
+
+    def abort(self, goodbye, why):
+        """End this connection from another thread, in whatever phase."""
+        self.end_reason = why
+        if self.frames_began and self.writer.is_alive():
+            self.enqueue(F.frame(F.GOODBYE, goodbye.to_bytes(2, "big")))
+            self.outq.put(None)
+        else:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _exported_pairing_key(self):
+        if self.outcome == TLS:
+            return self.transport.export(EXPORTER_LABEL, 32, b"")
+        return b""
+
+    def _on_pairing(self, fr):
+        if fr.type == F.PAIRING_COMMIT and not self.dialer and self.peer_commit is None:
+            self.peer_commit = fr.value
+            self.enqueue(F.frame(F.PAIRING_NONCE, self.my_nonce))
+            return
+        if fr.type == F.PAIRING_NONCE:
+            if self.dialer:
+                nd, nl, commit = self.my_nonce, fr.value, commitment(self.my_nonce)
+                sent = self.session.hooks.get("bad_nonce") and os.urandom(32) or self.my_nonce
+                self.enqueue(F.frame(F.PAIRING_NONCE, sent))
+                did, lid = self.session.peer_id.identifier, self.peer_id.identifier
+            else:
+                if self.peer_commit is None:
+                    raise ProtocolViolation("PAIRING_NONCE before PAIRING_COMMIT")
+                if commitment(fr.value) != self.peer_commit:
+                    raise ProtocolViolation("pairing nonce does not match commitment")
+                nd, nl, commit = fr.value, self.my_nonce, self.peer_commit
+                did, lid = self.peer_id.identifier, self.session.peer_id.identifier
+            self.pairing_code = pairing_code(self._exported_pairing_key(), did, lid, commit, nd, nl)
+            self.phase = "trust"
+            self._decide_trust()
+            return
+        raise ProtocolViolation("%s during pairing" % fr.name)
+
+    def _decide_trust(self):
+        accepted = self.session.trust_decision(self, self.peer_chain, self.pairing_code)
+        self._post("trust", accepted=accepted, chain=self.peer_chain, code=self.pairing_code)
+        self.sent_trust = F.TRUST_ACCEPTED if accepted else F.TRUST_REJECTED
+        self.enqueue(F.frame(F.TRUST, bytes([self.sent_trust])))
+        if not accepted:
+            raise Failed("trust rejected by us", None)
+        self._maybe_connected()
+
+    def _on_trust(self, value):
+        self.got_trust = value
+        if value != F.TRUST_ACCEPTED:
+            self.end_reason = "peer trust %s" % {2: "rejected", 3: "timedOut"}[value]
+            raise TransportClosed(self.end_reason)
+        self._maybe_connected()
+
+    def _maybe_connected(self):
+        if self.sent_trust == F.TRUST_ACCEPTED and self.got_trust == F.TRUST_ACCEPTED:
+            self.phase = "connected"
+            self.connected = True
+            self.last_rx = time.monotonic()
+            self.session._register_connected(self)
+            self._post("state", state="connected")
+
+    # --------------------------------------------------------- connected
+    def _on_connected(self, fr):
+        t = fr.type
+        if t in (F.HELLO, F.TRUST, F.INVITATION, F.INVITATION_RESPONSE, F.PAIRING_COMMIT, F.PAIRING_NONCE):
+            raise ProtocolViolation("%s after connected" % fr.name)
+        if t == F.MESSAGE:
+            self.frag_len += len(fr.value)
+            if self.frag_len > F.MAX_MESSAGE:
+                raise ProtocolViolation("message over 16 MiB", 2)
+            self.frag += fr.value
+            if fr.flags & F.FLAG_END:
+                msg = bytes(self.frag)
+                self.frag = bytearray()
+                self.frag_len = 0
+                self._post("message", payload=msg)
+            return
+        if t == F.MESH_INTRODUCTION:
+            self._post("mesh", entries=fr.value.entries)
+            self.session.on_introduction(self, fr.value.entries)
+            return
+        if t == F.WINDOW_UPDATE:
+            return self._on_window_update(fr.channel, fr.value)
+        return self._on_channel_frame(fr)
+
+    # ----------------------------------------------------- application API
+    def send_message(self, payload: bytes, fragment=65536):
+        if not self.connected:
+            raise RuntimeError("not connected")
+        if len(payload) > F.MAX_MESSAGE:
+            raise ValueError("message too large")
+        pieces = [payload[i:i + fragment] for i in range(0, len(payload), fragment)] or [b""]
+        out = [F.frame(F.MESSAGE, p, flags=F.FLAG_END if i == len(pieces) - 1 else 0)
+               for i, p in enumerate(pieces)]
+        with self.msg_lock:
+            self.enqueue(*out)
+
+    def send_ping(self):
+        opaque = os.urandom(8)
+        self.pings[opaque] = time.monotonic()
+        self.last_ping = time.monotonic()
+        self.enqueue(F.frame(F.PING, opaque))
+        return opaque
+
+    def send_raw(self, data: bytes):
+        """Test hook: put arbitrary bytes on the secured channel."""
+        self.enqueue(data)
+
+    # -------------------------------------------------------- datagrams
+    def _key(self, label, epoch):
+        return self.transport.export(label, 32, u32(epoch))
+
+    def send_key(self, epoch=None):
+        return self._key(LABEL_D2L if self.dialer else LABEL_L2D, self.send_epoch if epoch is None else epoch)
+
+    def recv_key(self, epoch):
+        if epoch not in self.recv_keys:
+            self.recv_keys[epoch] = self._key(LABEL_L2D if self.dialer else LABEL_D2L, epoch)
+        return self.recv_keys[epoch]
+
+    @property
+    def peer_udp(self):
+        return (self.peer_addr, self.peer_hello.datagram_port)

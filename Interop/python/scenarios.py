@@ -1,0 +1,1361 @@
+#!/usr/bin/env python3
+"""Interop scenarios: the library's `interop-peer` (a subprocess) against the
+Python peer in `mpcp/`, in both dial directions, on 127.0.0.1 only.
+
+    INTEROP_PEER=/path/to/interop-peer python3 scenarios.py [-k SUBSTRING] [--markdown FILE]
+
+Each scenario prints one line: name, PASS/FAIL, figures. Exit status 1 when
+any scenario fails. Every wait has a deadline and the whole run is bounded by
+RUN_BUDGET seconds."""
+import argparse
+import hashlib
+import itertools
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+from harness import Harness, pct                                  # noqa: E402
+from mpcp import frames as F                                      # noqa: E402
+from mpcp import datagram as D                                    # noqa: E402
+from mpcp.preamble import (Preamble, PREFERENCE_NAMES, rule_number,  # noqa: E402
+                           negotiate_encryption, REFUSED)
+from mpcp.session import Session                                  # noqa: E402
+from mpcp.tls import Identity, fingerprint                        # noqa: E402
+
+CERTS = os.path.join(ROOT, "Certificates")
+PASSWORD_FILE = os.path.join(CERTS, "password.txt")
+PASSWORD = open(PASSWORD_FILE).read().splitlines()[0].encode()
+CA = os.path.join(CERTS, "ca", "ca.pem")
+REQUIRED_PREF = PREFERENCE_NAMES["required"]
+RUN_BUDGET = 280.0
+T_CONNECT = 8.0
+
+_identities = {}
+
+
+def ident(name):
+    if name is None:
+        return None
+    if name not in _identities:
+        _identities[name] = Identity.load_p12(os.path.join(CERTS, "peers", name + ".p12"), PASSWORD)
+    return _identities[name]
+
+
+def p12(name):
+    return os.path.join(CERTS, "peers", name + ".p12")
+
+
+def harness_binary():
+    for cand in (os.environ.get("INTEROP_PEER"),
+                 os.path.join(ROOT, ".build-harness", "debug", "interop-peer"),
+                 os.path.join(ROOT, ".build-interop", "debug", "interop-peer")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise SystemExit("interop-peer not found: set INTEROP_PEER")
+
+
+BIN = None
+
+
+def lib(encryption="required", identity=None, trust="accept", extra=()):
+    args = ["--encryption", encryption, "--trust", trust]
+    if identity:
+        args += ["--identity", p12(identity), "--password-file", PASSWORD_FILE]
+    return Harness(BIN, *args, *extra)
+
+
+class ScenarioFailed(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise ScenarioFailed(what)
+
+
+# ------------------------------------------------------------------ connect
+def is_state(peer_hex, state):
+    return lambda w: w[0] == "STATE" and w[1] == peer_hex and w[2] == state
+
+
+def py_state(s, *states):
+    return lambda e: e.kind == "state" and e.data["state"] in states
+
+
+def connect(h, s, direction, expect="connected", timeout=T_CONNECT):
+    """Dials in `direction` ("py>lib": Python dials with MAKE-DATA data;
+    "lib>py": the library dials with CONNECT and Python's data). Returns
+    (python Connection or None, end reason, harness mark before the dial)."""
+    mark_h, mark_s = h.mark(), s.events.mark()
+    if direction == "py>lib":
+        data = h.make_data(s.peer_id)
+        mark_h = h.mark()
+        conn = s.connect(data)
+        ev = s.events.wait(lambda e: e.kind == "state" and e.data["conn"] is conn
+                           and e.data["state"] != "connecting", timeout, since=mark_s)
+    else:
+        data = s.make_connection_data(h.peer_id)
+        w = h.command("CONNECT %s %s" % (s.peer_id.hex(), data.hex()),
+                      lambda w: w[0] in ("OK", "ERROR") and w[1] == "CONNECT")
+        check(w and w[0] == "OK", "CONNECT answered %s" % (w,))
+        ev = s.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", timeout,
+                           since=mark_s)
+    if ev is None:
+        return None, "no outcome within %.0fs" % timeout, mark_h
+    conn = ev.data["conn"]
+    if ev.data["state"] == "connected":
+        hw = h.wait(is_state(s.peer_id.hex(), "connected"), timeout, since=mark_h)
+        check(hw is not None, "library never reported STATE connected")
+        return conn, None, mark_h
+    return conn, ev.data.get("reason"), mark_h
+
+
+def connected_pair(h, s, direction):
+    conn, why, _ = connect(h, s, direction)
+    check(conn is not None and why is None, "not connected: %s" % why)
+    return conn
+
+
+def disconnect(h, s, conn):
+    m = h.mark()
+    conn.disconnect(0)
+    h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=m)
+
+
+DIRECTIONS = ("py>lib", "lib>py")
+
+# ---------------------------------------------------------------- scenarios
+SCENARIOS = []
+
+
+def scenario(name):
+    def deco(fn):
+        SCENARIOS.append((name, fn))
+        return fn
+    return deco
+
+
+@scenario("negotiation matrix (§4, 36 combos x 2 directions)")
+def s_negotiation():
+    """Every preference pair and identity combination, both dial directions.
+    Results are grouped per rule; the line reports combos that behaved."""
+    prefs = ["required", "optional", "none"]
+    per_rule = {r: [0, 0] for r in range(1, 6)}
+    failures = []
+    for lp, lid in itertools.product(prefs, (None, "alice")):
+        with lib(lp, lid) as h:
+            for pp, pid, direction in itertools.product(prefs, (None, "bob"), DIRECTIONS):
+                s = Session("py", pp, identity=ident(pid))
+                s.hooks["observe_refusal"] = True
+                try:
+                    rule = rule_number(PREFERENCE_NAMES[pp], pid is not None, PREFERENCE_NAMES[lp], lid is not None)
+                    want = negotiate_encryption(PREFERENCE_NAMES[pp], pid is not None,
+                                                PREFERENCE_NAMES[lp], lid is not None)
+                    conn, why, mh = connect(h, s, direction, timeout=5)
+                    label = "lib(%s,%s) py(%s,%s) %s" % (lp, lid or "-", pp, pid or "-", direction)
+                    ok = False
+                    if want == REFUSED:
+                        # nothing connects; the dialer reports incompatibility
+                        lib_connected = h.wait(is_state(s.peer_id.hex(), "connected"), 0.3, since=mh)
+                        ok = why is not None and lib_connected is None
+                        if direction == "lib>py":
+                            ok = ok and h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=mh) is not None
+                            ok = ok and "encryptionIncompatible" in (why or "")
+                        else:
+                            ok = ok and why == "encryptionIncompatible"
+                        after = s.events.wait(lambda e: e.kind == "after-refusal", 3, since=0)
+                        silent = after is not None and after.data["bytes"] == 0 and after.data["eof"]
+                        if not silent:
+                            failures.append("%s: library sent %s after the preambles" % (label, after))
+                        ok = ok and silent
+                    else:
+                        ok = why is None and conn is not None and conn.outcome == want
+                        if ok:
+                            disconnect(h, s, conn)
+                    per_rule[rule][0 if ok else 1] += 1
+                    if not ok:
+                        failures.append("%s: want %s got %s" % (label, want, why))
+                finally:
+                    s.close()
+    figures = " ".join("rule%d=%d/%d" % (r, v[0], v[0] + v[1]) for r, v in per_rule.items())
+    check(not failures, figures + "; " + "; ".join(failures[:4]))
+    return figures
+
+
+@scenario("identities: Ed25519/P-256/RSA-3072 x Ed25519/P-256/RSA-3072/none, CA-verified")
+def s_identities():
+    kinds = {"alice": "Ed25519", "bob": "P-256", "carol": "RSA3072"}
+    n = 0
+    for lid in kinds:
+        with lib("required", lid, "ca:" + CA) as h:
+            for pid, direction in itertools.product(list(kinds) + [None], DIRECTIONS):
+                if pid is None:
+                    # a peer without identity: the library's CA policy must reject it
+                    s = Session("py", "required", identity=None, trust="ca:" + CA)
+                    try:
+                        conn, why, mh = connect(h, s, direction, timeout=5)
+                        check(why is not None, "CA policy accepted a peer without certificate")
+                        tw = h.wait(lambda w: w[0] == "TRUST" and w[1] == s.peer_id.hex(), 3, since=mh)
+                        check(tw and tw[2] == "-" and tw[3] == "rejected", "TRUST line %s" % (tw,))
+                    finally:
+                        s.close()
+                    n += 1
+                    continue
+                s = Session("py", "required", identity=ident(pid), trust="ca:" + CA)
+                try:
+                    conn, why, mh = connect(h, s, direction, timeout=5)
+                    check(why is None, "%s/%s %s: %s" % (lid, pid, direction, why))
+                    tw = h.wait(lambda w: w[0] == "TRUST" and w[1] == s.peer_id.hex(), 3, since=mh)
+                    check(tw and tw[2] == ident(pid).fingerprint.hex() and tw[3] == "accepted",
+                          "library saw fingerprint %s" % (tw,))
+                    check(conn.peer_chain and fingerprint(conn.peer_chain[0]) == ident(lid).fingerprint,
+                          "python saw another leaf")
+                    check(len(conn.peer_chain) == 2, "chain length %d (want leaf+intermediate)" % len(conn.peer_chain))
+                    disconnect(h, s, conn)
+                    n += 1
+                finally:
+                    s.close()
+    return "%d connections, fingerprints and chains match" % n
+
+
+@scenario("trust: library rejects (--trust reject, other CA, expired)")
+def s_trust_library_rejects():
+    n = 0
+    for policy, pid in (("reject", "bob"), ("ca:" + CA, "mallory"), ("ca:" + CA, "expired")):
+        with lib("required", "alice", policy) as h:
+            for direction in DIRECTIONS:
+                s = Session("py", "required", identity=ident(pid))
+                try:
+                    conn, why, mh = connect(h, s, direction, timeout=5)
+                    check(why is not None, "%s %s %s: connected" % (policy, pid, direction))
+                    tw = h.wait(lambda w: w[0] == "TRUST" and w[1] == s.peer_id.hex(), 3, since=mh)
+                    check(tw and tw[3] == "rejected", "TRUST line %s" % (tw,))
+                    check("rejected" in why, "python reason %r (want TRUST 2)" % why)
+                    n += 1
+                finally:
+                    s.close()
+    return "%d rejections seen as TRUST 2" % n
+
+
+@scenario("trust: python rejects (library sees notConnected)")
+def s_trust_python_rejects():
+    n = 0
+    with lib("required", "alice") as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required", identity=ident("bob"), trust="reject")
+            try:
+                conn, why, mh = connect(h, s, direction, timeout=5)
+                check(why is not None, "connected despite rejection")
+                check(h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=mh), "no notConnected")
+                check(not h.all(is_state(s.peer_id.hex(), "connected"), since=mh), "library said connected")
+                n += 1
+            finally:
+                s.close()
+    return "%d/2 directions" % n
+
+
+@scenario("messages: 200 ordered reliable messages each way")
+def s_ordered():
+    figures = []
+    with lib() as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                mh, ms = h.mark(), s.events.mark()
+                payloads = [("%04d" % i).encode() * (1 + i % 5) for i in range(200)]
+                for p in payloads:
+                    conn.send_message(p)
+                for p in payloads:
+                    h.send("SEND reliable %s %s" % (s.peer_id.hex(), p.hex()))
+                t0 = time.monotonic()
+                deadline = t0 + 15
+                while time.monotonic() < deadline:
+                    got_h = h.all(lambda w: w[0] == "RECEIVED" and w[1] == s.peer_id.hex(), since=mh)
+                    got_s = s.events.all(lambda e: e.kind == "message", since=ms)
+                    if len(got_h) >= 200 and len(got_s) >= 200:
+                        break
+                    time.sleep(0.05)
+                check([bytes.fromhex(w[4]) for w in got_h] == payloads, "library order/content (%d)" % len(got_h))
+                check([e.data["payload"] for e in got_s] == payloads, "python order/content (%d)" % len(got_s))
+                figures.append("%s %.2fs" % (direction, time.monotonic() - t0))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return ", ".join(figures)
+
+
+@scenario("messages: odd fragmentation (0/1/7/65536-byte fragments) to the library")
+def s_fragments():
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            mh = h.mark()
+            msg = os.urandom(65536 * 2 + 8)
+            frames, pos = [], 0
+            for size in [0, 1, 7, 0, 65536, 65536]:
+                frames.append(F.frame(F.MESSAGE, msg[pos:pos + size]))
+                pos += size
+            frames.append(F.frame(F.MESSAGE, msg[pos:], flags=F.FLAG_END))
+            conn.send_raw(b"".join(frames))
+            w = h.wait(lambda w: w[0] == "RECEIVED", 10, since=mh)
+            check(w and int(w[2]) == len(msg) and w[3] == hashlib.sha256(msg).hexdigest(), "got %s" % (w and w[:4],))
+            return "%d bytes in %d fragments" % (len(msg), len(frames))
+        finally:
+            s.close()
+
+
+@scenario("messages: 5 MiB + 16 MiB (limit) messages both ways")
+def s_big():
+    figures = []
+    sizes = (5 << 20, 16 << 20)
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                for size in sizes:
+                    payload = os.urandom(size)
+                    digest = hashlib.sha256(payload).hexdigest()
+                    mh, ms = h.mark(), s.events.mark()
+                    t0 = time.monotonic()
+                    conn.send_message(payload)
+                    w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == s.peer_id.hex(), 30, since=mh)
+                    check(w and int(w[2]) == size and w[3] == digest, "library got %s" % (w and w[:4],))
+                    t1 = time.monotonic()
+                    path = os.path.join(tmp, "big.bin")
+                    with open(path, "wb") as f:
+                        f.write(payload)
+                    h.send("SEND reliable %s @%s" % (s.peer_id.hex(), path))
+                    ev = s.events.wait(lambda e: e.kind == "message", 30, since=ms)
+                    check(ev and ev.data["payload"] == payload, "python got %s bytes" % (ev and len(ev.data["payload"])))
+                    figures.append("%s %dMiB py->lib %.2fs lib->py %.2fs" % (direction, size >> 20, t1 - t0,
+                                                                             time.monotonic() - t1))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+@scenario("messages: over 16 MiB is refused by the library (GOODBYE 2)")
+def s_too_big():
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            ms = s.events.mark()
+            chunk = bytes(65536)
+            conn.send_raw(b"".join(F.frame(F.MESSAGE, chunk) for _ in range(256)) + F.frame(F.MESSAGE, b"x", flags=1))
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 15, since=ms)
+            check(ev and ev.data["reason"] == 2, "got %s" % (ev,))
+            return "GOODBYE %d %s" % (ev.data["reason"], ev.data["name"])
+        finally:
+            s.close()
+
+
+def _dgram_setup(h, s, direction):
+    conn = connected_pair(h, s, direction)
+    check(conn.peer_hello.datagram_port != 0, "library announced no datagram port")
+    return conn
+
+
+def _lib_dgrams(h, since, peer_hex):
+    return [bytes.fromhex(w[4]) for w in h.all(lambda w: w[0] == "RECEIVED" and w[1] == peer_hex, since=since)]
+
+
+@scenario("datagrams: sealed both ways (50 each)")
+def s_datagrams():
+    figures = []
+    with lib() as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = _dgram_setup(h, s, direction)
+                mh, ms = h.mark(), s.events.mark()
+                sent = [b"py-%03d" % i for i in range(50)]
+                for p in sent:
+                    s.send_datagram(conn, p)
+                    time.sleep(0.002)
+                for i in range(50):
+                    h.send("SEND unreliable %s %s" % (s.peer_id.hex(), (b"lib-%03d" % i).hex()))
+                time.sleep(1.0)
+                got_h = _lib_dgrams(h, mh, s.peer_id.hex())
+                got_s = [e.data["payload"] for e in s.events.all(lambda e: e.kind == "datagram", since=ms)]
+                check(set(got_h) <= set(sent) and len(got_h) >= 45, "library got %d" % len(got_h))
+                check(len(got_s) >= 45 and all(p.startswith(b"lib-") for p in got_s), "python got %d" % len(got_s))
+                srcs = {e.data["source"][1] for e in s.events.all(lambda e: e.kind == "datagram", since=ms)}
+                check(srcs == {conn.peer_hello.datagram_port}, "library sent from ports %s, announced %d"
+                      % (srcs, conn.peer_hello.datagram_port))
+                figures.append("%s lib<-py %d/50 py<-lib %d/50" % (direction, len(got_h), len(got_s)))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+@scenario("datagrams: replayed, forged, misaddressed, wrong kind, old epoch dropped by the library")
+def s_datagram_attacks():
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = _dgram_setup(h, s, "py>lib")
+            mh = h.mark()
+            good = s.seal_datagram(conn, b"first")                 # counter 0
+            s.udp_send_raw(conn, good)
+            s.udp_send_raw(conn, good)                              # replay
+            forged = bytearray(s.seal_datagram(conn, b"forged"))    # counter 1, tag flipped
+            forged[-1] ^= 0x01
+            s.udp_send_raw(conn, bytes(forged))
+            body_forged = bytearray(s.seal_datagram(conn, b"forgedbody"))
+            body_forged[D.HEADER_LEN] ^= 0x80
+            s.udp_send_raw(conn, bytes(body_forged))
+            wrong_rid = bytearray(s.seal_datagram(conn, b"wrongrid"))
+            wrong_rid[4] ^= 0xFF
+            s.udp_send_raw(conn, bytes(wrong_rid))
+            s.udp_send_raw(conn, D.plain(conn.peer_hello.datagram_receiver_id, 0, 50, b"plain-on-tls"))
+            reserved = bytearray(s.seal_datagram(conn, b"reserved"))
+            reserved[1] = 1
+            s.udp_send_raw(conn, bytes(reserved))
+            other_key = D.seal(bytes(32), conn.peer_hello.datagram_receiver_id, 0, 60, b"wrongkey")
+            s.udp_send_raw(conn, other_key)
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"second"))  # a valid one after the faults
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"far", counter=20000))
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"belowwindow", counter=3))  # 3 < 20000-8192
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch2", epoch=2, counter=0))  # E+2: dropped
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1", epoch=1, counter=0))  # E+1: accepted
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch0-after", epoch=0, counter=20001))  # E-1 still held
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1-replay", epoch=1, counter=0))  # replay in E+1
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"marker", epoch=1, counter=1))
+            w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"marker".hex(), 5, since=mh)
+            check(w is not None, "marker datagram never arrived")
+            time.sleep(0.3)
+            got = _lib_dgrams(h, mh, s.peer_id.hex())
+            want = [b"first", b"second", b"far", b"epoch1", b"epoch0-after", b"marker"]
+            check(sorted(got) == sorted(want), "library delivered %s" % got)
+            return "delivered exactly %d valid of %d sent" % (len(got), 17)
+        finally:
+            s.close()
+
+
+@scenario("datagrams: plain (plaintext outcome) both ways")
+def s_plain_datagrams():
+    figures = []
+    with lib("none") as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "none")
+            try:
+                conn = _dgram_setup(h, s, direction)
+                check(conn.outcome == "plaintext", "outcome %s" % conn.outcome)
+                mh, ms = h.mark(), s.events.mark()
+                s.send_datagram(conn, b"plain-py")
+                s.udp_send_raw(conn, D.plain(conn.peer_hello.datagram_receiver_id, 0, 0, b"replayed"))  # counter 0 again
+                h.send("SEND unreliable %s %s" % (s.peer_id.hex(), b"plain-lib".hex()))
+                w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"plain-py".hex(), 3, since=mh)
+                ev = s.events.wait(lambda e: e.kind == "datagram", 3, since=ms)
+                time.sleep(0.2)
+                check(w is not None, "library did not get the plain datagram")
+                check(b"replayed" not in _lib_dgrams(h, mh, s.peer_id.hex()), "replayed plain datagram delivered")
+                check(ev and ev.data["payload"] == b"plain-lib", "python got %s" % (ev,))
+                figures.append(direction + " ok")
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return ", ".join(figures)
+
+
+@scenario("goodbye: both ways")
+def s_goodbye():
+    figures = []
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            mh, t0 = h.mark(), time.monotonic()
+            conn.disconnect(0)
+            check(h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=mh), "library missed GOODBYE")
+            figures.append("py GOODBYE 0 -> lib notConnected %.0fms" % ((time.monotonic() - t0) * 1000))
+            conn = connected_pair(h, s, "lib>py")
+            ms = s.events.mark()
+            w = h.command("DISCONNECT", lambda w: w[:2] == ["OK", "DISCONNECT"], 10)
+            check(w is not None, "DISCONNECT not answered")
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 0, "python got %s" % (ev,))
+            figures.append("lib DISCONNECT -> GOODBYE %d" % ev.data["reason"])
+        finally:
+            s.close()
+    return "; ".join(figures)
+
+
+@scenario("keepalive: library answers PING, pings an idle peer")
+def s_keepalive():
+    with lib() as h:
+        s = Session("py", "required", keepalive=None, dead_peer=30)
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            ms = s.events.mark()
+            opaque = conn.send_ping()
+            ev = s.events.wait(lambda e: e.kind == "pong" and e.data["opaque"] == opaque, 3, since=ms)
+            check(ev is not None, "no PONG")
+            rtt = ev.data["rtt"]
+            ping = s.events.wait(lambda e: e.kind == "ping", 5, since=ms)
+            check(ping is not None, "library sent no PING to an idle peer within 5 s")
+            idle = ping.at - ev.at
+            return "PONG in %.1fms; library PING after %.1fs idle" % (rtt * 1000, idle)
+        finally:
+            s.close()
+
+
+@scenario("connection data: token used twice / by another peer is refused (GOODBYE 9)")
+def s_token():
+    with lib() as h:
+        s = Session("py", "required")
+        s2 = Session("py2", "required")
+        try:
+            data = h.make_data(s.peer_id)
+            c1 = s.connect(data)
+            ev = s.events.wait(lambda e: e.data.get("conn") is c1 and e.kind == "state" and e.data["state"] == "connected", 5)
+            check(ev is not None, "first use failed: %s" % c1.end_reason)
+            disconnect(h, s, c1)
+            ms = s.events.mark()
+            c2 = s.connect(data)
+            ev = s.events.wait(lambda e: e.data.get("conn") is c2 and e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 9, "second use: %s / %s" % (ev, c2.end_reason))
+            # data made for s, used by s2 (the HELLO names s2's identifier)
+            data3 = h.make_data(s.peer_id)
+            from mpcp.connection_data import ConnectionData
+            cd = ConnectionData.decode(data3)
+            cd.for_peer = s2.peer_id.identifier       # let s2's own check pass; the token still names s
+            ms2 = s2.events.mark()
+            c3 = s2.connect(cd.encode())
+            ev3 = s2.events.wait(lambda e: e.data.get("conn") is c3 and e.kind == "goodbye", 5, since=ms2)
+            check(ev3 and ev3.data["reason"] == 9, "other peer: %s / %s" % (ev3, c3.end_reason))
+            return "reuse -> GOODBYE %d, other peer -> GOODBYE %d" % (ev.data["reason"], ev3.data["reason"])
+        finally:
+            s.close()
+            s2.close()
+
+
+@scenario("connection data: library pins our certificate (mismatch: no frame sent)")
+def s_pin():
+    with lib("required", "alice") as h:
+        s = Session("py", "required", identity=ident("bob"))
+        try:
+            from mpcp.connection_data import ConnectionData
+            cd = ConnectionData.decode(s.make_connection_data(h.peer_id))
+            cd.fingerprint = hashlib.sha256(b"not bob").digest()
+            ms, mh = s.events.mark(), h.mark()
+            w = h.command("CONNECT %s %s" % (s.peer_id.hex(), cd.encode().hex()),
+                          lambda w: w[0] in ("OK", "ERROR"))
+            check(w and w[0] == "OK", "CONNECT %s" % (w,))
+            ev = s.events.wait(lambda e: e.kind == "state" and e.data["state"] == "notConnected", 5, since=ms)
+            check(ev is not None, "connection did not end")
+            check(not s.events.all(lambda e: e.kind == "hello", since=ms), "library sent HELLO despite pin mismatch")
+            check(h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=mh), "library did not report notConnected")
+            return "library closed after TLS, no HELLO (%s)" % ev.data.get("reason")
+        finally:
+            s.close()
+
+
+@scenario("downgrade: altered preamble echo / identity flag without certificate (GOODBYE 4)")
+def s_downgrade():
+    out = []
+    with lib("required", "alice") as h:
+        s = Session("py", "required")
+        try:
+            def bad_echo(hello):
+                hello.preamble_echo = hello.preamble_echo[:6] + b"\x00" + hello.preamble_echo[7:]
+                return hello
+            s.hooks["hello"] = bad_echo
+            ms = s.events.mark()
+            conn, why, _ = connect(h, s, "py>lib", timeout=5)
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 3, since=ms)
+            check(ev and ev.data["reason"] == 4, "echo: %s %s" % (ev, why))
+            out.append("echo -> GOODBYE 4")
+        finally:
+            s.close()
+        s = Session("py", "required")
+        try:
+            s.hooks["preamble"] = Preamble(1, True).encode()   # claims an identity, has none
+            ms = s.events.mark()
+            conn, why, _ = connect(h, s, "py>lib", timeout=5)
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 3, since=ms)
+            check(ev and ev.data["reason"] == 4, "identity flag: %s %s" % (ev, why))
+            out.append("identity flag -> GOODBYE 4")
+        finally:
+            s.close()
+    return ", ".join(out)
+
+
+@scenario("protocol violations: unknown frame type (GOODBYE 1)")
+def s_violation():
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            ms = s.events.mark()
+            conn.send_raw(bytes.fromhex("7f0000000000000000000000"))
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 1, "unknown type: %s" % (ev,))
+            return "unknown type -> GOODBYE 1"
+        finally:
+            s.close()
+
+
+@scenario("streams: 3 MiB both ways (flow control, WINDOW_UPDATE)")
+def s_streams():
+    figures = []
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                data = os.urandom(3 << 20)
+                digest = hashlib.sha256(data).hexdigest()
+                mh, ms, t0 = h.mark(), s.events.mark(), time.monotonic()
+                check(conn.send_stream("py stream", data, timeout=30), "python stream not fully sent")
+                w = h.wait(lambda w: w[0] in ("STREAM", "STREAM-FAILED"), 30, since=mh)
+                check(w and w[0] == "STREAM" and w[2] == pct("py stream") and int(w[3]) == len(data)
+                      and w[4] == digest, "library: %s" % (w,))
+                t1 = time.monotonic()
+                path = os.path.join(tmp, "stream.bin")
+                with open(path, "wb") as f:
+                    f.write(data)
+                h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib stream"), path))
+                ev = s.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 30, since=ms)
+                check(ev and ev.kind == "stream" and ev.data["name"] == "lib stream" and ev.data["sha256"] == digest,
+                      "python: %s" % (ev,))
+                w2 = h.wait(lambda w: w[0] == "STREAM-SENT", 10, since=mh)
+                check(w2 and w2[2] == "ok", "STREAM-SENT %s" % (w2,))
+                figures.append("%s py->lib %.2fs lib->py %.2fs" % (direction, t1 - t0, time.monotonic() - t1))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+@scenario("resources: 2 MiB both ways, SHA-256 verified; refusal")
+def s_resources():
+    figures = []
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                data = os.urandom(2 << 20)
+                digest = hashlib.sha256(data).hexdigest()
+                mh, ms, t0 = h.mark(), s.events.mark(), time.monotonic()
+                res = conn.send_resource("py file.bin", data, timeout=30)
+                check(res == ("received", None), "python resource answer %s" % (res,))
+                w = h.wait(lambda w: w[0] in ("RESOURCE", "RESOURCE-FAILED"), 5, since=mh)
+                check(w and w[0] == "RESOURCE" and int(w[3]) == len(data) and w[4] == digest, "library: %s" % (w,))
+                t1 = time.monotonic()
+                path = os.path.join(tmp, "res.bin")
+                with open(path, "wb") as f:
+                    f.write(data)
+                h.send("RESOURCE %s %s %s" % (s.peer_id.hex(), pct("lib file"), path))
+                ev = s.events.wait(lambda e: e.kind in ("resource", "resource-failed"), 30, since=ms)
+                check(ev and ev.kind == "resource" and ev.data["sha256"] == digest, "python: %s" % (ev,))
+                w2 = h.wait(lambda w: w[0] == "RESOURCE-SENT", 10, since=mh)
+                check(w2 and w2[2] == "ok", "RESOURCE-SENT %s" % (w2,))
+                figures.append("%s py->lib %.2fs lib->py %.2fs" % (direction, t1 - t0, time.monotonic() - t1))
+                if direction == "py>lib":
+                    # python refuses the library's next resource with STREAM_RESET 3
+                    s.refuse_resources = True
+                    mh = h.mark()
+                    h.send("RESOURCE %s %s %s" % (s.peer_id.hex(), "refused", path))
+                    w3 = h.wait(lambda w: w[0] == "RESOURCE-SENT" and w[1] == "refused", 10, since=mh)
+                    check(w3 and w3[2] == "failed", "refusal: %s" % (w3,))
+                    figures.append("refusal -> RESOURCE-SENT failed %s" % (w3[3] if len(w3) > 3 else ""))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+@scenario("TLS parameters: library refuses ffdhe-only, TLS 1.2, wrong ALPN; accepts P-256-only")
+def s_tls_params():
+    from OpenSSL import SSL
+    from OpenSSL._util import lib as ossl
+    out = []
+
+    def probe(label, hook, direction, expect_ok):
+        with lib() as h:
+            s = Session("py", "required")
+            s.hooks["tls"] = hook
+            try:
+                conn, why, _ = connect(h, s, direction, timeout=5)
+                ok = (why is None) == expect_ok
+                check(ok, "%s: %s" % (label, why or "connected"))
+                out.append("%s %s" % (label, "ok" if expect_ok else "refused"))
+            finally:
+                s.close()
+
+    def groups(names):
+        def hook(ctx, server):
+            ossl.SSL_CTX_set1_curves_list(ctx._context, names)
+        return hook
+
+    probe("client ffdhe2048 only", groups(b"ffdhe2048"), "py>lib", False)
+    probe("client P-256 only", groups(b"P-256"), "py>lib", True)
+    probe("server P-256 only", groups(b"P-256"), "lib>py", True)
+    probe("client secp384r1 only", groups(b"secp384r1"), "py>lib", False)
+    probe("client TLS 1.2", lambda ctx, server: ctx.set_max_proto_version(SSL.TLS1_2_VERSION), "py>lib", False)
+    probe("client ALPN h2", lambda ctx, server: ctx.set_alpn_protos([b"h2"]), "py>lib", False)
+    probe("server selects no ALPN",
+          lambda ctx, server: ctx.set_alpn_select_callback(lambda c, p: SSL.NO_OVERLAPPING_PROTOCOLS),
+          "lib>py", False)
+    return ", ".join(out)
+
+
+@scenario("HELLO fields the library sends (purpose, token, ports, receiver ID)")
+def s_hello_fields():
+    out = []
+    with lib() as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                hh = conn.peer_hello
+                check(hh.peer_id == h.peer_id, "peer ID differs from READY")
+                if direction == "py>lib":
+                    check(hh.purpose == 0 and hh.token == bytes(16), "listener HELLO purpose/token")
+                    check(hh.listen_port == conn.sock.getpeername()[1], "listenPort is not the port we dialed")
+                else:
+                    check(hh.purpose == 1, "dialer purpose")   # its token was redeemed, or we would have refused
+                check(hh.datagram_port != 0 and hh.datagram_receiver_id != 0, "no datagrams announced")
+                out.append("%s purpose=%d listen=%d dport=%d" % (direction, hh.purpose, hh.listen_port,
+                                                                 hh.datagram_port))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(out)
+
+
+def _violation(h, build, want, label, direction="py>lib"):
+    s = Session("py", "required")
+    try:
+        conn = connected_pair(h, s, direction)
+        ms = s.events.mark()
+        conn.send_raw(build(conn))
+        ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+        check(ev and ev.data["reason"] == want, "%s: want GOODBYE %d, got %s (%s)" % (label, want, ev, conn.end_reason))
+        return "%s->%d" % (label, want)
+    finally:
+        s.close()
+
+
+@scenario("violations after connect: parity, order, 65 channels, window overflow, TRUST again, bad UTF-8")
+def s_violations_more():
+    out = []
+    with lib() as h:
+        # py>lib: python is the dialer and opens odd channels; even is wrong
+        out.append(_violation(h, lambda c: F.frame(F.STREAM_OPEN, b"\x01x", channel=2), 1, "even channel from dialer"))
+        out.append(_violation(h, lambda c: F.frame(F.STREAM_OPEN, b"\x01x", channel=5) +
+                              F.frame(F.STREAM_OPEN, b"\x01y", channel=3), 1, "decreasing channel"))
+        out.append(_violation(h, lambda c: b"".join(F.frame(F.STREAM_OPEN, b"\x01s", channel=2 * i + 1)
+                                                    for i in range(65)), 2, "65 open streams"))
+        out.append(_violation(h, lambda c: F.frame(F.WINDOW_UPDATE, (0x7FFFFFFF).to_bytes(4, "big")), 3,
+                              "connection window overflow"))
+        out.append(_violation(h, lambda c: F.frame(F.STREAM_DATA, b"x", channel=7), 1, "data on unopened channel"))
+        out.append(_violation(h, lambda c: F.frame(F.STREAM_OPEN, b"\x02\xc3\x28", channel=1), 1, "ill-formed UTF-8"))
+        out.append(_violation(h, lambda c: F.frame(F.TRUST, b"\x01"), 1, "TRUST after connected"))
+        out.append(_violation(h, lambda c: F.frame(F.STREAM_OPEN, b"\x01s", channel=1) +
+                              F.frame(F.RESOURCE_CHUNK, b"x", channel=1), 1, "resource frame on a stream"))
+    return ", ".join(out)
+
+
+@scenario("violations before connect: wrong HELLO purpose/version, early MESSAGE, second commit")
+def s_violations_handshake():
+    out = []
+
+    def run(h, label, hook_name, hook, want):
+        s = Session("py", "required")
+        s.hooks[hook_name] = hook
+        try:
+            ms = s.events.mark()
+            conn, why, _ = connect(h, s, "py>lib", timeout=5)
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 3, since=ms)
+            check(ev and ev.data["reason"] == want, "%s: %s %s" % (label, ev, why))
+            out.append("%s->%d" % (label, want))
+        finally:
+            s.close()
+
+    def purpose0(hello):
+        hello.purpose = 0
+        hello.token = bytes(16)
+        return hello
+
+    def version2(hello):
+        hello.version = 2
+        return hello
+
+    early = lambda c: c.enqueue(F.frame(F.MESSAGE, b"early", flags=1))  # noqa: E731
+    with lib() as h:
+        run(h, "dialer HELLO purpose 0", "hello", purpose0, 1)
+        run(h, "HELLO version 2", "hello", version2, 1)
+        run(h, "MESSAGE before TRUST", "after_hello", early, 1)
+        run(h, "MESSAGE before HELLO", "before_hello", early, 1)
+        run(h, "second PAIRING_COMMIT", "after_hello",
+            lambda c: c.enqueue(F.frame(F.PAIRING_COMMIT, bytes(32))), 1)
+    return ", ".join(out)
+
+
+@scenario("mesh: the library introduces two python peers, which connect (HELLO purpose 3)")
+def s_mesh_library_introduces():
+    with lib() as h:
+        a, b = Session("py-a", "required"), Session("py-b", "required")
+        try:
+            connected_pair(h, a, "py>lib")
+            connected_pair(h, b, "py>lib")
+            ea = a.events.wait(lambda e: e.kind == "mesh", 5)
+            eb = b.events.wait(lambda e: e.kind == "mesh", 5)
+            check(ea and eb, "introductions: a=%s b=%s" % (ea, eb))
+            check([p.identifier for p, _ in ea.data["entries"]] == [b.peer_id.identifier], "a was told %s" % ea)
+            check([p.identifier for p, _ in eb.data["entries"]] == [a.peer_id.identifier], "b was told %s" % eb)
+            ev = a.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected"
+                               and e.peer.identifier == b.peer_id.identifier, 8)
+            check(ev is not None, "a and b did not connect")
+            c = ev.data["conn"]
+            purposes = (c.purpose, c.peer_hello.purpose)
+            check(F.PURPOSE_MESH in purposes, "purposes %s" % (purposes,))
+            ep = dict((p.identifier, e) for p, e in ea.data["entries"])[b.peer_id.identifier]
+            check(ep.port == b.listen_port and ep.host == "127.0.0.1", "endpoint %s" % (ep,))
+            return "introduced %s:%d; a<->b connected by purpose 3" % (ep.host, ep.port)
+        finally:
+            a.close()
+            b.close()
+
+
+@scenario("mesh: python introduces two libraries, which connect to each other")
+def s_mesh_python_introduces():
+    with lib() as h1, lib() as h2:
+        s = Session("py", "required")
+        try:
+            connected_pair(h1, s, "py>lib")
+            m1, m2 = h1.mark(), h2.mark()
+            connected_pair(h2, s, "py>lib")
+            w1 = h1.wait(is_state(h2.peer_hex, "connected"), 8, since=m1)
+            w2 = h2.wait(is_state(h1.peer_hex, "connected"), 8, since=m2)
+            check(w1 and w2, "libraries not connected to each other: %s %s" % (w1, w2))
+            peers = h1.command("PEERS", lambda w: w[0] == "PEERS", 5)
+            check(peers and set(peers[1:]) == {s.peer_id.hex(), h2.peer_hex}, "PEERS %s" % (peers,))
+            return "lib1 PEERS has python and lib2"
+        finally:
+            s.close()
+
+
+@scenario("resources: resume after an interrupted transfer (RESOURCE_ACCEPT offset)")
+def s_resume():
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            data = os.urandom(4 << 20)
+            tid = os.urandom(16)
+            # send part of it by hand: OFFER, wait ACCEPT, then ~1.5 MiB of chunks, then drop the TCP connection
+            ch = conn._open_channel("resource", "resume.bin")
+            ch.offer = F.ResourceOffer(len(data), tid, "resume.bin")
+            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            deadline = time.monotonic() + 5
+            while ch.accepted is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            check(ch.accepted == 0, "first ACCEPT offset %s" % ch.accepted)
+            conn._send_flow_controlled(ch, F.RESOURCE_CHUNK, data[:3 << 19], 10)
+            time.sleep(0.5)
+            mh = h.mark()
+            conn.transport.close(notify=False)       # abrupt loss, no GOODBYE, no cancel
+            h.wait(is_state(s.peer_id.hex(), "notConnected"), 12, since=mh)
+            conn2 = connected_pair(h, s, "py>lib")
+            mh = h.mark()
+            ch2 = conn2._open_channel("resource", "resume.bin")
+            ch2.offer = F.ResourceOffer(len(data), tid, "resume.bin")
+            conn2.enqueue(F.frame(F.RESOURCE_OFFER, ch2.offer.encode_payload(), ch2.number))
+            deadline = time.monotonic() + 5
+            while ch2.accepted is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            check(ch2.accepted is not None, "no ACCEPT on the second offer")
+            offset = ch2.accepted
+            conn2._send_flow_controlled(ch2, F.RESOURCE_CHUNK, data[offset:], 20)
+            conn2.enqueue(F.frame(F.RESOURCE_COMPLETE, hashlib.sha256(data).digest(), ch2.number))
+            check(ch2.done.wait(20), "no answer to RESOURCE_COMPLETE")
+            check(ch2.answer == ("received", None), "answer %s" % (ch2.answer,))
+            w = h.wait(lambda w: w[0] == "RESOURCE", 5, since=mh)
+            check(w and int(w[3]) == len(data) and w[4] == hashlib.sha256(data).hexdigest(), "library %s" % (w,))
+            return "second offer accepted at offset %d of %d; verified" % (offset, len(data))
+        finally:
+            s.close()
+
+
+
+@scenario("simultaneous dials: exactly one connection survives (§7.5)")
+def s_simultaneous():
+    runs, larger = 0, 0
+    for i in range(6):
+        with lib() as h:
+            s = Session("py", "required")
+            try:
+                data_lib = h.make_data(s.peer_id)
+                data_py = s.make_connection_data(h.peer_id)
+                mh = h.mark()
+                h.send("CONNECT %s %s" % (s.peer_id.hex(), data_py.hex()))
+                s.connect(data_lib)
+                if s.peer_id.identifier > h.peer_id.identifier:
+                    larger += 1
+                ok_h = h.wait(is_state(s.peer_id.hex(), "connected"), 8, since=mh)
+                ev = s.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 8)
+                check(ok_h and ev, "run %d: lib=%s py=%s" % (i, ok_h, ev))
+                time.sleep(0.5)
+                live = [c for c in s.connections if c.connected and not c.closed.is_set()]
+                check(len(live) == 1, "run %d: python has %d live connections" % (i, len(live)))
+                peers = h.command("PEERS", lambda w: w[0] == "PEERS", 5)
+                check(peers and peers[1:] == [s.peer_id.hex()], "run %d: PEERS %s" % (i, peers))
+                ms = s.events.mark()
+                h.send("SEND reliable %s 6f6b" % s.peer_id.hex())
+                check(s.events.wait(lambda e: e.kind == "message", 3, since=ms), "run %d: no message" % i)
+                flaps = h.all(is_state(s.peer_id.hex(), "notConnected"), since=mh)
+                check(not flaps, "run %d: library reported notConnected during the race" % i)
+                runs += 1
+            finally:
+                s.close()
+    return "%d/6 runs converged to one connection (python's identifier larger in %d)" % (runs, larger)
+
+
+@scenario("deadlines: silent dialer closed by the handshake deadline; mute peer ended by keepalive")
+def s_deadlines():
+    import socket as _socket
+    import threading as _threading
+    out = {}
+
+    def silent():
+        with lib() as h:
+            data = h.make_data(Session("silent", listen=False, datagrams=False).peer_id)
+            from mpcp.connection_data import ConnectionData
+            ep = ConnectionData.decode(data).endpoints[0]
+            t = _socket.create_connection((ep.host, ep.port), timeout=15)
+            t0 = time.monotonic()
+            got = b""
+            try:
+                while True:
+                    chunk = t.recv(100)
+                    if not chunk:
+                        break
+                    got += chunk
+            except OSError:
+                pass
+            out["silent"] = (time.monotonic() - t0, got)
+            t.close()
+
+    def mute():
+        with lib() as h:
+            s = Session("py", "required", keepalive=None, dead_peer=60)
+            try:
+                connected_pair(h, s, "py>lib")
+                s.hooks["mute"] = True
+                t0 = time.monotonic()
+                ev = s.events.wait(lambda e: e.kind in ("goodbye",) or
+                                   (e.kind == "state" and e.data["state"] == "notConnected"), 14)
+                out["mute"] = (time.monotonic() - t0, ev and ev.kind, ev and ev.data.get("reason"),
+                               len(s.events.all(lambda e: e.kind == "ping")))
+            finally:
+                s.close()
+
+    threads = [_threading.Thread(target=f, daemon=True) for f in (silent, mute)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    check("silent" in out and "mute" in out, "a probe did not finish: %s" % out)
+    t_silent, got = out["silent"]
+    check(got == b"MPCP\x01\x01\x01\x00" or len(got) == 8, "library sent %r to a silent dialer" % got)
+    check(9 <= t_silent <= 12, "silent dialer closed after %.1fs (want ~10 s)" % t_silent)
+    t_mute, kind, reason, pings = out["mute"]
+    check(kind == "goodbye" and reason == 6 and t_mute <= 11, "mute peer: %s %s after %.1fs" % (kind, reason, t_mute))
+    return "silent dialer closed after %.1fs (preamble only); mute peer: %d PINGs then GOODBYE 6 after %.1fs" % (
+        t_silent, pings, t_mute)
+
+
+
+@scenario("preamble faults: bad magic/versions/preference/flag closed silently; range 1-2 accepted")
+def s_preamble_faults():
+    import socket as _socket
+    from mpcp.connection_data import ConnectionData
+    bad = {"magic": b"MPCQ\x01\x01\x01\x00", "min 0": b"MPCP\x00\x01\x01\x00",
+           "min>max": b"MPCP\x02\x01\x01\x00", "preference 3": b"MPCP\x01\x01\x03\x00",
+           "reserved flag": b"MPCP\x01\x01\x01\x02", "version 2 only": b"MPCP\x02\x02\x01\x00"}
+    out = []
+    with lib() as h:
+        ep = ConnectionData.decode(h.make_data(Session("probe", listen=False, datagrams=False).peer_id)).endpoints[0]
+        for label, pre in bad.items():
+            t = _socket.create_connection((ep.host, ep.port), timeout=5)
+            t.sendall(pre)
+            got, t0 = b"", time.monotonic()
+            try:
+                while time.monotonic() - t0 < 5:
+                    chunk = t.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            except OSError:
+                pass
+            t.close()
+            check(len(got) <= 8, "%s: library sent %d bytes beyond its preamble" % (label, len(got) - 8))
+            check(time.monotonic() - t0 < 4, "%s: library did not close" % label)
+            out.append(label)
+        # a wider range that overlaps: negotiated version 1, connection proceeds
+        s = Session("py", "required")
+        s.hooks["preamble"] = Preamble(REQUIRED_PREF, False, 1, 2).encode()
+        try:
+            conn, why, _ = connect(h, s, "py>lib", timeout=5)
+            check(why is None and conn.version == 1, "range 1-2: %s" % why)
+        finally:
+            s.close()
+    return "closed silently: %s; range 1-2 -> version 1 connected" % ", ".join(out)
+
+
+
+def _received_on_channels(conn):
+    with conn.chan_lock:
+        return {n: ch.length for n, ch in conn.channels.items() if not ch.mine}
+
+
+@scenario("flow control: the library stops at our windows (262,144 per channel, 1 MiB per connection)")
+def s_flow_control():
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            s.hooks["hold_window"] = True          # we take bytes but give no window back
+            paths = []
+            for i in range(5):
+                p = os.path.join(tmp, "f%d.bin" % i)
+                with open(p, "wb") as f:
+                    f.write(os.urandom(400_000))
+                paths.append(p)
+            ms = s.events.mark()
+            h.send("STREAM %s one %s" % (s.peer_id.hex(), paths[0]))
+            time.sleep(1.5)
+            per_channel = _received_on_channels(conn)
+            check(list(per_channel.values()) == [262_144], "one stream while held: %s" % per_channel)
+            for i in range(1, 5):
+                h.send("STREAM %s s%d %s" % (s.peer_id.hex(), i, paths[i]))
+            time.sleep(1.5)
+            per_channel = _received_on_channels(conn)
+            total = sum(per_channel.values())
+            check(total == 1_048_576 and max(per_channel.values()) <= 262_144,
+                  "five streams while held: %s (total %d)" % (per_channel, total))
+            check(not conn.closed.is_set(), "connection failed: %s" % conn.end_reason)
+            s.hooks["hold_window"] = False         # give it all back: everything completes
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if len(s.events.all(lambda e: e.kind == "stream", since=ms)) == 5:
+                    break
+                time.sleep(0.1)
+            done = s.events.all(lambda e: e.kind == "stream", since=ms)
+            check(len(done) == 5 and all(e.data["length"] == 400_000 for e in done), "completed %d" % len(done))
+            return "held: 1 stream -> 262144 B; 5 streams -> %d B total; released: 5/5 complete" % total
+        finally:
+            s.close()
+
+
+@scenario("streams: a refused stream (STREAM_RESET 3) is reported to the library's writer as failed")
+def s_stream_refusal():
+    """500,000 bytes cannot fit the 262,144-byte channel window, so the writer
+    can never finish once we refuse; STREAM-SENT must say failed. See
+    SPEC-GAPS.md (suspected library bug: sometimes reports ok)."""
+    outcomes = []
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        p = os.path.join(tmp, "x.bin")
+        with open(p, "wb") as f:
+            f.write(os.urandom(500_000))
+        for i in range(6):
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, "py>lib")
+                s.refuse_streams = True
+                mh = h.mark()
+                h.send("STREAM %s refused%d %s" % (s.peer_id.hex(), i, p))
+                w = h.wait(lambda w: w[0] == "STREAM-SENT", 10, since=mh)
+                check(w is not None, "no STREAM-SENT")
+                time.sleep(0.2)
+                discarded = sum(conn.refused.values())
+                check(not conn.closed.is_set(), "connection ended: %s" % conn.end_reason)
+                check(discarded <= 262_144, "library sent %d bytes on a refused channel" % discarded)
+                outcomes.append(w[2])
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    oks = outcomes.count("ok")
+    check(oks == 0, "STREAM-SENT ok in %d/6 trials although only 262144 of 500000 bytes could be sent "
+                    "and the stream was refused (suspected library bug, SPEC-GAPS.md)" % oks)
+    return "6/6 trials: STREAM-SENT failed; at most 262144 bytes sent on the refused channel"
+
+
+@scenario("resources: bad digest -> RESOURCE_CANCEL 2; chunk beyond size -> GOODBYE 1")
+def s_channel_faults():
+    out = []
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            mh = h.mark()
+            # wrong digest: the library must answer RESOURCE_CANCEL 2
+            data = os.urandom(100_000)
+            ch = conn._open_channel("resource", "bad digest")
+            ch.offer = F.ResourceOffer(len(data), os.urandom(16), "bad digest")
+            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            deadline = time.monotonic() + 5
+            while ch.accepted is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            conn._send_flow_controlled(ch, F.RESOURCE_CHUNK, data, 5)
+            conn.enqueue(F.frame(F.RESOURCE_COMPLETE, hashlib.sha256(b"other").digest(), ch.number))
+            check(ch.done.wait(5) and ch.answer == ("cancel", 2), "bad digest answer %s" % (ch.answer,))
+            wf = h.wait(lambda w: w[0] == "RESOURCE-FAILED", 3, since=mh)
+            check(wf is not None, "harness printed no RESOURCE-FAILED")
+            out.append("bad digest -> RESOURCE_CANCEL 2 (%s)" % wf[3])
+        finally:
+            s.close()
+        # chunk beyond size: protocolError
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            ch = conn._open_channel("resource", "too long")
+            ch.offer = F.ResourceOffer(10, os.urandom(16), "too long")
+            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            deadline = time.monotonic() + 5
+            while ch.accepted is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ms = s.events.mark()
+            conn.enqueue(F.frame(F.RESOURCE_CHUNK, bytes(11), ch.number))
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 1, "chunk beyond size: %s" % (ev,))
+            out.append("chunk beyond size -> GOODBYE 1")
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+
+@scenario("more faults: wrong listener peer ID, bad pairing nonce, 7 mesh entries; port-0 entry accepted")
+def s_more_faults():
+    from mpcp.encodings import PeerID as _PeerID, Endpoint as _Endpoint
+    out = []
+    with lib() as h:
+        # the library dials us, but our HELLO names another peer: GOODBYE 1, no trust asked
+        s = Session("py", "required")
+        try:
+            s.hooks["hello"] = lambda hello: setattr(hello, "peer_id", _PeerID.new("impostor")) or hello
+            ms, mh = s.events.mark(), h.mark()
+            data = s.make_connection_data(h.peer_id)
+            h.send("CONNECT %s %s" % (s.peer_id.hex(), data.hex()))
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 1, "wrong peer ID: %s" % (ev,))
+            check(not h.all(lambda w: w[0] == "TRUST", since=mh), "library asked its application to trust")
+            out.append("wrong listener peer ID -> GOODBYE 1, no TRUST")
+        finally:
+            s.close()
+        s = Session("py", "required")
+        try:
+            s.hooks["bad_nonce"] = True
+            ms = s.events.mark()
+            connect(h, s, "py>lib", timeout=5)
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 3, since=ms)
+            check(ev and ev.data["reason"] == 1, "bad nonce: %s" % (ev,))
+            out.append("nonce not matching commitment -> GOODBYE 1")
+        finally:
+            s.close()
+        s = Session("py", "required")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            ms = s.events.mark()
+            ghost = _PeerID.new("ghost")
+            conn.send_raw(F.frame(F.MESH_INTRODUCTION, F.MeshIntroduction(
+                [(ghost, _Endpoint("127.0.0.1", 0))]).encode_payload()))
+            time.sleep(1.0)
+            check(not conn.closed.is_set(), "port-0 entry ended the connection: %s" % conn.end_reason)
+            conn.send_raw(F.frame(F.MESH_INTRODUCTION, F.MeshIntroduction(
+                [(_PeerID.new("g%d" % i), _Endpoint("127.0.0.1", 9)) for i in range(7)]).encode_payload()))
+            ev = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+            check(ev and ev.data["reason"] == 2, "7 entries: %s" % (ev,))
+            out.append("port-0 entry accepted; 7 entries -> GOODBYE 2")
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+
+@scenario("mesh admission: the library admits purpose 3 only from a peer a member introduced")
+def s_mesh_admission():
+    from mpcp.encodings import Endpoint as _Endpoint
+    with lib() as h:
+        a, b, c = Session("py-a", "required"), Session("py-b", "required"), Session("py-c", "required")
+        try:
+            conn_a = connected_pair(h, a, "py>lib")
+            ep = _Endpoint(conn_a.peer_addr, conn_a.peer_hello.listen_port)
+            # a introduces b to the library, as a member that does not listen (port 0): b must dial
+            conn_a.send_raw(F.frame(F.MESH_INTRODUCTION, F.MeshIntroduction(
+                [(b.peer_id, _Endpoint("127.0.0.1", 0))]).encode_payload()))
+            time.sleep(0.3)
+            mh = h.mark()
+            cb = b.dial(ep, F.PURPOSE_MESH, a.peer_id.identifier, expected=h.peer_id)
+            ev = b.events.wait(lambda e: e.data.get("conn") is cb and e.kind == "state"
+                               and e.data["state"] != "connecting", 8)
+            check(ev and ev.data["state"] == "connected", "introduced b: %s" % (ev and ev.data.get("reason")))
+            check(h.wait(is_state(b.peer_id.hex(), "connected"), 5, since=mh), "library did not report b")
+            # c was never introduced: refused with GOODBYE 9
+            cc = c.dial(ep, F.PURPOSE_MESH, a.peer_id.identifier, expected=h.peer_id)
+            ev = c.events.wait(lambda e: e.data.get("conn") is cc and e.kind == "goodbye", 5)
+            check(ev and ev.data["reason"] == 9, "uninvited c: %s / %s" % (ev, cc.end_reason))
+            return "introduced peer admitted; unintroduced -> GOODBYE %d" % ev.data["reason"]
+        finally:
+            a.close()
+            b.close()
+            c.close()
+
+
+
+@scenario("edge cases: empty resource and stream, path-like and 255-byte names, 63-byte UTF-8 display name")
+def s_edges():
+    out = []
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        s = Session("é" * 31 + "x", "required")        # 63 bytes of UTF-8
+        try:
+            check(len(s.peer_id.display_name.encode()) == 63, "name length")
+            conn = connected_pair(h, s, "py>lib")
+            out.append("63-byte UTF-8 name ok")
+            mh, ms = h.mark(), s.events.mark()
+            res = conn.send_resource("../../etc/passwd", b"", timeout=10)
+            check(res == ("received", None), "empty resource: %s" % (res,))
+            w = h.wait(lambda w: w[0] in ("RESOURCE", "RESOURCE-FAILED"), 5, since=mh)
+            check(w and w[0] == "RESOURCE" and w[2] == pct("../../etc/passwd") and w[3] == "0",
+                  "library: %s" % (w,))
+            out.append("empty resource named ../../etc/passwd verified")
+            long_name = "ü" * 127 + "z"                 # 255 bytes
+            check(conn.send_stream(long_name, b"", timeout=10), "empty stream not sent")
+            w = h.wait(lambda w: w[0] in ("STREAM", "STREAM-FAILED"), 5, since=mh)
+            check(w and w[0] == "STREAM" and w[2] == pct(long_name) and w[3] == "0", "library: %s" % (w,))
+            out.append("empty stream with 255-byte name")
+            empty = os.path.join(tmp, "empty")
+            open(empty, "wb").close()
+            h.send("STREAM %s empty %s" % (s.peer_id.hex(), empty))
+            h.send("RESOURCE %s empty %s" % (s.peer_id.hex(), empty))
+            ev1 = s.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 5, since=ms)
+            ev2 = s.events.wait(lambda e: e.kind in ("resource", "resource-failed"), 5, since=ms)
+            check(ev1 and ev1.kind == "stream" and ev1.data["length"] == 0, "library empty stream: %s" % (ev1,))
+            check(ev2 and ev2.kind == "resource" and ev2.data["length"] == 0, "library empty resource: %s" % (ev2,))
+            out.append("library's empty stream and resource received")
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+
+@scenario("mesh retry: the library retries a purpose-3 dial refused with GOODBYE 9 (§7.4)")
+def s_mesh_retry():
+    from mpcp.encodings import PeerID as _PeerID, Endpoint as _Endpoint
+    with lib() as h:
+        a, b = Session("py-a", "required"), Session("py-b", "required")
+        a.mesh = False                      # a introduces by hand, with a delay
+        b.peer_id = _PeerID(bytes(16), "py-b")   # smallest identifier: the library dials b
+        try:
+            conn_ab = a.connect(b.make_connection_data(a.peer_id))
+            check(a.events.wait(lambda e: e.data.get("conn") is conn_ab and e.kind == "state"
+                                and e.data["state"] == "connected", 5), "a-b not connected")
+            conn_al = connected_pair(h, a, "py>lib")
+            mb = b.events.mark()
+            conn_al.send_raw(F.frame(F.MESH_INTRODUCTION, F.MeshIntroduction(
+                [(b.peer_id, _Endpoint("127.0.0.1", b.listen_port))]).encode_payload()))
+            time.sleep(0.4)                   # b does not know yet: the library's first dial gets GOODBYE 9
+            conn_ab.send_raw(F.frame(F.MESH_INTRODUCTION, F.MeshIntroduction(
+                [(h.peer_id, _Endpoint(conn_al.peer_addr, conn_al.peer_hello.listen_port))]).encode_payload()))
+            ev = b.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected"
+                               and e.peer.identifier == h.peer_id.identifier, 5, since=mb)
+            refused = [e for e in b.events.all(lambda e: e.kind == "state" and e.data["state"] == "notConnected"
+                                               and "unknownToken" in (e.data.get("reason") or ""), since=mb)]
+            check(refused, "the library's dial was never refused (timing): nothing tested")
+            check(ev is not None, "library did not retry after GOODBYE 9 (%d refusals)" % len(refused))
+            check(ev.data["conn"].peer_hello.purpose == F.PURPOSE_MESH and
+                  ev.data["conn"].peer_hello.token == a.peer_id.identifier, "HELLO purpose/token")
+            return "%d refusal(s) with GOODBYE 9, then connected (purpose 3, token = introducer)" % len(refused)
+        finally:
+            a.close()
+            b.close()
+
+
+
+@scenario("TLS resumption: the library issues no usable ticket; a second handshake is full, with certificates")
+def s_no_resumption():
+    from OpenSSL._util import lib as ossl
+    with lib("required", "alice") as h:
+        s = Session("py", "required", identity=ident("bob"))
+        s.hooks["tickets"] = True
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            conn.send_message(b"x")           # let any post-handshake ticket arrive
+            time.sleep(0.3)
+            session = conn.transport.tls.get_session()
+            disconnect(h, s, conn)
+            s.hooks["tls_conn"] = lambda tls: tls.set_session(session) if session is not None else None
+            conn2 = connected_pair(h, s, "py>lib")
+            reused = ossl.SSL_session_reused(conn2.transport.tls._ssl)
+            check(reused == 0, "the library resumed a TLS session")
+            check(conn2.peer_chain and fingerprint(conn2.peer_chain[0]) == ident("alice").fingerprint,
+                  "second handshake without the library's certificate")
+            return "first session offered again; second handshake full (reused=%d), certificate present" % reused
+        finally:
+            s.close()
+
+
+
+# ------------------------------------------------------------------ runner
+def main():
+    global BIN
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-k", default="", help="run scenarios whose name contains this")
+    ap.add_argument("--peer", default=None, help="interop-peer binary (default: $INTEROP_PEER)")
+    ap.add_argument("--markdown", default=None, help="write a results table here")
+    args = ap.parse_args()
+    if args.peer:
+        os.environ["INTEROP_PEER"] = args.peer
+    BIN = harness_binary()
+    print("interop-peer: %s" % BIN, flush=True)
+    start = time.monotonic()
+    results = []
+    for name, fn in SCENARIOS:
+        if args.k and args.k not in name:
+            continue
+        if time.monotonic() - start > RUN_BUDGET:
+            results.append((name, "FAIL", "run budget exhausted"))
+            print("%-80s FAIL  run budget exhausted" % name, flush=True)
+            continue
+        t0 = time.monotonic()
+        try:
+            figures = fn() or ""
+            outcome = "PASS"
+        except ScenarioFailed as e:
+            figures, outcome = str(e), "FAIL"
+        except Exception as e:
+            figures, outcome = "error: %r" % e, "FAIL"
+            traceback.print_exc()
+        figures = "%s (%.1fs)" % (figures, time.monotonic() - t0)
+        results.append((name, outcome, figures))
+        print("%-80s %s  %s" % (name, outcome, figures), flush=True)
+    failed = [r for r in results if r[1] != "PASS"]
+    print("%d scenarios, %d passed, %d failed, %.1fs" % (len(results), len(results) - len(failed),
+                                                           len(failed), time.monotonic() - start))
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("| scenario | outcome | figures |\n|---|---|---|\n")
+            for r in results:
+                f.write("| %s | %s | %s |\n" % tuple(x.replace("|", "/") for x in r))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

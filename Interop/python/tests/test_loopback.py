@@ -1,0 +1,60 @@
+"""Python peer against itself over 127.0.0.1 (no library involved): every
+negotiation outcome, pairing codes equal on both sides, messages, datagrams,
+a stream and a resource."""
+import os
+import pathlib
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from mpcp.session import Session   # noqa: E402
+from mpcp.tls import Identity      # noqa: E402
+
+CERTS = HERE.parents[1] / "Certificates"
+PASSWORD = (CERTS / "password.txt").read_text().splitlines()[0].encode()
+
+
+def identity(name):
+    return Identity.load_p12(str(CERTS / "peers" / (name + ".p12")), PASSWORD) if name else None
+
+
+def connected(ev):
+    return ev.kind == "state" and ev.data["state"] == "connected"
+
+
+@pytest.mark.parametrize("pa,ia,pb,ib,outcome", [
+    ("required", "alice", "required", None, "tls"),
+    ("none", None, "none", None, "plaintext"),
+    ("optional", None, "none", "carol", "tls"),
+    ("optional", "bob", "optional", "alice", "tls"),
+    ("none", None, "required", None, None),
+])
+def test_loopback(pa, ia, pb, ib, outcome):
+    a, b = Session("a", pa, identity=identity(ia)), Session("b", pb, identity=identity(ib))
+    try:
+        conn = a.connect(b.make_connection_data(a.peer_id))
+        ev = a.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
+        if outcome is None:
+            assert ev.data["state"] == "notConnected" and ev.data["reason"] == "encryptionIncompatible"
+            return
+        assert ev.data["state"] == "connected" and conn.outcome == outcome
+        other = b.events.wait(connected, 5).data["conn"]
+        assert conn.pairing_code == other.pairing_code
+        big = os.urandom(3 << 20)
+        conn.send_message(b"hi")
+        conn.send_message(big)
+        msgs = [b.events.wait(lambda e: e.kind == "message", 5)]
+        msgs.append(b.events.wait(lambda e: e.kind == "message" and len(e.data["payload"]) > 2, 10))
+        assert msgs[0].data["payload"] == b"hi" and msgs[1].data["payload"] == big
+        a.send_datagram(conn, b"dg")
+        assert b.events.wait(lambda e: e.kind == "datagram", 3).data["payload"] == b"dg"
+        assert conn.send_stream("s", big, timeout=20)
+        assert b.events.wait(lambda e: e.kind == "stream", 10).data["length"] == len(big)
+        assert other.send_resource("r", big[:1 << 20], timeout=20) == ("received", None)
+        assert a.events.wait(lambda e: e.kind == "resource", 10).data["length"] == 1 << 20
+    finally:
+        a.close()
+        b.close()

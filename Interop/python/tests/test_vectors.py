@@ -1,0 +1,190 @@
+"""Codec tests against docs/PROTOCOL.md §11 (read straight from the spec).
+Each vector is decoded, compared with the value the spec describes, and
+re-encoded to the same bytes. Run with pytest."""
+import hashlib
+import pathlib
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from mpcp import frames as F                                  # noqa: E402
+from mpcp import datagram as D                                # noqa: E402
+from mpcp.connection_data import ConnectionData               # noqa: E402
+from mpcp.encodings import PeerID, Endpoint                   # noqa: E402
+from mpcp.preamble import Preamble, negotiate_encryption, OPTIONAL, REQUIRED, NONE, TLS, PLAINTEXT, REFUSED  # noqa
+from mpcp.wire import ProtocolViolation                       # noqa: E402
+from mpcp import pairing                                      # noqa: E402
+
+SPEC = pathlib.Path(__file__).resolve().parents[3] / "docs" / "PROTOCOL.md"
+
+
+def load_vectors():
+    text = SPEC.read_text()
+    block = text.split("<!-- vectors:begin -->")[1].split("<!-- vectors:end -->")[0]
+    out = {}
+    for m in re.finditer(r"### (\S+)\n\n(.*?)\((\d+) bytes\)\n\n```hex\n(.*?)```", block, re.S):
+        name, _, n, hexdata = m.groups()
+        data = bytes.fromhex("".join(hexdata.split()))
+        assert len(data) == int(n), name
+        out[name] = data
+    return out
+
+
+V = load_vectors()
+ALICE = PeerID(bytes(range(16)), "alice")
+BOB = PeerID(bytes(range(0xF0, 0x100)), "bob")
+TOKEN = bytes(range(0x10, 0x20))
+DIALER_PRE = Preamble(OPTIONAL, True)
+LISTENER_PRE = Preamble(REQUIRED, True)
+ECHO = DIALER_PRE.encode() + LISTENER_PRE.encode()
+ALICE_FOR_BOB = ConnectionData(REQUIRED, TOKEN, BOB.identifier, ALICE, hashlib.sha256(b"alice").digest(),
+                               [Endpoint("127.0.0.1", 50001), Endpoint("::1", 50001)])
+
+
+def test_all_vectors_found():
+    assert len(V) >= 30
+
+
+@pytest.mark.parametrize("name,value", [
+    ("preamble-optional-identity", Preamble(OPTIONAL, True)),
+    ("preamble-required-identity", Preamble(REQUIRED, True)),
+    ("preamble-none-no-identity", Preamble(NONE, False)),
+])
+def test_preambles(name, value):
+    assert Preamble.decode(V[name]) == value
+    assert value.encode() == V[name]
+
+
+def test_peer_id():
+    assert PeerID.decode(V["peer-id-alice"]) == ALICE
+    assert ALICE.encode() == V["peer-id-alice"]
+
+
+def test_connection_data():
+    cd = ConnectionData.decode(V["connection-data-alice-for-bob"])
+    assert cd == ALICE_FOR_BOB
+    assert cd.encode() == V["connection-data-alice-for-bob"]
+
+
+def test_datagram_header():
+    h = D.DatagramHeader.decode(V["datagram-header-sealed"] + bytes(16))
+    assert (h.kind, h.receiver_id, h.epoch, h.counter) == (1, 0x01020304, 2, 5)
+    assert h.encode() == V["datagram-header-sealed"]
+
+
+NONCE = bytes(range(32))
+FRAME_VALUES = {
+    "frame-hello-connection-data": F.Frame(F.HELLO, 0, 0, F.Hello(1, 1, ECHO, TOKEN, 50001, 50002, 0x01020304, ALICE)),
+    "frame-hello-answer": F.Frame(F.HELLO, 0, 0, F.Hello(1, 0, ECHO, bytes(16), 50003, 0, 0, BOB)),
+    "frame-trust-accepted": F.Frame(F.TRUST, 0, 0, 1),
+    "frame-invitation": F.Frame(F.INVITATION, 0, 0, F.Invitation(30000, b"game=1")),
+    "frame-invitation-response-declined": F.Frame(F.INVITATION_RESPONSE, 0, 0, F.InvitationResponse(2)),
+    "frame-invitation-response-accepted": F.Frame(F.INVITATION_RESPONSE, 0, 0,
+                                                  F.InvitationResponse(1, ALICE_FOR_BOB.encode())),
+    "frame-mesh-introduction": F.Frame(F.MESH_INTRODUCTION, 0, 0, F.MeshIntroduction(
+        [(BOB, Endpoint("127.0.0.1", 50003)), (ALICE, Endpoint("::1", 50001))])),
+    "frame-goodbye-duplicate-connection": F.Frame(F.GOODBYE, 0, 0, 7),
+    "frame-pairing-commit": F.Frame(F.PAIRING_COMMIT, 0, 0, pairing.commitment(NONCE)),
+    "frame-pairing-nonce": F.Frame(F.PAIRING_NONCE, 0, 0, NONCE),
+    "frame-ping": F.Frame(F.PING, 0, 0, bytes(range(1, 9))),
+    "frame-pong": F.Frame(F.PONG, 0, 0, bytes(range(1, 9))),
+    "frame-message-end": F.Frame(F.MESSAGE, 1, 0, b"hello"),
+    "frame-message-fragment": F.Frame(F.MESSAGE, 0, 0, b"hel"),
+    "frame-message-empty": F.Frame(F.MESSAGE, 1, 0, b""),
+    "frame-stream-open": F.Frame(F.STREAM_OPEN, 0, 1, "chat"),
+    "frame-stream-data": F.Frame(F.STREAM_DATA, 0, 1, b"abc"),
+    "frame-stream-close": F.Frame(F.STREAM_CLOSE, 0, 1, None),
+    "frame-stream-reset": F.Frame(F.STREAM_RESET, 0, 2, 1),
+    "frame-window-update": F.Frame(F.WINDOW_UPDATE, 0, 0, 65536),
+    "frame-resource-offer": F.Frame(F.RESOURCE_OFFER, 0, 3, F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg")),
+    "frame-resource-chunk": F.Frame(F.RESOURCE_CHUNK, 0, 3, b"\x00\xff"),
+    "frame-resource-complete": F.Frame(F.RESOURCE_COMPLETE, 0, 3, hashlib.sha256(b"").digest()),
+    "frame-resource-cancel": F.Frame(F.RESOURCE_CANCEL, 0, 3, 1),
+    "frame-resource-accept": F.Frame(F.RESOURCE_ACCEPT, 0, 3, 262144),
+    "frame-resource-received": F.Frame(F.RESOURCE_RECEIVED, 0, 3, None),
+}
+
+
+def test_every_frame_vector_has_a_value():
+    assert {n for n in V if n.startswith("frame-")} == set(FRAME_VALUES)
+
+
+@pytest.mark.parametrize("name", sorted(FRAME_VALUES))
+def test_frame_vectors(name):
+    expected = FRAME_VALUES[name]
+    got = F.decode_frame(V[name])
+    assert (got.type, got.flags, got.channel, got.value) == \
+           (expected.type, expected.flags, expected.channel, expected.value)
+    assert F.encode_frame(expected) == V[name]
+    # incremental parser, one byte at a time
+    p = F.FrameParser()
+    out = []
+    for b in V[name]:
+        out += p.feed(bytes([b]))
+    assert len(out) == 1 and out[0].value == expected.value
+
+
+@pytest.mark.parametrize("bad", [
+    bytes.fromhex("ff000000000000000000000000"),          # unknown type
+    bytes.fromhex("10020000000000000000000000"),          # undefined flag on MESSAGE
+    bytes.fromhex("02000001000000000000000101"),          # reserved non-zero
+    bytes.fromhex("02000000000000010000000101"),          # TRUST on a channel
+    bytes.fromhex("21000000000000000000000161"),          # STREAM_DATA on channel 0
+    bytes.fromhex("02000000000000000000000104"),          # TRUST value 4
+    bytes.fromhex("020000000000000000000002 0101".replace(" ", "")),  # TRUST length 2
+    bytes.fromhex("24000000000000000000000400000000"),    # WINDOW_UPDATE 0
+    bytes.fromhex("24000000000000000000000480000000"),    # WINDOW_UPDATE 2^31
+])
+def test_rejects(bad):
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bad)
+
+
+def test_huge_length_rejected_from_header():
+    with pytest.raises(ProtocolViolation):
+        F.decode_header(bytes.fromhex("10010000 00000000 ffffffff".replace(" ", "")))
+
+
+def test_preamble_rejects():
+    for bad in ["4d50435801010000", "4d50435000010000", "4d50435002010000",
+                "4d50435001010300", "4d50435001010002"]:
+        with pytest.raises(ProtocolViolation):
+            Preamble.decode(bytes.fromhex(bad))
+
+
+def test_negotiation_table():
+    R, O, N = REQUIRED, OPTIONAL, NONE
+    for ia in (False, True):
+        for ib in (False, True):
+            assert negotiate_encryption(N, ia, R, ib) == REFUSED
+            assert negotiate_encryption(R, ia, N, ib) == REFUSED
+            assert negotiate_encryption(R, ia, R, ib) == TLS
+            assert negotiate_encryption(R, ia, O, ib) == TLS
+            assert negotiate_encryption(O, ia, O, ib) == TLS
+            for a, b in [(N, N), (N, O), (O, N)]:
+                assert negotiate_encryption(a, ia, b, ib) == (TLS if (ia or ib) else PLAINTEXT)
+
+
+def test_datagram_seal_roundtrip_and_tamper():
+    key = bytes(range(32))
+    raw = D.seal(key, 7, 0, 3, b"payload")
+    assert D.open_sealed(key, raw) == b"payload"
+    forged = bytearray(raw)
+    forged[-1] ^= 1
+    assert D.open_sealed(key, bytes(forged)) is None
+    header_changed = bytearray(raw)
+    header_changed[19] ^= 1            # counter is associated data
+    assert D.open_sealed(key, bytes(header_changed)) is None
+
+
+def test_replay_window():
+    w = D.ReplayWindow(size=2048)
+    for c in (0, 1, 5):
+        assert w.check(c)
+        w.commit(c)
+    assert not w.check(1) and w.check(2)
+    w.commit(5000)
+    assert not w.check(2000) and w.check(4000) and not w.check(5000)
