@@ -320,17 +320,19 @@ struct MCStreamResourceTests {
         let delegate = ChannelDelegate(runLoop: nil)
         bob.delegate = delegate
         try await Self.connect(alice, bob)
+        // Large, so that the cancel lands mid-transfer even when the test's task runs late.
         let source = URL(fileURLWithPath: scratch + "/big.bin")
-        try Data(Self.content(64 << 20, seed: 4)).write(to: source)
+        try Data(Self.content(256 << 20, seed: 4)).write(to: source)
         for receiverCancels in [false, true] {
             let completed = Mutex<[(any Error)?]>([])
             let progress = try #require(alice.sendResource(at: source, withName: "big", toPeer: bob.myPeerID) { error in
                 completed.withLock { $0.append(error) }
             })
             let index = delegate.started.count
-            // Under way: the receiver has started and the sender has sent something.
+            // Under way: the receiver has started. (Not the Progress counts: Linux Foundation's
+            // Progress takes no lock, and another thread's updates are not a reliable signal.)
             try #require(
-                try await eventually(seconds: 30) { delegate.started.count == index + 1 && progress.completedUnitCount > 0 },
+                try await eventually(seconds: 30) { delegate.started.count == index + 1 },
                 "round \(receiverCancels ? 2 : 1): started \(delegate.started.count), sent \(progress.completedUnitCount), completion \(completed.withLock { $0.map { "\(String(describing: $0))" } })")
             if receiverCancels { delegate.started[index].2.cancel() } else { progress.cancel() }
             #expect(try await eventually(seconds: 20) { completed.withLock { $0.count } == 1 && delegate.finished.count == index + 1 })
