@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -99,11 +100,12 @@ extension MCSession {
             throw MCError(.notConnected, reason: "not connected to \(peer.displayName)")
         }
         let progress = Progress(totalUnitCount: url.isFileURL ? 0 : -1)
+        let networkThread = (networkTaskExecutor as! EventLoopTaskExecutor).eventLoop
         let pending = PendingResource()
         progress.cancellationHandler = { pending.cancel() }
         if url.isFileURL {
             let transfer = try send(url.path, named: name, identity: url.absoluteString, to: peer, on: engine)
-            pending.started(transfer, progress: progress, observer: observer)
+            pending.started(transfer, progress: progress, observer: observer, on: networkThread)
             return (progress, Task { await pending.outcome() })
         }
         // A remote resource is fetched to a file first, then sent like any other.
@@ -119,7 +121,7 @@ extension MCSession {
             do throws(MCError) {
                 // Modification time 0: the content is only known by its URL (docs/PROTOCOL.md §7.8).
                 let transfer = try send(downloaded.path, named: name, identity: url.absoluteString, modified: 0, to: peer, on: engine)
-                pending.started(transfer, progress: progress, observer: observer)
+                pending.started(transfer, progress: progress, observer: observer, on: networkThread)
             } catch {
                 return error
             }
@@ -216,11 +218,16 @@ private final class PendingResource: Sendable {
         if cancelNow { task.cancel() }
     }
 
-    func started(_ transfer: ResourceTransfer, progress: Progress, observer: (@Sendable (Int64, Int64) -> Void)?) {
+    /// After its total is set (before the app has it), the Progress changes on `networkThread`
+    /// only (Linux Foundation's Progress takes no lock), as an incoming transfer's does; `observer`
+    /// is called from wherever the transfer reports.
+    func started(
+        _ transfer: ResourceTransfer, progress: Progress, observer: (@Sendable (Int64, Int64) -> Void)?, on networkThread: any EventLoop
+    ) {
         let total = Int64(clamping: transfer.size)
         progress.totalUnitCount = total
         transfer.setProgressObserver { sent in
-            progress.completedUnitCount = Int64(clamping: sent)
+            networkThread.execute { progress.completedUnitCount = Int64(clamping: sent) }
             observer?(Int64(clamping: sent), total)
         }
         let cancelNow = state.withLock { state -> Bool in

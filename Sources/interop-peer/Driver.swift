@@ -25,7 +25,9 @@ final class Driver: Sendable {
             case .reject: accepted = false
             case .authority(let evaluation): accepted = evaluation.evaluate(request.certificates?.map(\.certificate) ?? []).isTrusted
             }
-            out.line("TRUST \(Format.peer(request.peer)) \(Format.fingerprint(request.certificates)) \(accepted ? "accepted" : "rejected")")
+            // The code without its space ("123456"), so that fields stay space-separated.
+            let code = request.pairingCode.filter(\.isNumber)
+            out.line("TRUST \(Format.peer(request.peer)) \(Format.fingerprint(request.certificates)) \(accepted ? "accepted" : "rejected") \(code)")
             return accepted
         }
     }
