@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Testing
@@ -8,16 +9,7 @@ struct SpecVectors {
     let vectors: [String: [UInt8]]
 
     static func load() throws -> SpecVectors {
-        let spec = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/PROTOCOL.md"), encoding: .utf8)
-        let block = try #require(spec.components(separatedBy: "<!-- vectors:begin -->").last?
-            .components(separatedBy: "<!-- vectors:end -->").first)
-        var vectors: [String: [UInt8]] = [:]
-        for section in block.components(separatedBy: "\n### ").dropFirst() {
-            let name = String(section.prefix { $0 != "\n" })
-            let hex = try #require(section.components(separatedBy: "```hex\n").last?.components(separatedBy: "```").first)
-            vectors[name] = hexBytes(hex)
-        }
-        return SpecVectors(vectors: vectors)
+        SpecVectors(vectors: try SpecVectorFile.load())
     }
 }
 
@@ -152,6 +144,8 @@ struct SpecVectorTests {
         let used: Set<String> = Set(Self.expectedFrames.keys).union([
             "preamble-optional-identity", "preamble-required-identity", "preamble-none-no-identity",
             "peer-id-alice", "connection-data-alice-for-bob", "datagram-header-sealed",
+            // Checked by MultipeerCryptoTests (SpecCryptoVectorTests).
+            "datagram-sealed-hello", "pairing-code-digest",
         ])
         #expect(Set(spec.vectors.keys) == used)
     }

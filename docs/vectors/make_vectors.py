@@ -3,7 +3,8 @@
 
 An encoder independent of the Swift code: the Swift tests decode these bytes and
 encode their own values back to them, so the two implementations must agree.
-Run: python3 docs/vectors/make_vectors.py   (rewrites the block in PROTOCOL.md)
+Run: python3 docs/vectors/make_vectors.py   (rewrites the block in PROTOCOL.md; the sealed
+datagram needs PyNaCl: pip install PyNaCl)
 """
 import hashlib
 import pathlib
@@ -51,6 +52,34 @@ def hello(purpose, token, listen, dport, rid, pid):
 
 
 ALICE_FOR_BOB = alice_for_bob()
+
+# §7.3: the dialer's nonce is the one of frame-pairing-nonce, so its commitment is the one of
+# frame-pairing-commit.
+PAIRING_EXPORTER = bytes(range(0x80, 0xA0))
+PAIRING_DIALER_NONCE = bytes(range(32))
+PAIRING_LISTENER_NONCE = bytes(range(0x20, 0x40))
+
+
+def pairing_digest():
+    commitment = hashlib.sha256(b"mpcp pairing commit v1" + PAIRING_DIALER_NONCE).digest()
+    return hashlib.sha256(b"mpcp pairing code v1" + PAIRING_EXPORTER + ALICE_ID + BOB_ID + commitment
+                          + PAIRING_DIALER_NONCE + PAIRING_LISTENER_NONCE).digest()[:8]
+
+
+def pairing_code():
+    digits = f"{int.from_bytes(pairing_digest(), 'big') % 1_000_000:06d}"
+    return digits[:3] + " " + digits[3:]
+
+
+DATAGRAM_KEY = bytes(range(0xA0, 0xC0))
+DATAGRAM_HEADER = struct.pack(">B3xIIQ", 1, 0x01020304, 2, 5)
+
+
+def sealed_datagram():
+    from nacl.bindings import crypto_aead_xchacha20poly1305_ietf_encrypt
+    nonce = bytes(12) + struct.pack(">IQ", 2, 5)
+    return DATAGRAM_HEADER + crypto_aead_xchacha20poly1305_ietf_encrypt(b"hello", DATAGRAM_HEADER, nonce, DATAGRAM_KEY)
+
 
 VECTORS = [
     ("preamble-optional-identity", "Preamble: versions 1-1, optional, hasIdentity.", DIALER),
@@ -105,7 +134,16 @@ VECTORS = [
      "token 10..1f, endpoints 127.0.0.1:50001 and [::1]:50001.",
      ALICE_FOR_BOB),
     ("datagram-header-sealed", "Datagram header: sealed, receiver ID 0x01020304, epoch 2, counter 5.",
-     struct.pack(">B3xIIQ", 1, 0x01020304, 2, 5)),
+     DATAGRAM_HEADER),
+    ("datagram-sealed-hello",
+     "A whole sealed datagram: that header, the message \"hello\", sealed with key a0..bf "
+     "(XChaCha20-Poly1305-IETF, nonce 00 x 12 then epoch and counter, the header as associated data).",
+     sealed_datagram()),
+    ("pairing-code-digest",
+     "The first 8 bytes of the pairing code's SHA-256 (§7.3) for dialer alice (00..0f) and listener bob (f0..ff), "
+     "exporter value 80..9f, dialer nonce 00..1f (commitment as in frame-pairing-commit), listener nonce 20..3f; "
+     f"as a big-endian integer modulo 1,000,000 it is the code {pairing_code()}.",
+     pairing_digest()),
 ]
 
 
