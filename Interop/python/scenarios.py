@@ -24,7 +24,7 @@ from harness import Harness, pct                                  # noqa: E402
 from mpcp import frames as F                                      # noqa: E402
 from mpcp import datagram as D                                    # noqa: E402
 from mpcp.preamble import (Preamble, PREFERENCE_NAMES, rule_number,  # noqa: E402
-                           negotiate_encryption, REFUSED)
+                           negotiate_encryption, REFUSED, TLS, PLAINTEXT)
 from mpcp.session import Session                                  # noqa: E402
 from mpcp.tls import Identity, fingerprint                        # noqa: E402
 
@@ -1310,6 +1310,36 @@ def s_no_resumption():
             return "first session offered again; second handshake full (reused=%d), certificate present" % reused
         finally:
             s.close()
+
+
+@scenario("pairing: the library's code equals the Python peer's (§7.3)")
+def s_pairing_code():
+    """The harness's TRUST line ends with the library's 6-digit code for the
+    connection; the Python peer computed its own (§7.3). TLS (exporter input E
+    present) and plaintext (E empty), both dial directions."""
+    out, bad = [], []
+    for enc, lid, pid, want in (("required", "alice", "bob", TLS), ("none", None, None, PLAINTEXT)):
+        with lib(enc, lid) as h:
+            for direction in DIRECTIONS:
+                s = Session("py", enc, identity=ident(pid))
+                try:
+                    conn, why, mh = connect(h, s, direction, timeout=5)
+                    check(conn is not None and why is None, "%s %s: not connected: %s" % (enc, direction, why))
+                    check(conn.outcome == want, "%s %s: outcome %s (want %s)" % (enc, direction, conn.outcome, want))
+                    tw = h.wait(lambda w: w[0] == "TRUST" and w[1] == s.peer_id.hex(), 3, since=mh)
+                    check(tw is not None and len(tw) >= 5, "TRUST line without a code: %s" % (tw,))
+                    theirs, mine = tw[4], (conn.pairing_code or "").replace(" ", "")
+                    check(len(theirs) == 6 and theirs.isdigit(), "library's code %r is not 6 digits" % theirs)
+                    label = "%s %s" % (want, direction)
+                    if theirs == mine:
+                        out.append("%s %s" % (label, mine))
+                    else:
+                        bad.append("%s: library %s, python %s" % (label, theirs, mine))
+                    disconnect(h, s, conn)
+                finally:
+                    s.close()
+    check(not bad, "codes differ: " + "; ".join(bad) + ("; equal: " + ", ".join(out) if out else ""))
+    return "codes equal in %d/4: %s" % (len(out), ", ".join(out))
 
 
 
