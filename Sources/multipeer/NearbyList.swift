@@ -2,7 +2,7 @@ import MultipeerConnectivity
 import Synchronization
 
 /// The browser model's list as the chat shows it: each peer keeps the number it was first
-/// listed with, so `/invite 2` means the same peer while it stays around; a line is printed
+/// listed with, so `/invite 2` means the same peer while it stays listed; a line is printed
 /// when a peer appears, changes state or leaves.
 final class NearbyList: Sendable {
     private struct State {
@@ -31,6 +31,9 @@ final class NearbyList: Sendable {
                 state.shown[gone] = nil
                 changes.append("\(state.numbers[gone]!) \(Terminal.safe(gone.displayName)) (gone)")
             }
+            // Numbers are kept only for listed peers, so peers coming and going on a busy or
+            // hostile LAN cannot grow the table; a peer that returns gets a new number.
+            for peer in state.numbers.keys where !listed.contains(peer) { state.numbers[peer] = nil }
             return changes.isEmpty ? nil : "nearby: " + changes.joined(separator: ", ")
         }
     }

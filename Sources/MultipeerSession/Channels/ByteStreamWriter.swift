@@ -95,12 +95,20 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     }
 
     private func waitForSpace() async throws(TransferError) {
+        try await wait(until: { $0.buffered < bufferLimit }, in: \.spaceWaiters)
+    }
+
+    /// Returns once `ready` holds, or throws the stream's failure; otherwise parks the caller in
+    /// `waiters`, which the engine's side resumes (or fails).
+    private func wait(
+        until ready: (State) -> Bool, in waiters: WritableKeyPath<State, [UnsafeContinuation<Void, any Error>]>
+    ) async throws(TransferError) {
         do {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
                 let resumeNow: Result<Void, TransferError>? = state.withLock { state in
                     if let failure = state.failure { return .failure(failure) }
-                    if state.buffered < bufferLimit { return .success(()) }
-                    state.spaceWaiters.append(continuation)
+                    if ready(state) { return .success(()) }
+                    state[keyPath: waiters].append(continuation)
                     return nil
                 }
                 if let resumeNow { continuation.resume(with: resumeNow) }
@@ -127,21 +135,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     /// `close()`, a writer learns that a refused or cancelled stream did not get through.
     public func finish() async throws(TransferError) {
         close()
-        do {
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                let resumeNow: Result<Void, TransferError>? = state.withLock { state in
-                    if let failure = state.failure { return .failure(failure) }
-                    if state.finishSent { return .success(()) }
-                    state.finishWaiters.append(continuation)
-                    return nil
-                }
-                if let resumeNow { continuation.resume(with: resumeNow) }
-            }
-        } catch let error as TransferError {
-            throw error
-        } catch {
-            throw TransferError(.connectionLost)
-        }
+        try await wait(until: \.finishSent, in: \.finishWaiters)
     }
 
     /// Abandons the stream (STREAM_RESET 1); buffered bytes are dropped.
