@@ -8,15 +8,15 @@ import Testing
 /// Done and Cancel reach the delegates.
 @Suite("Assistant and browser model over mDNS", .serialized)
 struct AssistantNamespaceTests {
-    @Test func anAssistantAndBrowserModelsInANamespaceOfTheirOwn() throws {
+    @Test func anAssistantAndBrowserModelsInANamespaceOfTheirOwn() async throws {
         let namespace = "mpasst-test-\(getpid())"
         let ip = URL(fileURLWithPath: "/usr/sbin/ip")
-        try #require(BuiltProducts.run(ip, ["netns", "add", namespace]).0 == 0)
-        defer { _ = try? BuiltProducts.run(ip, ["netns", "delete", namespace]) }
-        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
-        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
+        try #require(await BuiltProducts.run(ip, ["netns", "add", namespace]).0 == 0)
+        defer { _ = try? BuiltProducts.runBlocking(ip, ["netns", "delete", namespace]) }
+        _ = try await BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
+        _ = try await BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
         let demo = try BuiltProducts.executable("multipeer-demo").path
-        let (status, text) = try BuiltProducts.run(ip, ["netns", "exec", namespace, demo, "assistant", "lo"], seconds: 120)
+        let (status, text) = try await BuiltProducts.run(ip, ["netns", "exec", namespace, demo, "assistant", "lo"], seconds: 120)
         #expect(status == 0, "\(text)")
         for scenario in ["found", "done-unavailable", "accept", "maximum", "decline", "presented", "no-prompt", "done", "cancel"] {
             #expect(text.contains("OK \(scenario) "), "\(scenario): \(text)")

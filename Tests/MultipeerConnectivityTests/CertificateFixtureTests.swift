@@ -53,23 +53,23 @@ struct CertificateFixtureTests {
     }
 
     /// The committed certificates pass OpenSSL's own verifier and pyca/cryptography's checks.
-    @Test func fixturesPassIndependentTools() throws {
+    @Test func fixturesPassIndependentTools() async throws {
         let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
         for name in ["alice", "bob", "carol"] {
-            let verified = try BuiltProducts.run(openssl, [
+            let verified = try await BuiltProducts.run(openssl, [
                 "verify", "-purpose", "sslclient", "-CAfile", "ca/ca.pem", "-untrusted", "ca/intermediate.pem", "peers/\(name).pem",
             ], in: Fixtures.directory)
             #expect(verified.status == 0, "\(name): \(verified.output)")
-            let opened = try BuiltProducts.run(openssl, ["pkcs12", "-in", "peers/\(name).p12", "-passin", "file:password.txt", "-nokeys"], in: Fixtures.directory)
+            let opened = try await BuiltProducts.run(openssl, ["pkcs12", "-in", "peers/\(name).p12", "-passin", "file:password.txt", "-nokeys"], in: Fixtures.directory)
             #expect(opened.status == 0, "\(name): \(opened.output)")
-            let checked = try BuiltProducts.run(URL(fileURLWithPath: "/usr/bin/env"), [
+            let checked = try await BuiltProducts.run(URL(fileURLWithPath: "/usr/bin/env"), [
                 "python3", repositoryRootURL.appendingPathComponent("Tests/Scripts/check_certificate.py").path, "peers/\(name).pem", "ca/ca.pem",
             ], in: Fixtures.directory)
             #expect(checked.status == 0, "\(name): \(checked.output)")
         }
-        let mallory = try BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "peers/mallory.pem"], in: Fixtures.directory)
+        let mallory = try await BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "peers/mallory.pem"], in: Fixtures.directory)
         #expect(mallory.status != 0)
-        let expired = try BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "-untrusted", "ca/intermediate.pem", "peers/expired.pem"], in: Fixtures.directory)
+        let expired = try await BuiltProducts.run(openssl, ["verify", "-CAfile", "ca/ca.pem", "-untrusted", "ca/intermediate.pem", "peers/expired.pem"], in: Fixtures.directory)
         #expect(expired.output.contains("expired"))
     }
 

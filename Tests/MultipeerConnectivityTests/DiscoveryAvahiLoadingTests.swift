@@ -12,7 +12,7 @@ struct DiscoveryAvahiLoadingTests {
 
     /// The shared libraries `ldd` lists for a program, by soname; fails when ldd fails.
     static func neededLibraries(_ path: String) throws -> [String] {
-        let result = try BuiltProducts.run(URL(fileURLWithPath: "/usr/bin/ldd"), [path], seconds: 30)
+        let result = try BuiltProducts.runBlocking(URL(fileURLWithPath: "/usr/bin/ldd"), [path], seconds: 30)
         guard result.status == 0 else { throw CommandFailed(description: "ldd \(path): \(result.output)") }
         return result.output.split(separator: "\n").compactMap { $0.split(whereSeparator: \.isWhitespace).first.map(String.init) }
     }
@@ -30,7 +30,7 @@ struct DiscoveryAvahiLoadingTests {
 
     /// Where the dynamic loader finds Avahi's client library, symlinks resolved.
     static func installedLibrary() throws -> String {
-        let result = try BuiltProducts.run(URL(fileURLWithPath: "/sbin/ldconfig"), ["-p"], seconds: 30)
+        let result = try BuiltProducts.runBlocking(URL(fileURLWithPath: "/sbin/ldconfig"), ["-p"], seconds: 30)
         let line = try #require(result.output.split(separator: "\n").first { $0.contains("\(soname) (") })
         let path = try #require(line.components(separatedBy: " => ").last)
         return URL(fileURLWithPath: path).resolvingSymlinksInPath().path

@@ -41,7 +41,7 @@ struct ImpairedLinkProcessTests {
         let service = "mp-loss\(percent)"
         let receiver = try Apps.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "90"] + Apps.peer("bob", service) + Apps.trustCA)
         _ = await Apps.read(receiver, until: "waiting for files")
-        let sent = try Apps.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "60"] + Apps.peer("alice", service) + Apps.trustCA, seconds: 120)
+        let sent = try await Apps.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "60"] + Apps.peer("alice", service) + Apps.trustCA, seconds: 120)
         #expect(sent.status == 0, "\(percent) % loss: \(sent.output)")
         #expect(await Apps.exitStatus(receiver, within: 30) == 0)
         #expect(try Data(contentsOf: inbox.appendingPathComponent("lossy.bin")) == content)

@@ -156,7 +156,7 @@ struct InteropHarnessProcessTests {
         try await a.quit()
 
         // A bad command line is no session at all: the reason on standard error, status 2.
-        let (status, text) = try BuiltProducts.run(try BuiltProducts.executable("interop-peer"), ["--trust", "sometimes"], seconds: 20)
+        let (status, text) = try await BuiltProducts.run(BuiltProducts.executable("interop-peer"), ["--trust", "sometimes"], seconds: 20)
         #expect(status == 2 && text.contains("--trust sometimes"), "\(text)")
     }
 

@@ -82,7 +82,7 @@ final class NetworkNamespaces: @unchecked Sendable {
 
     @discardableResult
     static func ip(_ arguments: [String]) throws -> String {
-        let result = try BuiltProducts.run(URL(fileURLWithPath: "/usr/sbin/ip"), arguments, seconds: 20)
+        let result = try BuiltProducts.runBlocking(URL(fileURLWithPath: "/usr/sbin/ip"), arguments, seconds: 20)
         guard result.status == 0 else {
             throw CommandFailed(description: "ip \(arguments.joined(separator: " ")) failed: \(result.output)")
         }

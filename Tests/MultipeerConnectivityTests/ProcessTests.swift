@@ -6,8 +6,8 @@ import Testing
 
 @Suite("Processes: the demo and a peer killed with SIGKILL", .serialized)
 struct ProcessTests {
-    @Test func theDemoRunsAndPasses() throws {
-        let (status, text) = try BuiltProducts.run(try BuiltProducts.executable("multipeer-demo"), [])
+    @Test func theDemoRunsAndPasses() async throws {
+        let (status, text) = try await BuiltProducts.run(BuiltProducts.executable("multipeer-demo"), [])
         #expect(status == 0, "\(text)")
         #expect(text.contains("trusted, pairing code"))
         #expect(text.contains("byte-identical"))
@@ -19,15 +19,15 @@ struct ProcessTests {
 
     /// What scripts/demo does as root: the demo in a namespace of its own, discovery pinned to
     /// that namespace's loopback.
-    @Test func theDemoFindsItsPeerOverMDNSInANamespaceOfItsOwn() throws {
+    @Test func theDemoFindsItsPeerOverMDNSInANamespaceOfItsOwn() async throws {
         let namespace = "mpdemo-test-\(getpid())"
         let ip = URL(fileURLWithPath: "/usr/sbin/ip").path
-        try #require(BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "add", namespace]).0 == 0)
-        defer { _ = try? BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "delete", namespace]) }
-        _ = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
-        _ = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
+        try #require(await BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "add", namespace]).0 == 0)
+        defer { _ = try? BuiltProducts.runBlocking(URL(fileURLWithPath: ip), ["netns", "delete", namespace]) }
+        _ = try await BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
+        _ = try await BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
         let demo = try BuiltProducts.executable("multipeer-demo").path
-        let (status, text) = try BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "env", "MULTIPEER_DEMO_INTERFACE=lo", demo])
+        let (status, text) = try await BuiltProducts.run(URL(fileURLWithPath: ip), ["netns", "exec", namespace, "env", "MULTIPEER_DEMO_INTERFACE=lo", demo])
         #expect(status == 0, "\(text)")
         #expect(text.contains("alice found bob over mDNS on lo"))
         #expect(text.contains("bob is invited by alice") && text.contains("alice's invitation accepted"))
@@ -37,15 +37,15 @@ struct ProcessTests {
     /// Invitations end to end (docs/PROTOCOL.md §7.2), peers found over mDNS in a namespace of
     /// the test's own: accept, decline, timeout, an oversized context, incompatible encryption, a
     /// full session, joining a session of three, 50 rounds of mutual invitations, a vanished peer.
-    @Test func invitationScenariosInANamespaceOfTheirOwn() throws {
+    @Test func invitationScenariosInANamespaceOfTheirOwn() async throws {
         let namespace = "mpinv-test-\(getpid())"
         let ip = URL(fileURLWithPath: "/usr/sbin/ip")
-        try #require(BuiltProducts.run(ip, ["netns", "add", namespace]).0 == 0)
-        defer { _ = try? BuiltProducts.run(ip, ["netns", "delete", namespace]) }
-        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
-        _ = try BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
+        try #require(await BuiltProducts.run(ip, ["netns", "add", namespace]).0 == 0)
+        defer { _ = try? BuiltProducts.runBlocking(ip, ["netns", "delete", namespace]) }
+        _ = try await BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "link", "set", "lo", "up", "multicast", "on"])
+        _ = try await BuiltProducts.run(ip, ["netns", "exec", namespace, "ip", "route", "add", "224.0.0.0/4", "dev", "lo"])
         let demo = try BuiltProducts.executable("multipeer-demo").path
-        let (status, text) = try BuiltProducts.run(ip, ["netns", "exec", namespace, demo, "invitations", "lo", "50"], seconds: 240)
+        let (status, text) = try await BuiltProducts.run(ip, ["netns", "exec", namespace, demo, "invitations", "lo", "50"], seconds: 240)
         #expect(status == 0, "\(text)")
         for scenario in ["accept", "decline", "timeout", "context-too-large", "incompatible", "session-full", "join-three", "mutual", "vanished"] {
             #expect(text.contains("OK \(scenario) "), "\(scenario): \(text)")

@@ -19,7 +19,7 @@ struct TerminalAppIPv6ProcessTests {
         let receiver = try TerminalAppScriptProcessTests.start(
             namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + peer("bob", "mp-v6") + trustCA)
         _ = await TerminalAppScriptProcessTests.read(receiver, until: "waiting for files as bob")
-        let sent = try TerminalAppScriptProcessTests.run(namespaces, 0, ["send", file.path, "--to", "bob"] + peer("alice", "mp-v6") + trustCA)
+        let sent = try await TerminalAppScriptProcessTests.run(namespaces, 0, ["send", file.path, "--to", "bob"] + peer("alice", "mp-v6") + trustCA)
         #expect(sent.status == 0, "\(sent.output)")
         #expect(await TerminalAppScriptProcessTests.read(receiver, until: "received v6.bin from alice") != nil)
         #expect(await TerminalAppScriptProcessTests.exitStatus(receiver) == 0)

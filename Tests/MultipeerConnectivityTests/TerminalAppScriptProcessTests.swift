@@ -20,8 +20,8 @@ struct TerminalAppScriptProcessTests {
     static let trustCA = ["--trust-ca", certificates.appendingPathComponent("ca/ca.pem").path]
 
     /// Runs `multipeer ARGUMENTS` in namespace `index` to completion.
-    static func run(_ namespaces: NetworkNamespaces, _ index: Int, _ arguments: [String], seconds: Double = 90) throws -> (status: Int32, output: String) {
-        try BuiltProducts.run(
+    static func run(_ namespaces: NetworkNamespaces, _ index: Int, _ arguments: [String], seconds: Double = 90) async throws -> (status: Int32, output: String) {
+        try await BuiltProducts.run(
             URL(fileURLWithPath: "/usr/sbin/ip"),
             ["netns", "exec", namespaces.names[index], try BuiltProducts.executable("multipeer").path] + arguments, seconds: seconds)
     }
@@ -74,7 +74,7 @@ struct TerminalAppScriptProcessTests {
         do {
             let receiver = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "60"] + Self.peer("bob", "mp-ok") + Self.trustCA)
             _ = await Self.read(receiver, until: "waiting for files as bob")
-            let sent = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", "mp-ok") + Self.trustCA)
+            let sent = try await Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", "mp-ok") + Self.trustCA)
             #expect(sent.status == 0, "\(sent.output)")
             #expect(sent.output.contains("bob's certificate verifies to the trusted CA"), "\(sent.output)")
             #expect(sent.output.contains("sent notes.txt > bob"), "\(sent.output)")
@@ -85,10 +85,10 @@ struct TerminalAppScriptProcessTests {
         }
 
         // 3: nobody of that name; nothing arrives.
-        let missing = try Self.run(namespaces, 0, ["send", small.path, "--to", "nobody", "--timeout", "2"] + Self.peer("alice", "mp-none") + Self.trustCA)
+        let missing = try await Self.run(namespaces, 0, ["send", small.path, "--to", "nobody", "--timeout", "2"] + Self.peer("alice", "mp-none") + Self.trustCA)
         #expect(missing.status == 3, "\(missing.output)")
         #expect(missing.output.contains("no peer named nobody found within 2 s"), "\(missing.output)")
-        let idle = try Self.run(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "2"] + Self.peer("bob", "mp-none") + Self.trustCA)
+        let idle = try await Self.run(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "2"] + Self.peer("bob", "mp-none") + Self.trustCA)
         #expect(idle.status == 3, "\(idle.output)")
         #expect(idle.output.contains("no file arrived in time"), "\(idle.output)")
 
@@ -96,7 +96,7 @@ struct TerminalAppScriptProcessTests {
         do {
             let chat = try Self.start(namespaces, 1, ["chat", "--dir", inbox.path] + Self.peer("bob", "mp-decline") + Self.trustCA)
             _ = await Self.read(chat, until: "looking for peers")
-            let declined = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--timeout", "20"] + Self.peer("alice", "mp-decline") + Self.trustCA)
+            let declined = try await Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--timeout", "20"] + Self.peer("alice", "mp-decline") + Self.trustCA)
             #expect(declined.status == 4, "\(declined.output)")
             #expect(declined.output.contains("bob declined the invitation"), "\(declined.output)")
             chat.finish()
@@ -106,7 +106,7 @@ struct TerminalAppScriptProcessTests {
         do {
             let mallory = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "30", "--trust-any"] + Self.peer("mallory", "mp-distrust"))
             _ = await Self.read(mallory, until: "waiting for files")
-            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "mallory"] + Self.peer("alice", "mp-distrust") + Self.trustCA)
+            let refused = try await Self.run(namespaces, 0, ["send", small.path, "--to", "mallory"] + Self.peer("alice", "mp-distrust") + Self.trustCA)
             #expect(refused.status == 6, "\(refused.output)")
             #expect(refused.output.contains("rejected mallory: its certificate does not verify"), "\(refused.output)")
             #expect(refused.output.contains("you did not trust mallory"), "\(refused.output)")
@@ -116,7 +116,7 @@ struct TerminalAppScriptProcessTests {
         do {
             let bob = try Self.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "20"] + Self.peer("bob", "mp-distrusted") + Self.trustCA)
             _ = await Self.read(bob, until: "waiting for files")
-            let refused = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--trust-any"] + Self.peer("mallory", "mp-distrusted"))
+            let refused = try await Self.run(namespaces, 0, ["send", small.path, "--to", "bob", "--trust-any"] + Self.peer("mallory", "mp-distrusted"))
             #expect(refused.status == 6, "\(refused.output)")
             #expect(refused.output.contains("bob did not trust this peer"), "\(refused.output)")
             #expect(await Self.read(bob, until: "you did not trust mallory", within: 30) != nil)
@@ -138,20 +138,20 @@ struct TerminalAppScriptProcessTests {
         }
 
         // 2: what cannot even start.
-        let unreadable = try Self.run(namespaces, 0, ["send", directory.appendingPathComponent("absent").path, "--to", "bob"] + Self.peer("alice", "mp-setup"))
+        let unreadable = try await Self.run(namespaces, 0, ["send", directory.appendingPathComponent("absent").path, "--to", "bob"] + Self.peer("alice", "mp-setup"))
         #expect(unreadable.status == 2, "\(unreadable.output)")
         #expect(unreadable.output.contains("cannot read"), "\(unreadable.output)")
         let wrongPassword = directory.appendingPathComponent("wrong-password")
         try Data("not the password\n".utf8).write(to: wrongPassword)
-        let locked = try Self.run(namespaces, 0, [
+        let locked = try await Self.run(namespaces, 0, [
             "receive", "--interface", "mp0", "--identity", Self.certificates.appendingPathComponent("peers/bob.p12").path,
             "--password-file", wrongPassword.path,
         ])
         #expect(locked.status == 2, "\(locked.output)")
         #expect(locked.output.contains("cannot open the identity"), "\(locked.output)")
-        let usage = try Self.run(namespaces, 0, ["send", small.path])
+        let usage = try await Self.run(namespaces, 0, ["send", small.path])
         #expect(usage.status == 64, "\(usage.output)")
-        let unaskable = try Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", "mp-setup"))
+        let unaskable = try await Self.run(namespaces, 0, ["send", small.path, "--to", "bob"] + Self.peer("alice", "mp-setup"))
         #expect(unaskable.status == 2, "\(unaskable.output)")
         #expect(unaskable.output.contains("no terminal to ask about peers: pass --trust-ca or --trust-any"), "\(unaskable.output)")
     }
@@ -168,7 +168,7 @@ struct TerminalAppScriptProcessTests {
             ["/usr/sbin/ip", "netns", "exec", namespaces.names[1], try BuiltProducts.executable("multipeer").path, "chat", "--dir", directory.path]
                 + Self.peer("bob", "mp-noanswer") + Self.trustCA)
         try tmux.waitFor(bob, showing: "looking for peers")
-        let sent = try Self.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "4"] + Self.peer("alice", "mp-noanswer") + Self.trustCA)
+        let sent = try await Self.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "4"] + Self.peer("alice", "mp-noanswer") + Self.trustCA)
         #expect(sent.status == 5, "\(sent.output)")
         #expect(sent.output.contains("bob did not answer within 4 s"), "\(sent.output)")
         #expect(try tmux.screen(bob).contains("alice invites you"))
@@ -187,7 +187,7 @@ struct TerminalAppScriptProcessTests {
         let receiver = try Self.start(
             namespaces, 1, ["receive", "--name", hostile, "--dir", inbox.path, "--timeout", "60", "--trust-any"] + Self.peer("bob", "mp-inert"))
         _ = await Self.read(receiver, until: "waiting for files")
-        let sent = try Self.run(namespaces, 0, ["send", file.path, "--to", hostile, "--trust-any"] + Self.peer("alice", "mp-inert"))
+        let sent = try await Self.run(namespaces, 0, ["send", file.path, "--to", hostile, "--trust-any"] + Self.peer("alice", "mp-inert"))
         #expect(sent.status == 0, "\(sent.output)")
         #expect(!sent.output.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x200B }, "\(sent.output.debugDescription)")
         #expect(sent.output.contains("bo\\u{200b}b\\u{1b}[2J"), "\(sent.output)")

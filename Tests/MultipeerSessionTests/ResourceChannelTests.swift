@@ -59,7 +59,11 @@ struct ResourceChannelTests {
         let content = Self.content(size, seed: UInt64(size) + 11)
         let sent = try Self.send(try scratch.file("source", content), name: "photo.jpg", from: alice, to: bob)
         #expect(sent.size == UInt64(size) && sent.direction == .outgoing)
-        guard case .success = try await Self.outcome(sent) else { Issue.record("send failed: \(String(describing: sent.outcome))"); return }
+        guard case .success = try await Self.outcome(sent) else {
+            // The states tell a lost connection's cause (a deadline, a GOODBYE) from a transfer bug.
+            Issue.record("send failed: \(String(describing: sent.outcome)); alice saw \(alice.states(of: bob)), bob saw \(bob.states(of: alice))")
+            return
+        }
         try #require(try await eventually { bob.finishedResources.count == 1 })
         let (received, result) = bob.finishedResources[0]
         #expect(received.name == "photo.jpg" && received.peer == alice.peer && received.size == UInt64(size))

@@ -23,10 +23,16 @@ public enum BuiltProducts {
         public let description: String
     }
 
-    /// Runs a program to completion; returns its exit status and everything it printed. One that
-    /// runs longer than `seconds` is killed and the call throws `TimedOut`, so a hung child
-    /// fails the test instead of hanging it.
+    /// Runs a program to completion on a thread of its own; returns its exit status and everything
+    /// it printed. One that runs longer than `seconds` is killed and the call throws `TimedOut`.
     public static func run(
+        _ executable: URL, _ arguments: [String], in directory: URL? = nil, seconds: Double = 300
+    ) async throws -> (status: Int32, output: String) {
+        try await onOwnThread { try runBlocking(executable, arguments, in: directory, seconds: seconds) }
+    }
+
+    /// `run` for places that cannot wait (a `defer`): it holds the calling thread until the child ends.
+    public static func runBlocking(
         _ executable: URL, _ arguments: [String], in directory: URL? = nil, seconds: Double = 300
     ) throws -> (status: Int32, output: String) {
         let process = Process()
@@ -87,4 +93,13 @@ public func eventually(seconds: Double = 10, _ condition: () -> Bool) async thro
         try await Task.sleep(for: .milliseconds(10))
     }
     return condition()
+}
+
+/// Runs blocking work (a child process, a semaphore) on a thread of its own. Tests share a
+/// cooperative pool as wide as the machine has cores; blocking one of its threads there starves
+/// every other test's tasks (a trust evaluator, a deadline) until the work ends.
+public func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
 }
