@@ -207,6 +207,11 @@ struct ChannelRuleTests {
         let refused: [Frame] = [
             .streamOpen(channel: 1, name: "odd"), .streamData(channel: 2, Self.data(1)), .streamClose(channel: 2),
             .resourceComplete(channel: 2, sha256: Self.digest), .resourceAccept(channel: 1, offset: 0), .resourceReceived(channel: 1),
+            // Numbers never opened, which the peer would close on (a fuzz finding): a reset or a
+            // cancel on either side's, window for the peer's or for our own, anything on channel 0.
+            .streamReset(channel: 1, code: .cancelled), .streamReset(channel: 2, code: .cancelled),
+            .resourceCancel(channel: 3, reason: .cancelled), .resourceCancel(channel: 4, reason: .cancelled),
+            .streamReset(channel: 0, code: .cancelled), .windowUpdate(channel: 1, increment: 1), .windowUpdate(channel: 2, increment: 1),
         ]
         for frame in refused {
             #expect(throws: SendRefusal.self, "\(frame)") { try connection.machine.send(frame) }
@@ -217,6 +222,10 @@ struct ChannelRuleTests {
         try connection.send([.streamOpen(channel: 2, name: "ours"), .streamData(channel: 2, Self.data(1)), .streamClose(channel: 2)])
         #expect(connection.takeSent().count == 3)
         #expect(throws: SendRefusal.self) { try connection.machine.send(.streamOpen(channel: 2, name: "again")) }
+        #expect(throws: SendRefusal.self) { try connection.machine.send(.windowUpdate(channel: 2, increment: 1)) }
+        // An ended channel may still be named: the frame crossed the peer's end, and it drops it.
+        try connection.send([.streamReset(channel: 2, code: .cancelled)])
+        #expect(connection.takeSent().count == 1)
     }
 }
 

@@ -276,6 +276,11 @@ struct ChannelTable {
         case .windowUpdate(0, let increment):
             try grantConnection(increment)
         case .windowUpdate(_, let increment):
+            // Only a reader gives window back, and only on a number the peer opened: the peer
+            // closes on any other (docs/PROTOCOL.md §7.6).
+            guard channel % 2 == peerParity, channel <= highestPeerChannel else {
+                throw .channelRule("WINDOW_UPDATE on channel \(channel), which the peer never opened")
+            }
             guard var open = peerOpen[channel] else { return }  // ended meanwhile: harmless, and the peer drops it
             guard UInt64(open.receiveWindow) + UInt64(increment) <= UInt64(WireLimits.maxWindow) else {
                 throw .channelRule("channel \(channel) window above the largest")
@@ -292,6 +297,10 @@ struct ChannelTable {
             guard peerOpen[channel]?.completed == true else { throw .channelRule("RESOURCE_RECEIVED on channel \(channel)") }
             endPeerChannel(channel, window: 0)
         case .streamReset, .resourceCancel:
+            // An ended channel may still be named (the peer drops it); a number never opened may not.
+            guard channel != 0, channel <= (channel % 2 == peerParity ? highestPeerChannel : highestLocalChannel) else {
+                throw .channelRule("\(frame.type) on channel \(channel), which was never opened")
+            }
             if channel % 2 == peerParity {
                 // Data in flight may still come: up to what its window allows.
                 if let open = peerOpen[channel] { endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow) }
