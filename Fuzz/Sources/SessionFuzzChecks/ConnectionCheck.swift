@@ -335,9 +335,16 @@ struct ConnectionHarness {
 
     static func isDeliverable(_ frame: Frame) -> Bool { !MachineObserver.neverDelivered.contains(frame.type) }
 
-    /// Automatic PONGs answer PINGs and are delivered, but no application sent them.
-    static func withoutPongs(_ frames: [Frame]) -> [Frame] {
-        frames.filter { if case .pong = $0 { false } else { true } }
+    /// Frames a machine also sends on its own: PONGs answer PINGs, and WINDOW_UPDATEs on channel
+    /// 0 give back window for data it dropped (docs/PROTOCOL.md §7.6). The application may send
+    /// both too, so neither side's are compared.
+    static func withoutAutomatic(_ frames: [Frame]) -> [Frame] {
+        frames.filter {
+            switch $0 {
+            case .pong, .windowUpdate(0, _): false
+            default: true
+            }
+        }
     }
 
     /// A receiver drops frames for a channel it has ended (docs/PROTOCOL.md §7.6: they crossed its
@@ -347,9 +354,9 @@ struct ConnectionHarness {
     /// Deliveries must be what was sent, in order, once both drop what is never delivered, with
     /// only channel frames missing; `complete`: nothing else is still to come.
     static func isDelivery(_ delivered: [Frame], of sent: [Frame], complete: Bool) -> Bool {
-        let sent = withoutPongs(sent).filter(isDeliverable)
+        let sent = withoutAutomatic(sent).filter(isDeliverable)
         var next = sent.startIndex
-        for frame in withoutPongs(delivered) {
+        for frame in withoutAutomatic(delivered) {
             while next < sent.endIndex && sent[next] != frame {
                 guard mayBeDropped(sent[next]) else { return false }
                 next += 1
