@@ -17,11 +17,13 @@ struct Options {
     var trust = Trust.accept
     var resourceDirectory: String?
     var keepalive: Duration?
+    /// The address to listen on; loopback unless a test gives one inside a namespace of its own.
+    var listenAddress = "127.0.0.1"
 
     static let usage = """
         usage: interop-peer [--name NAME] [--encryption required|optional|none]
                             [--identity FILE.p12 --password-file FILE] [--trust accept|reject|ca:PEMFILE]
-                            [--resource-dir DIR] [--keepalive SECONDS]
+                            [--resource-dir DIR] [--keepalive SECONDS] [--listen IP]
         """
 
     struct Invalid: Error, CustomStringConvertible {
@@ -51,6 +53,11 @@ struct Options {
                     throw Invalid(description: "--keepalive \(value): seconds, more than 0 and at most 3600")
                 }
                 options.keepalive = .milliseconds(Int64(seconds * 1000))
+            case "--listen":
+                guard isIPv4Literal(value) || isIPv6Literal(value) else {
+                    throw Invalid(description: "--listen \(value): an IPv4 or IPv6 address")
+                }
+                options.listenAddress = value
             default: throw Invalid(description: "unknown option \(flag)")
             }
         }
@@ -88,7 +95,8 @@ struct Options {
     }
 
     var configuration: MCSessionConfiguration {
-        var configuration = MCSessionConfiguration.loopbackOnly
+        var configuration = MCSessionConfiguration()
+        configuration.listenAddress = listenAddress
         if let resourceDirectory { configuration.resourceDirectory = URL(fileURLWithPath: resourceDirectory) }
         if let keepalive {
             configuration.keepaliveInterval = keepalive
@@ -97,4 +105,15 @@ struct Options {
         }
         return configuration
     }
+}
+
+/// Literal checks for `--listen`, without the resolver (a name would not be an address).
+private func isIPv4Literal(_ text: String) -> Bool {
+    var address = in_addr()
+    return inet_pton(AF_INET, text, &address) == 1
+}
+
+private func isIPv6Literal(_ text: String) -> Bool {
+    var address = in6_addr()
+    return inet_pton(AF_INET6, text, &address) == 1
 }

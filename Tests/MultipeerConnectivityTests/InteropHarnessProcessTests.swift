@@ -158,6 +158,8 @@ struct InteropHarnessProcessTests {
         // A bad command line is no session at all: the reason on standard error, status 2.
         let (status, text) = try await BuiltProducts.run(BuiltProducts.executable("interop-peer"), ["--trust", "sometimes"], seconds: 20)
         #expect(status == 2 && text.contains("--trust sometimes"), "\(text)")
+        let named = try await BuiltProducts.run(BuiltProducts.executable("interop-peer"), ["--listen", "localhost"], seconds: 20)
+        #expect(named.status == 2 && named.output.contains("--listen localhost"), "\(named.output)")
     }
 
     @Test func theEndOfInputEndsTheHarnessAsQuitDoes() async throws {
