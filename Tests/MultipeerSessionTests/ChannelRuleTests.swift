@@ -223,9 +223,40 @@ struct ChannelRuleTests {
         #expect(connection.takeSent().count == 3)
         #expect(throws: SendRefusal.self) { try connection.machine.send(.streamOpen(channel: 2, name: "again")) }
         #expect(throws: SendRefusal.self) { try connection.machine.send(.windowUpdate(channel: 2, increment: 1)) }
-        // An ended channel may still be named: the frame crossed the peer's end, and it drops it.
-        try connection.send([.streamReset(channel: 2, code: .cancelled)])
-        #expect(connection.takeSent().count == 1)
+        // The peer forgets a channel we ended, and closes on a later frame for it.
+        #expect(throws: SendRefusal.self) { try connection.machine.send(.streamReset(channel: 2, code: .cancelled)) }
+        // A channel the peer opened and we ended may still be named: the opener drops the frame.
+        try connection.receive([.streamOpen(channel: 1, name: "theirs")])
+        try connection.send([.streamReset(channel: 1, code: .refused), .streamReset(channel: 1, code: .refused), .windowUpdate(channel: 1, increment: 1)])
+        #expect(connection.takeSent().count == 3)
+        #expect(connection.isConnected)
+    }
+
+    /// Our frames must fit the kind and stage of our channel, as the peer judges them (a fuzz
+    /// finding: STREAM_CLOSE went out on a resource channel, and the peer closed).
+    @Test func ourFramesMustFitTheChannelsKindAndStage() throws {
+        var connection = try ScriptedConnection()  // listener: we open even channels
+        try connection.send([.resourceOffer(channel: 2, Self.offer), .streamOpen(channel: 4, name: "s")])
+        let refused: [Frame] = [
+            .streamClose(channel: 2), .streamData(channel: 2, Self.data(1)), .resourceCancel(channel: 4, reason: .cancelled),
+            .resourceChunk(channel: 4, Self.data(1)), .resourceComplete(channel: 4, sha256: Self.digest),
+            // Before RESOURCE_ACCEPT.
+            .resourceChunk(channel: 2, Self.data(1)), .resourceComplete(channel: 2, sha256: Self.digest),
+        ]
+        for frame in refused {
+            #expect(throws: SendRefusal.self, "\(frame)") { try connection.machine.send(frame) }
+        }
+        // Accepted from byte 900 of 1,000: 100 bytes may follow, then RESOURCE_COMPLETE once.
+        try connection.receive([.resourceAccept(channel: 2, offset: 900)])
+        #expect(throws: SendRefusal.self) { try connection.machine.send(.resourceChunk(channel: 2, Self.data(101))) }
+        try connection.send([.resourceChunk(channel: 2, Self.data(100)), .resourceComplete(channel: 2, sha256: Self.digest)])
+        for frame in [Frame.resourceChunk(channel: 2, Self.data(1)), .resourceComplete(channel: 2, sha256: Self.digest), .streamReset(channel: 2, code: .cancelled)] {
+            #expect(throws: SendRefusal.self, "\(frame)") { try connection.machine.send(frame) }
+        }
+        // Cancelling after completing is allowed (the peer remembers the channel for it).
+        try connection.send([.resourceCancel(channel: 2, reason: .cancelled), .streamClose(channel: 4)])
+        #expect(connection.takeSent().count == 6)
+        #expect(connection.isConnected)
     }
 }
 

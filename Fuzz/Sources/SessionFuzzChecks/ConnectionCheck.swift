@@ -86,6 +86,8 @@ struct MachineObserver {
     var trustRequested = false
     var locallyAccepted = false
     var delivered: [Frame] = []
+    /// Why the machine closed, once it did.
+    var closeError: ConnectionError?
 
     /// The bytes the actions put on the wire, and whether the application is asked for trust.
     mutating func observe(_ actions: [ConnectionAction]) -> (bytes: [ByteBuffer], trustRequest: PeerTrustRequest?) {
@@ -109,9 +111,10 @@ struct MachineObserver {
                 precondition(established, "\(name): .deliver before .established")
                 precondition(!Self.neverDelivered.contains(frame.type), "\(name): delivered a \(frame.type) frame")
                 delivered.append(frame)
-            case .close:
+            case .close(let error):
                 precondition(index == actions.count - 1, "\(name): actions after .close in the same list")
                 closed = true
+                closeError = error
             case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
                 // Only on invitation connections, which never become established.
                 precondition(!established, "\(name): an invitation action on an established connection")
@@ -315,6 +318,13 @@ struct ConnectionHarness {
                 deliver(pending.readableBytes)
             }
             precondition(Self.isDelivery(mine.delivered, of: sentByCounterpart, complete: false), "frames from an honest peer lost, changed or reordered")
+            // Once connected, what `send(_:)` let out must be legal to the peer: it refuses what the
+            // peer would close on. (Before, the fuzzed setup may pair purposes that do not fit.)
+            for side in [mine, theirs] where side.established {
+                if let error = side.closeError, [.protocolViolation, .flowControlViolation].contains(error.code) {
+                    preconditionFailure("\(side.name) closed on frames its honest peer's send(_:) let out: \(error); machine sent \(Self.describe(sentByMachine)), counterpart sent \(Self.describe(sentByCounterpart))")
+                }
+            }
             if !mine.closed && !theirs.closed {
                 precondition(mine.trustRequested && theirs.trustRequested, "an honest handshake stalled before trust")
                 if mine.locallyAccepted && theirs.locallyAccepted {

@@ -45,7 +45,8 @@ struct ChannelTable {
         let kind: Kind
         /// What we may still send on it; the peer's WINDOW_UPDATEs raise it.
         var sendWindow = WireLimits.initialChannelWindow
-        var accepted = false
+        /// Resource bytes still to send once the peer accepted (size − offset); nil before.
+        var remaining: UInt64?
         var completed = false
     }
 
@@ -224,10 +225,10 @@ struct ChannelTable {
             localOpen[channel] = open
             return .forOpenChannel(channel)
         case (.resourceAccept(_, let offset), .resource(let size)):
-            guard !open.accepted, offset <= size else {
-                return violation(.invalidValue, open.accepted ? "a second RESOURCE_ACCEPT on channel \(channel)" : "RESOURCE_ACCEPT offset \(offset) above the size \(size)")
+            guard open.remaining == nil, offset <= size else {
+                return violation(.invalidValue, open.remaining != nil ? "a second RESOURCE_ACCEPT on channel \(channel)" : "RESOURCE_ACCEPT offset \(offset) above the size \(size)")
             }
-            open.accepted = true
+            open.remaining = size - offset
             localOpen[channel] = open
             return .forOpenChannel(channel)
         case (.resourceReceived, .resource):
@@ -264,14 +265,24 @@ struct ChannelTable {
             guard bytes <= open.sendWindow, bytes <= connectionSendWindow else {
                 throw .channelRule("\(frame.type) of \(bytes) bytes beyond the window of channel \(channel) or of the connection")
             }
-            if case .resourceChunk = frame, !open.accepted { throw .channelRule("RESOURCE_CHUNK on channel \(channel) before RESOURCE_ACCEPT") }
+            if case .resourceChunk = frame {
+                guard let remaining = open.remaining, !open.completed, UInt64(bytes) <= remaining else {
+                    throw .channelRule("RESOURCE_CHUNK on channel \(channel) before RESOURCE_ACCEPT, after RESOURCE_COMPLETE or beyond the size")
+                }
+                open.remaining = remaining - UInt64(bytes)
+            } else {
+                guard open.kind == .stream else { throw .channelRule("STREAM_DATA on resource channel \(channel)") }
+            }
             open.sendWindow -= bytes
             connectionSendWindow -= bytes
             localOpen[channel] = open
         case .streamClose:
-            guard localOpen.removeValue(forKey: channel) != nil else { throw .channelRule("STREAM_CLOSE on channel \(channel), which is not open") }
+            guard localOpen[channel]?.kind == .stream else { throw .channelRule("STREAM_CLOSE on channel \(channel), which is not an open stream") }
+            localOpen[channel] = nil
         case .resourceComplete:
-            guard localOpen[channel] != nil else { throw .channelRule("RESOURCE_COMPLETE on channel \(channel), which is not open") }
+            guard let open = localOpen[channel], open.remaining != nil, !open.completed else {
+                throw .channelRule("RESOURCE_COMPLETE on channel \(channel), which is not an accepted, unfinished resource")
+            }
             localOpen[channel]?.completed = true
         case .windowUpdate(0, let increment):
             try grantConnection(increment)
@@ -297,15 +308,25 @@ struct ChannelTable {
             guard peerOpen[channel]?.completed == true else { throw .channelRule("RESOURCE_RECEIVED on channel \(channel)") }
             endPeerChannel(channel, window: 0)
         case .streamReset, .resourceCancel:
-            // An ended channel may still be named (the peer drops it); a number never opened may not.
-            guard channel != 0, channel <= (channel % 2 == peerParity ? highestPeerChannel : highestLocalChannel) else {
-                throw .channelRule("\(frame.type) on channel \(channel), which was never opened")
-            }
             if channel % 2 == peerParity {
+                // The opener drops either once it has ended the channel, so an ended one may still
+                // be named (a frame crossing the opener's end); a number never opened may not.
+                guard channel != 0, channel <= highestPeerChannel else {
+                    throw .channelRule("\(frame.type) on channel \(channel), which the peer never opened")
+                }
+                guard let open = peerOpen[channel] else { return }
+                if case .resourceCancel = frame, open.kind == .stream { throw .channelRule("RESOURCE_CANCEL on stream channel \(channel)") }
                 // Data in flight may still come: up to what its window allows.
-                if let open = peerOpen[channel] { endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow) }
+                endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow)
             } else {
-                localOpen[channel] = nil
+                // The receiver forgets a channel we ended, and closes on a later frame for it.
+                guard let open = localOpen[channel] else { throw .channelRule("\(frame.type) on channel \(channel), which is not open") }
+                switch (frame, open.kind) {
+                case (.resourceCancel, .stream): throw .channelRule("RESOURCE_CANCEL on stream channel \(channel)")
+                case (.streamReset, .resource) where open.completed:
+                    throw .channelRule("STREAM_RESET on channel \(channel) after RESOURCE_COMPLETE (only RESOURCE_CANCEL may follow)")
+                default: localOpen[channel] = nil
+                }
             }
         default:
             break
