@@ -124,7 +124,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
                     keepalive: KeepalivePolicy(
                         interval: TimeAmount(configuration.keepaliveInterval),
                         deadPeerDeadline: TimeAmount(configuration.deadPeerDeadline)),
+                    recordsPerKeyUpdate: max(configuration.tlsRecordsPerKeyUpdate, 1),
                     maximumDatagramMessage: configuration.maximumDatagramSize,
+                    datagramLimits: Self.datagramLimits(configuration),
                     maximumPendingConnections: configuration.maximumPendingConnections,
                     maximumQueuedBytesPerPeer: configuration.maximumQueuedBytesPerPeer,
                     maximumUndeliveredBytesPerPeer: configuration.maximumUndeliveredBytesPerPeer,
@@ -475,6 +477,12 @@ extension MCSession {
     /// precedence over `setCertificateEvaluator` and the delegate.
     public func setTrustEvaluator(_ evaluator: (@Sendable (MCTrustRequest) async -> Bool)?) {
         trustEvaluator.withLock { $0 = evaluator }
+    }
+
+    private static func datagramLimits(_ configuration: MCSessionConfiguration) -> DatagramPeerState.Limits {
+        var limits = DatagramPeerState.Limits()
+        limits.epochCounterLimit = min(max(configuration.datagramsPerEpoch, 1), WireLimits.datagramEpochCounterLimit)
+        return limits
     }
 
     /// The pairing code of the connection to `peer` (docs/PROTOCOL.md §7.3): 6 digits that both

@@ -46,6 +46,13 @@ public struct MCSessionConfiguration: Sendable {
     /// never keys or payloads. Peers appear by display name and the first bytes of their identifier.
     public var logger = Logger(label: "MultipeerConnectivity", factory: { _ in SwiftLogNoOpLogHandler() })
 
+    /// Datagrams per direction before the sender moves to the next key epoch (docs/PROTOCOL.md §8;
+    /// 2^32 on the wire). Lowered only to test epoch changes, as the interop harness does.
+    @_spi(Testing) public var datagramsPerEpoch: UInt64 = WireLimits.datagramEpochCounterLimit
+    /// TLS records a side sends before it updates its keys (TLS 1.3 KeyUpdate). Lowered only to
+    /// test key updates.
+    @_spi(Testing) public var tlsRecordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
+
     public init() {}
 
     /// Listens and advertises on 127.0.0.1 only: for tests and demos on one machine.

@@ -1,5 +1,5 @@
 import Foundation
-import MultipeerConnectivity
+@_spi(Testing) import MultipeerConnectivity
 import MultipeerCrypto
 
 /// The command line (Interop/HARNESS.md, "Command line").
@@ -19,11 +19,15 @@ struct Options {
     var keepalive: Duration?
     /// The address to listen on; loopback unless a test gives one inside a namespace of its own.
     var listenAddress = "127.0.0.1"
+    /// Lowered limits, so that a peer under test meets epoch changes and KeyUpdates early.
+    var datagramsPerEpoch: UInt64?
+    var recordsPerKeyUpdate: UInt64?
 
     static let usage = """
         usage: interop-peer [--name NAME] [--encryption required|optional|none]
                             [--identity FILE.p12 --password-file FILE] [--trust accept|reject|ca:PEMFILE]
                             [--resource-dir DIR] [--keepalive SECONDS] [--listen IP]
+                            [--datagrams-per-epoch N] [--records-per-key-update N]
         """
 
     struct Invalid: Error, CustomStringConvertible {
@@ -58,6 +62,8 @@ struct Options {
                     throw Invalid(description: "--listen \(value): an IPv4 or IPv6 address")
                 }
                 options.listenAddress = value
+            case "--datagrams-per-epoch": options.datagramsPerEpoch = try count(flag, value)
+            case "--records-per-key-update": options.recordsPerKeyUpdate = try count(flag, value)
             default: throw Invalid(description: "unknown option \(flag)")
             }
         }
@@ -65,6 +71,14 @@ struct Options {
             throw Invalid(description: "--identity and --password-file go together")
         }
         return options
+    }
+
+    /// A count from 1 to 2^32.
+    private static func count(_ flag: String, _ value: String) throws(Invalid) -> UInt64 {
+        guard let count = UInt64(value), count >= 1, count <= 1 << 32 else {
+            throw Invalid(description: "\(flag) \(value): a count from 1 to 4294967296")
+        }
+        return count
     }
 
     private static func trust(_ value: String) throws(Invalid) -> Trust {
@@ -97,6 +111,8 @@ struct Options {
     var configuration: MCSessionConfiguration {
         var configuration = MCSessionConfiguration()
         configuration.listenAddress = listenAddress
+        if let datagramsPerEpoch { configuration.datagramsPerEpoch = datagramsPerEpoch }
+        if let recordsPerKeyUpdate { configuration.tlsRecordsPerKeyUpdate = recordsPerKeyUpdate }
         if let resourceDirectory { configuration.resourceDirectory = URL(fileURLWithPath: resourceDirectory) }
         if let keepalive {
             configuration.keepaliveInterval = keepalive
