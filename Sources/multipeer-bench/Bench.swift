@@ -2,9 +2,10 @@ import ArgumentParser
 import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
+import Synchronization
 
 @main
-struct Bench: AsyncParsableCommand {
+struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "multipeer-bench",
         abstract: "Measures swift-multipeer against baselines run in the same process, on loopback.",
@@ -27,12 +28,46 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Skip the baselines and print the library's figures alone, e.g. to profile the library.")
     var noBaselines = false
 
+    @Option(help: "Run one scenario once, to count its instructions (scripts/bench-instructions): \(InstructionProbe.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var probe: String?
+
+    @Option(help: "The probe's size: MiB for bulk, round trips for the others (1 to 4096).")
+    var probeSize = 16
+
+    func validate() throws {
+        if let probe, InstructionProbe(rawValue: probe) == nil { throw ValidationError("unknown probe \(probe)") }
+        guard (1...4096).contains(probeSize) else { throw ValidationError("--probe-size \(probeSize): 1 to 4096") }
+    }
+
     /// A baseline measurement, unless baselines are skipped.
     func baseline<T>(_ measure: () throws -> T) rethrows -> T? { noBaselines ? nil : try measure() }
 
-    func run() async throws {
+    /// A synchronous main that waits for the async work: valgrind (scripts/bench-instructions)
+    /// crashes on the async main's dispatch_main, not on tasks started from a plain thread.
+    func run() throws {
+        let outcome = Mutex<Swift.Result<Void, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Swift.Result<Void, any Error>
+            do {
+                try await measure()
+                result = .success(())
+            } catch {
+                result = .failure(error)
+            }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        try outcome.withLock { $0 }!.get()
+    }
+
+    func measure() async throws {
         let plan = Plan(quick: quick)
         let pki = try BenchPKI()
+        if let probe = probe.flatMap(InstructionProbe.init(rawValue:)) {
+            return try await probe.run(size: probeSize, pki: pki)
+        }
         var results: [Result] = []
         func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
         print("multipeer-bench \(quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; \(CryptoRuntime.openSSLVersion)")
@@ -41,20 +76,29 @@ struct Bench: AsyncParsableCommand {
             let tls = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b, anchor: pki.root) / 1e6 }) }
             let tcp = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tcpBulk(bytes: plan.bulkBytes) / 1e6 }) }
             var rates: [Double] = []
+            var plainRates: [Double] = []
             var peaks: [Double] = []
+            // Encrypted and plaintext pairs alternate, so drift on a shared machine hits both alike.
             for _ in 0..<plan.repetitions {
                 let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
                 let (rate, peak) = try await Scenarios.bulk(pair, bytes: plan.bulkBytes)
                 rates.append(rate / 1e6)
                 peaks.append(Double(peak) / 1024)
                 await pair.close()
+                let plain = try await SessionPair.connect(preference: .none, identities: nil)
+                plainRates.append(try await Scenarios.bulk(plain, bytes: plan.bulkBytes).rate / 1e6)
+                await plain.close()
             }
             let library = Stats(rates)
             let ratio = tls.map { library.median / $0.median }
             results.append(Result(scenario: "1 reliable bulk, 1 MiB messages (\(plan.bulkBytes >> 20) MiB)", unit: "MB/s", library: library,
                                   baselineName: "OpenSSL TLS 1.3, 16 KiB records", baseline: tls, ratio: ratio,
-                                  target: ">= 0.8", met: ratio.map { $0 >= 0.8 },
+                                  target: ">= 0.9", met: ratio.map { $0 >= 0.9 },
                                   note: tcp.map { String(format: "raw TCP: %.0f MB/s", $0.median) }))
+            let plain = Stats(plainRates)
+            results.append(Result(scenario: "1 reliable bulk, encrypted against plaintext (.required / .none)", unit: "MB/s", library: library,
+                                  baselineName: "the library with encryption .none", baseline: plain, ratio: library.median / plain.median,
+                                  target: ">= 0.9 (encryption costs < 10 %)", met: library.median / plain.median >= 0.9, note: nil))
             let peak = Stats(peaks)
             results.append(Result(scenario: "7 peak RSS growth while sending \(plan.bulkBytes >> 20) MiB", unit: "MiB", library: peak,
                                   baselineName: nil, baseline: nil, ratio: nil, target: "< 64 MiB", met: peak.median < 64, note: nil))
@@ -89,8 +133,9 @@ struct Bench: AsyncParsableCommand {
                     let path = onNetworkThread ? ", network thread" : ", events task"
                     results.append(Result(scenario: "3 round trip, 64 B \(mode == .reliable ? "reliable" : "unreliable")\(path)", unit: "µs median",
                                           library: library, baselineName: "raw TCP ping-pong", baseline: pingPong.map(Stats.init), ratio: ratio,
-                                          target: mode == .reliable ? "<= 1.3x (ratio >= 0.77)" : "report",
-                                          met: mode == .reliable ? ratio.map { $0 >= 1 / 1.3 } : nil,
+                                          // Round 2: 2x raw TCP on the network thread, 3x from an ordinary task.
+                                          target: mode == .reliable ? (onNetworkThread ? "<= 2x (ratio >= 0.5)" : "<= 3x (ratio >= 0.33)") : "report",
+                                          met: mode == .reliable ? ratio.map { $0 >= (onNetworkThread ? 0.5 : 1 / 3) } : nil,
                                           note: String(format: "p99 %.0f µs vs %.0f µs; %d of %d samples", percentile(times, 0.99),
                                                        percentile(pingPong ?? [], 0.99), times.count, plan.roundTrips)))
                 }
@@ -119,8 +164,8 @@ struct Bench: AsyncParsableCommand {
                     let path = onNetworkThread ? ", network thread" : ", events task"
                     results.append(Result(scenario: "4 unreliable \(size) B datagrams delivered\(path)", unit: "pkt/s", library: library,
                                           baselineName: "raw UDP", baseline: udp, ratio: ratio,
-                                          target: size == 1200 ? ">= 0.7, no duplicates" : "report",
-                                          met: size == 1200 ? ratio.map { $0 >= 0.7 && duplicates == 0 } : nil,
+                                          target: size == 1200 ? ">= 0.8, no duplicates" : "report",
+                                          met: size == 1200 ? ratio.map { $0 >= 0.8 && duplicates == 0 } : nil,
                                           note: String(format: "loss %.1f%% (UDP %.1f%%), duplicates %d", Stats(losses).median * 100,
                                                        Stats(baselines?.map(\.loss) ?? []).median * 100, duplicates)))
                 }
