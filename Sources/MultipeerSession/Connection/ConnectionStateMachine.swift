@@ -67,7 +67,6 @@ public struct ConnectionStateMachine {
 
     private struct Session {
         let transport: SecureTransport
-        var decoder = FrameDecoder()
         let negotiated: Negotiated
         let peerChain: [Certificate]?
     }
@@ -108,6 +107,10 @@ public struct ConnectionStateMachine {
     private var state: State = .idle
     /// The peer's channels and the connection windows; consulted once connected.
     private(set) var channels: ChannelTable
+    /// Frames once a session has begun (the states that hold a `Session`). Kept here, not in the
+    /// state's payload: mutated through an enum payload, its buffers were shared with the
+    /// switch's copy, and every payload write copied the storage (one extra copy of every byte).
+    private var decoder = FrameDecoder()
     /// This side's pairing nonce, fresh per connection (§7.3).
     private let pairingNonce: PairingNonce
     /// Bytes of answers sent so far (PONG, channel refusals, window given back for dropped data):
@@ -285,11 +288,11 @@ public struct ConnectionStateMachine {
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
             try channels.sending(frame)
         }
-        guard let sealed = try session.transport.seal(frame) else { return [] }
+        let sealed = try session.transport.seal(frame)
         // A refusal answers the peer's open: a peer that opens faster than it reads must not
         // grow our memory with them (the handler stops reading past its reply backlog).
-        if case .streamReset(_, .refused) = frame { replyByteCount += sealed.readableBytes }
-        return [.send(sealed)]
+        if case .streamReset(_, .refused) = frame { replyByteCount += sealed.reduce(0) { $0 + $1.readableBytes } }
+        return sealed.map(ConnectionAction.send)
     }
 
     // MARK: Negotiation and TLS
@@ -622,7 +625,7 @@ public struct ConnectionStateMachine {
     private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
         // Frames built here are valid by construction; a TLS failure surfaces on the next read.
         guard let sealed = try? transport.seal(frame) else { return [] }
-        return [.send(sealed)]
+        return sealed.map(ConnectionAction.send)
     }
 
     private mutating func closeTransport(_ transport: SecureTransport, _ error: ConnectionError) -> [ConnectionAction] {
@@ -651,31 +654,13 @@ public struct ConnectionStateMachine {
         return actions + closeTransport(transport, error)
     }
 
-    /// Mutates the frame decoder in place, whichever state holds it; nil when no state has one.
+    /// Mutates the frame decoder in place; nil before a session has begun or once closed.
     private mutating func withDecoder<Result, Failure: Error>(
         _ body: (inout FrameDecoder) throws(Failure) -> Result
     ) throws(Failure) -> Result? {
         switch state {
-        case .awaitingHello(var session):
-            state = .modifying
-            defer { state = .awaitingHello(session) }
-            return try body(&session.decoder)
-        case .trusting(var trust):
-            state = .modifying
-            defer { state = .trusting(trust) }
-            return try body(&trust.session.decoder)
-        case .pairing(var pairing):
-            state = .modifying
-            defer { state = .pairing(pairing) }
-            return try body(&pairing.session.decoder)
-        case .connected(var session, let hello):
-            state = .modifying
-            defer { state = .connected(session, peerHello: hello) }
-            return try body(&session.decoder)
-        case .invitation(var session, let hello, let received):
-            state = .modifying
-            defer { state = .invitation(session, peerHello: hello, received: received) }
-            return try body(&session.decoder)
+        case .awaitingHello, .trusting, .pairing, .connected, .invitation:
+            return try body(&decoder)
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return nil
         }
