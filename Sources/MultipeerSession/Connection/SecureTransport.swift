@@ -12,12 +12,18 @@ enum SecureTransport {
         return false
     }
 
-    /// A frame in, bytes for the socket out. A bulk payload is sealed in place, never copied
-    /// into an encoded frame first.
-    func seal(_ frame: Frame) throws(SendRefusal) -> ByteBuffer? {
+    /// In the clear, a payload at least this large goes to the socket as a buffer of its own
+    /// (gathered by `writev`) instead of being copied behind its head.
+    static let plaintextGatherThreshold = 4_096
+
+    /// A frame in, bytes for the socket out, in order (none when TLS has nothing to send yet). A
+    /// bulk payload is never copied into an encoded frame first: under TLS it is sealed in place,
+    /// in the clear it follows its head as its own buffer.
+    func seal(_ frame: Frame) throws(SendRefusal) -> [ByteBuffer] {
+        let gathers = !isEncrypted && frame.payloadLength >= Self.plaintextGatherThreshold
         // One allocation per frame: the head has room for what follows it in its buffer (the
-        // whole payload in the clear, the first record's worth under TLS).
-        let following = isEncrypted ? min(frame.payloadLength, TLSEngine.maximumRecordPlaintext) : frame.payloadLength
+        // whole payload in the clear unless it is gathered, the first record's worth under TLS).
+        let following = isEncrypted ? min(frame.payloadLength, TLSEngine.maximumRecordPlaintext) : gathers ? 0 : frame.payloadLength
         var head = ByteBufferAllocator().buffer(capacity: WireLimits.frameHeaderLength + following)
         let body: ByteBuffer?
         do {
@@ -27,15 +33,17 @@ enum SecureTransport {
         }
         switch self {
         case .plaintext:
-            if let body { head.writeImmutableBuffer(body) }
-            return head
+            guard let body else { return [head] }
+            if gathers { return [head, body] }
+            head.writeImmutableBuffer(body)
+            return [head]
         case .tls(let engine):
             do {
                 try engine.write(head: consume head, body: body ?? ByteBuffer())
             } catch {
                 throw .tls(error)
             }
-            return engine.takeOutbound()
+            return engine.takeOutbound().map { [$0] } ?? []
         }
     }
 
