@@ -1,3 +1,4 @@
+import Foundation
 import MultipeerConnectivity
 
 /// One scenario run once, for an instruction count under callgrind (scripts/bench-instructions).
@@ -8,6 +9,9 @@ enum InstructionProbe: String, CaseIterable {
     case bulkNone = "bulk-none"
     case roundTripTask = "round-trip-task"
     case roundTripNetworkThread = "round-trip-network-thread"
+    /// 1,200 B unreliable messages, sealed, received on the network thread; paced so that
+    /// none is lost (a lost one would not be counted on the receiving side).
+    case datagrams = "datagrams-1200"
     /// The floors, from Baselines: OpenSSL's TLS 1.3 alone, raw TCP, and a raw TCP ping-pong.
     case openSSLBulk = "openssl-bulk"
     case tcpBulk = "tcp-bulk"
@@ -29,12 +33,49 @@ enum InstructionProbe: String, CaseIterable {
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
             _ = await Scenarios.roundTripsOnNetworkThreads(pair, samples: size, mode: .reliable)
             await pair.close()
+        case .datagrams:
+            let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
+            try await Self.pacedDatagrams(pair, count: size)
+            await pair.close()
         case .openSSLBulk:
             _ = Baselines.tlsBulk(bytes: size << 20, server: pki.a, client: pki.b, anchor: pki.root)
         case .tcpBulk:
             _ = Baselines.tcpBulk(bytes: size << 20)
         case .tcpRoundTrip:
             _ = Baselines.tcpPingPong(samples: size, size: 64)
+        }
+    }
+
+    /// Sends `count` datagrams in batches of 16, each once the previous one arrived (no polling,
+    /// which callgrind would count); a batch that does not arrive within 10 s ends the probe.
+    private static func pacedDatagrams(_ pair: SessionPair, count: Int) async throws {
+        let (arrivals, arrived) = AsyncStream.makeStream(of: Int.self)
+        let events = pair.aEvents
+        let receiver = Task(executorPreference: pair.a.taskExecutor) {
+            var received = 0
+            for await event in events {
+                guard case .dataReceived = event else { continue }
+                received += 1
+                if received % 16 == 0 || received == count { arrived.yield(received) }
+            }
+        }
+        defer { receiver.cancel() }
+        let message = Data(repeating: 0x5A, count: 1200)
+        var iterator = arrivals.makeAsyncIterator()
+        for batch in stride(from: 0, to: count, by: 16) {
+            for _ in batch..<min(batch + 16, count) {
+                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .unreliable)
+            }
+            let timeout = Task {
+                try await Task.sleep(for: .seconds(10))
+                arrived.yield(-1)
+            }
+            let reached = await iterator.next()
+            timeout.cancel()
+            guard let reached, reached >= 0 else {
+                print("datagrams: a batch did not arrive; the count is off")
+                return
+            }
         }
     }
 }

@@ -25,6 +25,32 @@ struct SpecCryptoVectorTests {
         var tampered = expected
         tampered[tampered.count - 1] ^= 1
         #expect(DatagramCipher.open(ByteBuffer(bytes: tampered.dropFirst(WireLimits.datagramHeaderLength)), header: header, key: key) == nil)
+
+        // The session's path, with the epoch's subkey derived once, makes the same bytes.
+        let epochKey = DatagramEpochKey(key: key, epoch: 2)
+        #expect(Array(epochKey.seal(ByteBuffer(string: "hello"), header: header).readableBytesView) == expected)
+        #expect(epochKey.open(ByteBuffer(bytes: expected.dropFirst(WireLimits.datagramHeaderLength)), header: header).map { String(buffer: $0) } == "hello")
+        #expect(epochKey.open(ByteBuffer(bytes: tampered.dropFirst(WireLimits.datagramHeaderLength)), header: header) == nil)
+        // A key is for its epoch only.
+        #expect(DatagramEpochKey(key: key, epoch: 3).open(ByteBuffer(bytes: expected.dropFirst(WireLimits.datagramHeaderLength)), header: header) == nil)
+    }
+
+    /// Subkey once per epoch and XChaCha20-Poly1305 per datagram agree over epochs, counters
+    /// (the whole range, both halves of the nonce's counter) and sizes, both ways.
+    @Test(arguments: [UInt32(0), 1, 0x0102_0304, .max])
+    func theEpochKeyPathIsXChaChaByteForByte(epoch: UInt32) throws {
+        let key = SecureBytes(randomCount: DatagramCipher.keyLength)
+        let epochKey = DatagramEpochKey(key: key, epoch: epoch)
+        for (counter, size) in [(UInt64(0), 0), (1, 1), (0xFFFF_FFFF, 1_200), (0x1_0000_0000, 63), (0x0123_4567_89AB_CDEF, 65_471), (.max, 16)] {
+            let header = DatagramHeader(kind: .sealed, receiverID: 7, epoch: epoch, counter: counter)
+            let message = ByteBuffer(bytes: (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            let reference = DatagramCipher.seal(message, header: header, key: key)
+            #expect(epochKey.seal(message, header: header) == reference, "counter \(counter), \(size) bytes")
+            let body = reference.getSlice(at: WireLimits.datagramHeaderLength, length: reference.readableBytes - WireLimits.datagramHeaderLength)!
+            #expect(epochKey.open(body, header: header) == message)
+            #expect(DatagramCipher.open(epochKey.seal(message, header: header).getSlice(
+                at: WireLimits.datagramHeaderLength, length: body.readableBytes)!, header: header, key: key) == message)
+        }
     }
 
     @Test func thePairingCodeIsTheSpecs() throws {

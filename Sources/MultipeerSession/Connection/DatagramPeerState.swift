@@ -41,7 +41,7 @@ public struct DatagramPeerState {
     }
 
     private struct ReceiveEpoch {
-        let key: SecureBytes?
+        let key: DatagramEpochKey?
         var window: ReplayWindow
         var failures: UInt64 = 0
     }
@@ -58,13 +58,13 @@ public struct DatagramPeerState {
 
     private var sendEpoch: UInt32 = 0
     private var sendCounter: UInt64 = 0
-    private var sendKey: SecureBytes?
+    private var sendKey: DatagramEpochKey?
 
     private var currentEpoch: UInt32 = 0
     private var current: ReceiveEpoch
     private var previous: ReceiveEpoch?
     /// The next epoch's key, derived once when a datagram of that epoch first arrives.
-    private var nextKey: SecureBytes?
+    private var nextKey: DatagramEpochKey?
     private var nextFailures: UInt64 = 0
 
     public init(isEncrypted: Bool, weAreDialer: Bool, peerReceiverID: UInt32, limits: Limits = Limits(), keySource: @escaping KeySource) {
@@ -74,8 +74,8 @@ public struct DatagramPeerState {
         self.keySource = keySource
         self.limits = limits
         let receiveDirection: DatagramDirection = weAreDialer ? .listenerToDialer : .dialerToListener
-        sendKey = isEncrypted ? keySource(sendDirection, 0) : nil
-        current = ReceiveEpoch(key: isEncrypted ? keySource(receiveDirection, 0) : nil, window: ReplayWindow(size: limits.replayWindow))
+        sendKey = isEncrypted ? Self.epochKey(keySource, sendDirection, 0) : nil
+        current = ReceiveEpoch(key: isEncrypted ? Self.epochKey(keySource, receiveDirection, 0) : nil, window: ReplayWindow(size: limits.replayWindow))
     }
 
     private var receiveDirection: DatagramDirection {
@@ -88,14 +88,14 @@ public struct DatagramPeerState {
             guard sendEpoch < UInt32.max else { return nil }
             sendEpoch += 1
             sendCounter = 0
-            sendKey = kind == .sealed ? keySource(sendDirection, sendEpoch) : nil
+            sendKey = kind == .sealed ? Self.epochKey(keySource, sendDirection, sendEpoch) : nil
         }
         let header = DatagramHeader(kind: kind, receiverID: peerReceiverID, epoch: sendEpoch, counter: sendCounter)
         sendCounter += 1
         switch kind {
         case .sealed:
             guard let sendKey else { return nil }
-            return DatagramCipher.seal(message, header: header, key: sendKey)
+            return sendKey.seal(message, header: header)
         case .plain:
             var out = ByteBufferAllocator().buffer(capacity: WireLimits.datagramHeaderLength + message.readableBytes)
             header.encode(into: &out)
@@ -126,7 +126,7 @@ public struct DatagramPeerState {
             return .message(message)
         }
         if currentEpoch < UInt32.max, epoch == currentEpoch + 1 {
-            if kind == .sealed && nextKey == nil { nextKey = keySource(receiveDirection, epoch) }
+            if kind == .sealed && nextKey == nil { nextKey = Self.epochKey(keySource, receiveDirection, epoch) }
             guard let message = unseal(body, header: header, key: nextKey) else {
                 nextFailures += 1
                 return nextFailures >= limits.failureLimit ? .integrityLimitReached : .dropped
@@ -144,10 +144,15 @@ public struct DatagramPeerState {
         return .dropped
     }
 
-    private func unseal(_ body: ByteBuffer, header: DatagramHeader, key: SecureBytes?) -> ByteBuffer? {
+    private func unseal(_ body: ByteBuffer, header: DatagramHeader, key: DatagramEpochKey?) -> ByteBuffer? {
         switch kind {
         case .plain: return body
-        case .sealed: return key.flatMap { DatagramCipher.open(body, header: header, key: $0) }
+        case .sealed: return key?.open(body, header: header)
         }
+    }
+
+    /// The epoch's key, its XChaCha20 subkey derived once (`DatagramEpochKey`); nil when none.
+    private static func epochKey(_ source: KeySource, _ direction: DatagramDirection, _ epoch: UInt32) -> DatagramEpochKey? {
+        source(direction, epoch).map { DatagramEpochKey(key: $0, epoch: epoch) }
     }
 }
