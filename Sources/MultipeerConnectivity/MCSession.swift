@@ -111,7 +111,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
             let identity = try SecurityIdentityArray.parse(securityIdentityArray)
             let tls: TLSContext
             do {
-                tls = try TLSContext(identity: identity)
+                tls = try TLSContext.shared(identity: identity)
             } catch {
                 throw MCError(.invalidParameter, reason: error.description)
             }

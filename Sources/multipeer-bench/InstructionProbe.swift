@@ -12,8 +12,11 @@ enum InstructionProbe: String, CaseIterable {
     /// 1,200 B unreliable messages, sealed, received on the network thread; paced so that
     /// none is lost (a lost one would not be counted on the receiving side).
     case datagrams = "datagrams-1200"
+    /// Sessions connected: mutual TLS, trust callbacks, both sides `connected`.
+    case establishment = "establishment"
     /// The floors, from Baselines: OpenSSL's TLS 1.3 alone, raw TCP, and a raw TCP ping-pong.
     case openSSLBulk = "openssl-bulk"
+    case openSSLHandshakes = "openssl-handshakes"
     case tcpBulk = "tcp-bulk"
     case tcpRoundTrip = "tcp-round-trip"
 
@@ -37,6 +40,10 @@ enum InstructionProbe: String, CaseIterable {
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
             try await Self.pacedDatagrams(pair, count: size)
             await pair.close()
+        case .establishment:
+            _ = try await Scenarios.establishments(count: size, identities: (pki.a, pki.b), anchor: pki.root)
+        case .openSSLHandshakes:
+            _ = try Baselines.tlsHandshakes(count: size, server: pki.a, client: pki.b, anchor: pki.root)
         case .openSSLBulk:
             _ = Baselines.tlsBulk(bytes: size << 20, server: pki.a, client: pki.b, anchor: pki.root)
         case .tcpBulk:
