@@ -193,6 +193,7 @@ let package = Package(
             name: "MultipeerSessionTests",
             dependencies: [
                 "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport", "SessionFuzzChecks",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

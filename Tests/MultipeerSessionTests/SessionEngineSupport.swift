@@ -1,3 +1,5 @@
+import Foundation
+import Logging
 import MultipeerCrypto
 import MultipeerSession
 import MultipeerTestSupport
@@ -30,10 +32,20 @@ final class EngineProbe: Sendable {
         engine = SessionEngine(
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
-                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels),
+                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels, logger: Self.logger(name)),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) })
         box.withLock { $0 = self }
+    }
+
+    /// MULTIPEER_TEST_LOG=1 prints the engines' notices (why a connection ended) to standard error.
+    static func logger(_ name: String) -> Logger {
+        guard ProcessInfo.processInfo.environment["MULTIPEER_TEST_LOG"] != nil else {
+            return Logger(label: name, factory: { _ in SwiftLogNoOpLogHandler() })
+        }
+        var logger = Logger(label: name, factory: { StreamLogHandler.standardError(label: $0) })
+        logger.logLevel = .info
+        return logger
     }
 
     func trust(_ policy: @escaping @Sendable (PeerTrustRequest) -> Bool) { trustPolicy.withLock { $0 = policy } }

@@ -98,6 +98,9 @@ public struct ChannelConfiguration: Sendable {
     /// What a peer may send on one channel before the app has taken some (a WINDOW_UPDATE
     /// raises the protocol's initial 256 KiB when the channel opens, if this is larger). Keep it
     /// well below the connection window, so one stalled reader cannot stop the other channels.
+    /// 1 MiB and 4 MiB by default: with the initial windows a stream ran at half the rate of
+    /// reliable messages on loopback (docs/PERFORMANCE.md); larger ones also queue more ahead of
+    /// a small message sent meanwhile.
     public private(set) var channelReceiveWindow: UInt32
     /// What a peer may send on all its channels together before the app has taken some: the
     /// most channel data from one peer held in memory at once.
@@ -117,8 +120,8 @@ public struct ChannelConfiguration: Sendable {
 
     public init(
         streamBufferLimit: Int = 256 << 10,
-        channelReceiveWindow: UInt32 = WireLimits.initialChannelWindow,
-        connectionReceiveWindow: UInt32 = WireLimits.initialConnectionWindow,
+        channelReceiveWindow: UInt32 = 1 << 20,
+        connectionReceiveWindow: UInt32 = 4 << 20,
         resourceDirectory: String? = nil,
         maximumIncomingResourceSize: UInt64 = 16 << 30,
         maximumConcurrentIncomingResources: Int = 16,
