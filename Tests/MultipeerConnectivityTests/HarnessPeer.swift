@@ -132,6 +132,11 @@ final class HarnessPeer: @unchecked Sendable {
         lines.transcript.first { $0.hasPrefix(prefix) }.map { $0.split(separator: " ").map(String.init) }
     }
 
+    /// Every line printed so far that starts with `prefix`, as fields; never waits.
+    func allPrinted(_ prefix: String) -> [[String]] {
+        lines.transcript.filter { $0.hasPrefix(prefix) }.map { $0.split(separator: " ").map(String.init) }
+    }
+
     /// The fields of the first line that starts with `prefix`, printed already (passed over or
     /// taken) or still to come. No race: a line not yet in the transcript is not yet taken either.
     func line(_ prefix: String) async throws -> [String] {

@@ -6,7 +6,8 @@ import MultipeerTestSupport
 /// machine's real interfaces. Needs root and iproute2.
 final class NetworkNamespaces: @unchecked Sendable {
     let names: [String]
-    private let hub: String
+    /// The namespace that joins the others (a bridge, or a relay a test puts there).
+    let hub: String
     private let tag: Int
     private let ipv4: Bool
     private let ipv6: Bool
