@@ -232,6 +232,23 @@ struct Bench: ParsableCommand {
             let library = Stats(times)
             results.append(Result(scenario: "6 8-peer full mesh formation", unit: "ms", library: library, baselineName: nil, baseline: nil,
                                   ratio: nil, target: "< 250 ms", met: library.median < 250, note: nil))
+            // Fan-out: one sender to the rest, as the mesh grows; the two-member figure is the
+            // baseline, so the ratio shows what each added receiver costs the sender.
+            let perReceiver = plan.bulkBytes / 4
+            var single: Stats?
+            for members in [2, 4, 8] {
+                var rates: [Double] = []
+                for _ in 0..<plan.repetitions {
+                    rates.append(try await FanOut.rate(members: members, bytesPerReceiver: perReceiver, identities: pki.eight) / 1e6)
+                }
+                let library = Stats(rates)
+                if members == 2 { single = library }
+                results.append(Result(
+                    scenario: "6 fan-out, 1 sender to \(members - 1), 1 MiB messages (\(perReceiver >> 20) MiB each), all receivers", unit: "MB/s",
+                    library: library, baselineName: members == 2 ? nil : "1 sender to 1, same run", baseline: members == 2 ? nil : single,
+                    ratio: members == 2 ? nil : single.map { library.median / $0.median }, target: "report", met: nil,
+                    note: String(format: "%.0f MB/s per receiver", library.median / Double(members - 1))))
+            }
         }
 
         if wants("memory") {
