@@ -80,4 +80,47 @@ struct ImpairedLinkProcessTests {
         #expect(elapsed < .seconds(20), "the sender took \(elapsed) to give up")
         second.kill()
     }
+
+    /// Three interop harnesses in three namespaces whose links each lose 5 % of what they send:
+    /// the third joins through the first, the introduction connects it to the second (over the
+    /// lossy link too), and reliable messages between every pair arrive whole and in order.
+    @Test func threePeersFormAMeshAndDeliverInOrderOverLossyLinks() async throws {
+        let namespaces = try NetworkNamespaces(count: 3)
+        defer { namespaces.remove() }
+        for name in namespaces.names { try Self.impair(name, losing: 5) }
+        let peers = try (0..<3).map { index in
+            try HarnessPeer(["--name", "p\(index)", "--listen", namespaces.address(of: index)], namespace: namespaces.names[index])
+        }
+        defer { for peer in peers { peer.kill() } }
+        let (a, b, c) = (peers[0], peers[1], peers[2])
+        try await HarnessPeer.connect(a, b, expecting: "connected")
+        try await c.ready()
+        try a.send("MAKE-DATA \(c.peer)")
+        let data = try await a.expect("DATA \(c.peer)")
+        try c.send("CONNECT \(a.peer) \(data[2])")
+        // c learns of b through a's introduction and connects to it: everyone sees everyone.
+        #expect(try await eventually(seconds: 60) {
+            peers.allSatisfy { peer in peers.filter { $0 !== peer }.allSatisfy { peer.printed("STATE \($0.peer) connected") != nil } }
+        })
+
+        // 30 messages of 1 KiB from each to each other, numbered in their first bytes.
+        func payload(_ from: Int, _ to: Int, _ index: Int) -> String {
+            String(format: "%02x%02x%04x", from, to, index) + String(repeating: "5a", count: 1_020)
+        }
+        for (from, sender) in peers.enumerated() {
+            for (to, receiver) in peers.enumerated() where to != from {
+                for index in 0..<30 {
+                    try sender.send("SEND reliable \(receiver.peer) \(payload(from, to, index))")
+                    try await sender.expect("OK SEND")
+                }
+            }
+        }
+        for (to, receiver) in peers.enumerated() {
+            for (from, sender) in peers.enumerated() where from != to {
+                let arrived = try await eventually(seconds: 60) { receiver.allPrinted("RECEIVED \(sender.peer) ").count >= 30 }
+                let payloads = receiver.allPrinted("RECEIVED \(sender.peer) ").map { $0.count == 5 ? $0[4] : "" }
+                #expect(arrived && payloads == (0..<30).map { payload(from, to, $0) }, "p\(from) to p\(to): \(payloads.count) arrived")
+            }
+        }
+    }
 }
