@@ -260,7 +260,7 @@ struct ChannelTable {
                 localOpen[channel] = LocalChannel(kind: .stream)
             }
         case .streamData(_, let data), .resourceChunk(_, let data):
-            guard var open = localOpen[channel] else { throw .channelRule("\(frame.type) on channel \(channel), which is not open") }
+            guard var open = localOpen[channel] else { throw notOpen(frame) }
             let bytes = UInt32(data.readableBytes)
             guard bytes <= open.sendWindow, bytes <= connectionSendWindow else {
                 throw .channelRule("\(frame.type) of \(bytes) bytes beyond the window of channel \(channel) or of the connection")
@@ -277,10 +277,12 @@ struct ChannelTable {
             connectionSendWindow -= bytes
             localOpen[channel] = open
         case .streamClose:
-            guard localOpen[channel]?.kind == .stream else { throw .channelRule("STREAM_CLOSE on channel \(channel), which is not an open stream") }
+            guard let open = localOpen[channel] else { throw notOpen(frame) }
+            guard open.kind == .stream else { throw .channelRule("STREAM_CLOSE on resource channel \(channel)") }
             localOpen[channel] = nil
         case .resourceComplete:
-            guard let open = localOpen[channel], open.remaining != nil, !open.completed else {
+            guard let open = localOpen[channel] else { throw notOpen(frame) }
+            guard open.remaining != nil, !open.completed else {
                 throw .channelRule("RESOURCE_COMPLETE on channel \(channel), which is not an accepted, unfinished resource")
             }
             localOpen[channel]?.completed = true
@@ -320,7 +322,7 @@ struct ChannelTable {
                 endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow)
             } else {
                 // The receiver forgets a channel we ended, and closes on a later frame for it.
-                guard let open = localOpen[channel] else { throw .channelRule("\(frame.type) on channel \(channel), which is not open") }
+                guard let open = localOpen[channel] else { throw notOpen(frame) }
                 switch (frame, open.kind) {
                 case (.resourceCancel, .stream): throw .channelRule("RESOURCE_CANCEL on stream channel \(channel)")
                 case (.streamReset, .resource) where open.completed:
@@ -331,6 +333,16 @@ struct ChannelTable {
         default:
             break
         }
+    }
+
+    /// A frame for a channel of ours that is not open: ended meanwhile (not a bug), or a number
+    /// we never opened (a bug).
+    private func notOpen(_ frame: Frame) -> SendRefusal {
+        let channel = frame.channel
+        guard channel % 2 != peerParity, channel != 0, channel <= highestLocalChannel else {
+            return .channelRule("\(frame.type) on channel \(channel), which was never opened")
+        }
+        return .channelEnded("\(frame.type) on channel \(channel), which has ended")
     }
 
     private mutating func grantConnection(_ increment: UInt32) throws(SendRefusal) {

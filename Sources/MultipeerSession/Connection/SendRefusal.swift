@@ -5,7 +5,7 @@ import MultipeerWire
 /// reasons can be added without breaking callers: switch over `code`.
 public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: Hashable, Sendable { case notConnected, invalidFrame, tls, unsupported, channelRule }
+        private enum Base: Hashable, Sendable { case notConnected, invalidFrame, tls, unsupported, channelRule, channelEnded }
         private let base: Base
         private init(_ base: Base) { self.base = base }
 
@@ -17,6 +17,9 @@ public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
         /// A channel frame that breaks docs/PROTOCOL.md §7.6 from our side: the peer would take it
         /// as a violation, so it is not sent.
         public static let channelRule = Code(.channelRule)
+        /// A frame for one of our channels that has ended since it was queued (the peer's reset,
+        /// cancel or RESOURCE_RECEIVED was read in the same batch): not sent, and not a bug.
+        public static let channelEnded = Code(.channelEnded)
 
         public var description: String { "\(base)" }
     }
@@ -42,6 +45,7 @@ public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
     public static func tls(_ error: SecurityError) -> SendRefusal { SendRefusal(.tls, securityError: error) }
     public static func unsupported(_ type: FrameType) -> SendRefusal { SendRefusal(.unsupported, frameType: type) }
     public static func channelRule(_ rule: String) -> SendRefusal { SendRefusal(.channelRule, rule: rule) }
+    public static func channelEnded(_ rule: String) -> SendRefusal { SendRefusal(.channelEnded, rule: rule) }
 
     public var description: String {
         switch code {
@@ -49,6 +53,7 @@ public struct SendRefusal: Error, Hashable, Sendable, CustomStringConvertible {
         case .tls: "TLS: \(securityError.map { "\($0)" } ?? "?")"
         case .unsupported: "unsupported frame \(frameType.map { "\($0)" } ?? "?")"
         case .channelRule: "channel rule: \(rule ?? "?")"
+        case .channelEnded: "channel ended: \(rule ?? "?")"
         default: "\(code)"
         }
     }
