@@ -200,6 +200,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "MultipeerAppTests",
+            dependencies: ["multipeer", "MultipeerConnectivity"]
+        ),
+        .testTarget(
             name: "MultipeerConnectivityTests",
             dependencies: [
                 "MultipeerConnectivity", "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
