@@ -260,12 +260,28 @@ def s_trust_python_rejects():
     return "%d/2 directions" % n
 
 
-@scenario("messages: 200 ordered reliable messages each way")
-def s_ordered():
+def _count_key_updates(counts):
+    """A "tls" hook: counts the TLS 1.3 KeyUpdate messages OpenSSL reads and
+    writes on the Python side (info callback state strings)."""
+    def hook(ctx, server):
+        def cb(tls, where, ret):
+            if where & 0x01:                            # SSL_CB_LOOP: one per state entered
+                st = tls.get_state_string()
+                if b"key update" in st:
+                    counts["read" if b" read " in st else "write"] += 1
+        ctx.set_info_callback(cb)
+    return hook
+
+
+def _ordered_both_ways(extra=(), key_updates=False):
+    """200 reliable messages each way, both dial directions, in order and intact."""
     figures = []
-    with lib() as h:
+    with lib(extra=extra) as h:
         for direction in DIRECTIONS:
             s = Session("py", "required")
+            ku = {"read": 0, "write": 0}
+            if key_updates:
+                s.hooks["tls"] = _count_key_updates(ku)
             try:
                 conn = connected_pair(h, s, direction)
                 mh, ms = h.mark(), s.events.mark()
@@ -284,11 +300,31 @@ def s_ordered():
                     time.sleep(0.05)
                 check([bytes.fromhex(w[4]) for w in got_h] == payloads, "library order/content (%d)" % len(got_h))
                 check([e.data["payload"] for e in got_s] == payloads, "python order/content (%d)" % len(got_s))
-                figures.append("%s %.2fs" % (direction, time.monotonic() - t0))
+                if key_updates:
+                    # >= 200 records from the library: at least 200/8 KeyUpdates unless it
+                    # packs several frames per record; demand a clear multiple
+                    check(ku["read"] >= 5, "python read only %d KeyUpdates from the library" % ku["read"])
+                    figures.append("%s %.2fs, KeyUpdates read %d written %d"
+                                   % (direction, time.monotonic() - t0, ku["read"], ku["write"]))
+                else:
+                    figures.append("%s %.2fs" % (direction, time.monotonic() - t0))
                 disconnect(h, s, conn)
             finally:
                 s.close()
     return ", ".join(figures)
+
+
+@scenario("messages: 200 ordered reliable messages each way")
+def s_ordered():
+    return _ordered_both_ways()
+
+
+@scenario("TLS KeyUpdate: 200 ordered messages each way, library updates keys every 8 records (§5)")
+def s_key_update():
+    # The library sends KeyUpdate(update_requested) after every 8 records it
+    # seals, so the Python side's OpenSSL answers with its own KeyUpdate: both
+    # directions change traffic keys many times during the 400 messages.
+    return _ordered_both_ways(extra=("--records-per-key-update", "8"), key_updates=True)
 
 
 @scenario("messages: odd fragmentation (0/1/7/65536-byte fragments) to the library")
@@ -468,6 +504,117 @@ def s_plain_datagrams():
             finally:
                 s.close()
     return ", ".join(figures)
+
+
+def _wait_until(fn, timeout, step=0.05):
+    """Polls fn() until it is true or the deadline passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+@scenario("datagram epochs: library -> python, --datagrams-per-epoch 4, 30 messages (§8, §5.1)")
+def s_dgram_epochs_from_lib():
+    """The library changes its sending epoch every 4 datagrams; the Python
+    receiver opens each with that epoch's exported key (§5.1) and follows the
+    epoch by the E+1 rule (§8 rule 2)."""
+    n, per = 30, 4
+    figures = []
+    with lib(extra=("--datagrams-per-epoch", str(per))) as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = _dgram_setup(h, s, direction)
+                ms = s.events.mark()
+                sent = [b"lib-epoch-%03d" % i for i in range(n)]
+                for p in sent:
+                    w = h.command("SEND unreliable %s %s" % (s.peer_id.hex(), p.hex()),
+                                  lambda w: w[0] in ("OK", "ERROR") and w[1] == "SEND", timeout=5)
+                    check(w and w[0] == "OK", "SEND unreliable answered %s" % (w,))
+
+                def got():
+                    return s.events.all(lambda e: e.kind == "datagram", since=ms)
+                _wait_until(lambda: len(got()) >= n, 5)
+                evs = got()
+                dropped = s.events.all(lambda e: e.kind == "datagram-dropped", since=ms)
+                payloads = [e.data["payload"] for e in evs]
+                check(len(payloads) == len(set(payloads)), "a payload was delivered twice")
+                check(set(payloads) <= set(sent), "unexpected payloads %s" % (set(payloads) - set(sent)))
+                # UDP may lose datagrams (§8 promises no delivery); loopback should lose almost none
+                check(len(payloads) >= n - 2, "python opened only %d/%d (dropped: %s)"
+                      % (len(payloads), n, [e.data.get("why") for e in dropped]))
+                check(not dropped, "python dropped %s" % [e.data.get("why") for e in dropped])
+                epochs = [e.data["epoch"] for e in evs]
+                check(max(epochs) >= 5, "epoch reached only %d" % max(epochs))
+                pairs = [(e.data["epoch"], e.data["counter"]) for e in evs]
+                check(len(pairs) == len(set(pairs)), "an (epoch, counter) pair repeated")
+                # each epoch's counter starts at 0 and the library moves on after `per`
+                bad = [(e.data["payload"], e.data["epoch"], e.data["counter"]) for e in evs
+                       if divmod(sent.index(e.data["payload"]), per) != (e.data["epoch"], e.data["counter"])]
+                check(not bad, "message i not at (epoch i//%d, counter i%%%d): %s" % (per, per, bad[:3]))
+                check(conn.recv_epoch == max(epochs), "receiver epoch %d, highest seen %d"
+                      % (conn.recv_epoch, max(epochs)))
+                E = conn.recv_epoch
+                check(set(conn.recv_keys) <= {E - 1, E}, "python still holds keys of epochs %s at E=%d"
+                      % (sorted(conn.recv_keys), E))
+                figures.append("%s %d/%d epochs 0-%d" % (direction, len(payloads), n, max(epochs)))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+@scenario("datagram epochs: python -> library every 4 datagrams, 30 messages; E+2 dropped (§8)")
+def s_dgram_epochs_to_lib():
+    """The Python sender moves to the next epoch every 4 datagrams; the library
+    must open every one. Then a datagram of epoch current+2 (outside E-1..E+1,
+    §8 rule 2) must be dropped, while a valid one after it arrives; an E+1 then
+    an E+2 (now E+1 of the new current) are accepted again."""
+    n, per = 30, 4
+    figures = []
+    with lib() as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required", datagrams_per_epoch=per)
+            try:
+                conn = _dgram_setup(h, s, direction)
+                mh = h.mark()
+                peer = s.peer_id.hex()
+                sent = [b"py-epoch-%03d" % i for i in range(n)]
+                for p in sent:
+                    s.send_datagram(conn, p)
+                    time.sleep(0.002)
+                check(conn.send_epoch == (n - 1) // per, "python sender at epoch %d" % conn.send_epoch)
+                _wait_until(lambda: len(_lib_dgrams(h, mh, peer)) >= n, 5)
+                got = _lib_dgrams(h, mh, peer)
+                missing = [p for p in sent if p not in got]
+                check(not missing, "library never delivered %s" % missing[:5])
+                check(len(got) == len(set(got)) and set(got) == set(sent),
+                      "library delivered %d (%d distinct)" % (len(got), len(set(got))))
+                E = conn.send_epoch
+                m2 = h.mark()
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"skipped-epoch", epoch=E + 2, counter=0))
+                s.send_datagram(conn, b"valid-after-skip")          # epoch E, next counter
+                w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == peer and w[4] == b"valid-after-skip".hex(),
+                           5, since=m2)
+                check(w is not None, "the valid datagram after the E+2 one never arrived")
+                # the E+1 rule still works afterwards: E+1 then (new E)+1
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"next-epoch", epoch=E + 1, counter=0))
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"next-next-epoch", epoch=E + 2, counter=1))
+                w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == peer and w[4] == b"next-next-epoch".hex(),
+                           5, since=m2)
+                check(w is not None, "E+1 then E+2 (one step each) not accepted")
+                after = _lib_dgrams(h, m2, peer)
+                check(b"skipped-epoch" not in after, "the library accepted a datagram of epoch E+2")
+                check(after.count(b"valid-after-skip") == 1 and b"next-epoch" in after,
+                      "library delivered %s" % after)
+                figures.append("%s %d/%d epochs 0-%d, E+2 dropped" % (direction, len(set(got)), n, E))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
 
 
 @scenario("goodbye: both ways")

@@ -21,7 +21,10 @@ TOKEN_LIFETIME = 120.0
 class Session:
     def __init__(self, name="python", preference="required", identity: Identity = None,
                  trust="accept", keepalive=2.0, dead_peer=9.0, handshake_deadline=10.0,
-                 trust_timeout=30.0, datagrams=True, listen=True):
+                 trust_timeout=30.0, datagrams=True, listen=True, datagrams_per_epoch=2 ** 32):
+        # §8: a sender moves to epoch E+1 before its counter in E reaches 2^32;
+        # a smaller count makes the sender change epochs within a few datagrams.
+        self.datagrams_per_epoch = datagrams_per_epoch
         self.peer_id = PeerID.new(name)
         self.preference = PREFERENCE_NAMES[preference] if isinstance(preference, str) else preference
         self.identity = identity
@@ -227,6 +230,9 @@ class Session:
         """The exact UDP payload for `payload` to `conn`'s peer (next counter
         unless given)."""
         with conn.dgram_lock:
+            if epoch is None and counter is None and conn.send_counter >= self.datagrams_per_epoch:
+                conn.send_epoch += 1            # next epoch, its counter from 0 (§8)
+                conn.send_counter = 0
             e = conn.send_epoch if epoch is None else epoch
             if counter is None:
                 counter = conn.send_counter

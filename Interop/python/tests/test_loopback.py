@@ -58,3 +58,29 @@ def test_loopback(pa, ia, pb, ib, outcome):
     finally:
         a.close()
         b.close()
+
+
+def test_datagram_epochs():
+    """§8: a sender with a small epoch length moves on every N datagrams, counters
+    restarting at 0; the receiver follows by the E+1 rule and drops E+2."""
+    a, b = Session("a", "required", datagrams_per_epoch=3), Session("b", "required")
+    try:
+        conn = a.connect(b.make_connection_data(a.peer_id))
+        assert a.events.wait(connected, 5) is not None
+        assert b.events.wait(connected, 5) is not None
+        mb = b.events.mark()
+        for i in range(10):
+            a.send_datagram(conn, b"d%d" % i)
+            assert b.events.wait(lambda e: e.kind == "datagram" and e.data["payload"] == b"d%d" % i, 3,
+                                 since=mb) is not None
+        got = [(e.data["epoch"], e.data["counter"]) for e in b.events.all(lambda e: e.kind == "datagram", since=mb)]
+        assert got == [divmod(i, 3) for i in range(10)]
+        assert conn.send_epoch == 3
+        m = b.events.mark()
+        a.udp_send_raw(conn, a.seal_datagram(conn, b"skip", epoch=5, counter=0))
+        assert b.events.wait(lambda e: e.kind == "datagram-dropped", 3, since=m).data["why"] == "epoch"
+        a.send_datagram(conn, b"ok")
+        assert b.events.wait(lambda e: e.kind == "datagram", 3, since=m).data["payload"] == b"ok"
+    finally:
+        a.close()
+        b.close()
