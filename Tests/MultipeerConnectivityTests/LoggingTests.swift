@@ -45,7 +45,8 @@ struct LoggingTests {
         let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
         let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
         bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
-        #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] })
+        // Both sides: each reaches connected on its own time, and bob sends next.
+        #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] && bob.connectedPeers == [alice.myPeerID] })
         let marker = "payload-marker-\(UUID().uuidString)"
         let events = alice.events()  // before the send, so the message cannot slip past it
         try bob.send(Data(marker.utf8), toPeers: [alice.myPeerID], with: .reliable)

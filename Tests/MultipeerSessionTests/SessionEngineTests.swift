@@ -104,16 +104,19 @@ struct SessionEngineTests {
             // Both dials arrived, and one of the two connections, the duplicate, has been closed by
             // both engines. A hop through each engine's loop then lets anything that close makes
             // them report be reported: no waiting and hoping that 100 ms was long enough.
-            let settled = try await eventually {
-                alice.isConnected(to: bob) && bob.isConnected(to: alice)
-                    && toAlice.opened + toBob.opened == 2 && toAlice.finished + toBob.finished == 1
+            // One survivor either way: both dials went through and one was closed, or (under
+            // load) the first finished before the second side acted, which then did not dial.
+            func oneSurvivor() -> Bool {
+                let (opened, finished) = (toAlice.opened + toBob.opened, toAlice.finished + toBob.finished)
+                return (opened == 2 && finished == 1) || (opened == 1 && finished == 0)
             }
+            let settled = try await eventually { alice.isConnected(to: bob) && bob.isConnected(to: alice) && oneSurvivor() }
             #expect(settled, "relayed \(toAlice.opened + toBob.opened) connections, \(toAlice.finished + toBob.finished) ended")
             try await alice.engine.eventLoop.submit {}.get()
             try await bob.engine.eventLoop.submit {}.get()
             #expect(alice.states(of: bob) == [.connecting, .connected])
             #expect(bob.states(of: alice) == [.connecting, .connected])
-            #expect(toAlice.opened + toBob.opened == 2 && toAlice.finished + toBob.finished == 1)
+            #expect(oneSurvivor())
             try alice.engine.send(ByteBuffer(string: "still here"), to: [bob.peer.identifier])
             #expect(try await eventually { bob.messages(from: alice).count == 1 })
             await alice.shutdown()
