@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerSession
 
 public let MCErrorDomain: String = "MCErrorDomain"
 
@@ -20,10 +21,18 @@ public struct MCError: Error, CustomNSError, Hashable, Sendable, CustomStringCon
     public let code: Code
     /// What went wrong, in words; never contains keys or payload bytes.
     public let reason: String
+    /// For a stream or resource that failed: the transfer's own reason (a SHA-256 mismatch, the
+    /// peer's cancel or reset code, a storage failure), which `code` folds into Apple's few codes.
+    public let transfer: TransferError?
 
     public init(_ code: Code, reason: String? = nil) {
+        self.init(code, reason: reason, transfer: nil)
+    }
+
+    init(_ code: Code, reason: String?, transfer: TransferError?) {
         self.code = code
         self.reason = reason ?? "\(code)"
+        self.transfer = transfer
     }
 
     /// Apple's initializer. Only the localized description survives (as `reason`): the error stays

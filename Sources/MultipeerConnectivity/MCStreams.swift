@@ -326,6 +326,6 @@ extension MCError {
         case .refusedByPeer: .unavailable
         default: .unknown
         }
-        self.init(code, reason: "\(error)")
+        self.init(code, reason: "\(error)", transfer: error)
     }
 }

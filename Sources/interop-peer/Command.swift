@@ -16,6 +16,12 @@ enum Command {
     case resource(MCPeerID, name: String, path: String)
     case cancel(MCPeerID)
     case peers
+    case advertise(service: String)
+    case stopAdvertising
+    case browse(service: String)
+    case stopBrowsing
+    case invite(MCPeerID, timeout: TimeInterval, context: Data)
+    case answer(Int, accept: Bool)
     case disconnect
     case quit
 
@@ -80,6 +86,37 @@ enum Command {
         case "PEERS":
             try expect(0)
             return .peers
+        case "ADVERTISE":
+            try expect(1)
+            return .advertise(service: arguments[0])
+        case "STOP-ADVERTISING":
+            try expect(0)
+            return .stopAdvertising
+        case "BROWSE":
+            try expect(1)
+            return .browse(service: arguments[0])
+        case "STOP-BROWSING":
+            try expect(0)
+            return .stopBrowsing
+        case "INVITE":
+            try expect(3)
+            guard let timeout = Double(arguments[1]), timeout >= 0, timeout <= 3600 else { throw malformed }
+            let context: Data
+            if arguments[2] == "-" {
+                context = Data()
+            } else {
+                guard let bytes = hex(arguments[2]), !bytes.isEmpty else { throw malformed }
+                context = bytes
+            }
+            return .invite(try peer(arguments[0]), timeout: timeout, context: context)
+        case "ANSWER":
+            try expect(2)
+            guard let number = Int(arguments[0]), number >= 1 else { throw malformed }
+            switch arguments[1] {
+            case "accept": return .answer(number, accept: true)
+            case "decline": return .answer(number, accept: false)
+            default: throw malformed
+            }
         case "DISCONNECT":
             try expect(0)
             return .disconnect

@@ -8,12 +8,14 @@ final class Driver: Sendable {
     private let out = LineWriter()
     /// With --resource-dir received files stay there; otherwise they are removed once hashed.
     private let keepsResources: Bool
+    private let discovery: DiscoveryDriver
 
     init(_ options: Options) throws {
         session = try MCSession(
             peer: MCPeerID(validatingDisplayName: options.name), identity: options.identity(),
             encryptionPreference: options.encryption, configuration: options.configuration)
         keepsResources = options.resourceDirectory != nil
+        discovery = DiscoveryDriver(session: session, out: out, interface: options.discoveryInterface, listenHost: options.listenAddress)
         // Always an evaluator, even for "accept": the TRUST line must come out before the state
         // change it leads to, which printing from the later certificateDecided event would not ensure.
         let out = out
@@ -109,6 +111,12 @@ final class Driver: Sendable {
             out.line("OK CANCEL")
         case .peers:
             out.line((["PEERS"] + session.connectedPeers.map(Format.peer)).joined(separator: " "))
+        case .advertise(let service): await discovery.advertise(service)
+        case .stopAdvertising: await discovery.stopAdvertising()
+        case .browse(let service): await discovery.browse(service)
+        case .stopBrowsing: await discovery.stopBrowsing()
+        case .invite(let peer, let timeout, let context): discovery.invite(peer, timeout: timeout, context: context)
+        case .answer(let number, let accept): discovery.answer(number, accept: accept)
         case .disconnect:
             await session.disconnect()
             out.line("OK DISCONNECT")
@@ -180,7 +188,7 @@ final class Driver: Sendable {
             for try await chunk in reader { digest.update(chunk) }
             out.line("STREAM \(prefix) \(digest.finish())")
         } catch {
-            out.line("STREAM-FAILED \(prefix) \(Format.reason(error))")
+            out.line("STREAM-FAILED \(prefix) \(Format.transferReason(error))")
         }
     }
 
@@ -196,7 +204,7 @@ final class Driver: Sendable {
                 out.line("RESOURCE-FAILED \(prefix) unreadable")
             }
         case .failure(let error):
-            out.line("RESOURCE-FAILED \(prefix) \(error.code)")
+            out.line("RESOURCE-FAILED \(prefix) \(Format.transferReason(error))")
         }
     }
 }

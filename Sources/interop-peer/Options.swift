@@ -22,12 +22,14 @@ struct Options {
     /// Lowered limits, so that a peer under test meets epoch changes and KeyUpdates early.
     var datagramsPerEpoch: UInt64?
     var recordsPerKeyUpdate: UInt64?
+    /// The one interface ADVERTISE and BROWSE use for multicast DNS.
+    var discoveryInterface = "lo"
 
     static let usage = """
         usage: interop-peer [--name NAME] [--encryption required|optional|none]
                             [--identity FILE.p12 --password-file FILE] [--trust accept|reject|ca:PEMFILE]
                             [--resource-dir DIR] [--keepalive SECONDS] [--listen IP]
-                            [--datagrams-per-epoch N] [--records-per-key-update N]
+                            [--datagrams-per-epoch N] [--records-per-key-update N] [--interface NAME]
         """
 
     struct Invalid: Error, CustomStringConvertible {
@@ -64,6 +66,11 @@ struct Options {
                 options.listenAddress = value
             case "--datagrams-per-epoch": options.datagramsPerEpoch = try count(flag, value)
             case "--records-per-key-update": options.recordsPerKeyUpdate = try count(flag, value)
+            case "--interface":
+                guard !value.isEmpty, value.utf8.count < 16, !value.contains("/") else {
+                    throw Invalid(description: "--interface \(value): an interface name")
+                }
+                options.discoveryInterface = value
             default: throw Invalid(description: "unknown option \(flag)")
             }
         }

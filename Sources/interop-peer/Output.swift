@@ -73,6 +73,13 @@ enum Format {
         (error as? MCError).map { "\($0.code)" } ?? "unknown"
     }
 
+    /// Why a stream or resource failed: the transfer's own reason when the library has one
+    /// (`integrityFailure`, `cancelledByPeer`, ...), else the MCError code name.
+    static func transferReason(_ error: any Error) -> String {
+        if let transfer = (error as? MCError)?.transfer { return "\(transfer.code)" }
+        return reason(error)
+    }
+
     /// The SHA-256 fingerprint of the leaf, or "-" when the peer has no certificate.
     static func fingerprint(_ certificates: [SecCertificate]?) -> String {
         certificates?.first.map { hex($0.certificate.sha256Fingerprint) } ?? "-"

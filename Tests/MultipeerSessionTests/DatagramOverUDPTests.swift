@@ -208,8 +208,9 @@ struct DatagramOverUDPTests {
     /// sealed connection, the AEAD. On a plain connection nothing authenticates a datagram
     /// (docs/PROTOCOL.md §8): a forgery with a fresh counter from the peer's IP address would be
     /// delivered by design, so the plain junk is what the rules must still drop there: counters at
-    /// or past the epoch limit (UInt64.max once overflowed the replay window), epochs that are not
-    /// adjacent, the other kind, reserved bits, replays and counters below the window.
+    /// or past the epoch limit (UInt64.max once overflowed the replay window), the other kind,
+    /// reserved bits, replays and counters below the window. (A later epoch would be accepted there
+    /// as a fresh counter would; on a sealed connection it is AEAD junk like the rest.)
     @Test(arguments: [true, false])
     func junkGetsNoReplyAndDoesNotDisturbTheSession(encrypted: Bool) async throws {
         let preference: WireEncryptionPreference = encrypted ? .required : .none
@@ -338,7 +339,12 @@ struct DatagramOverUDPTests {
             // Any counter at or past the epoch limit.
             return datagram(kind, epoch: anyEpoch, counter: UInt64.random(in: limit ... .max, using: &generator), body: randomBody)
         case 6:
-            // An epoch that is neither the current one nor the next.
+            guard kind == .sealed else {
+                // Plain: any later epoch is accepted by design (§8 rule 2, nothing authenticates
+                // it); an earlier counter of the current one, with other contents, is not.
+                return datagram(kind, epoch: 0, counter: UInt64(tooOld.randomElement(using: &generator)!), body: randomBody)
+            }
+            // Sealed: a later epoch, past the next: its key is derived and the AEAD refuses it.
             return datagram(kind, epoch: UInt32.random(in: 2 ... .max, using: &generator), counter: UInt64.random(in: unused, using: &generator), body: randomBody)
         case 7:
             // The other kind, with a fresh counter in the current or the next epoch.

@@ -106,6 +106,63 @@ struct DatagramPeerStateTests {
         #expect(Self.deliver(bytes, to: &listener) == .dropped)
     }
 
+    /// SPEC-GAPS 16: before §8 accepted any later epoch, losing every datagram of one epoch
+    /// stopped unreliable delivery on the connection for good.
+    @Test(arguments: [true, false])
+    func deliveryResumesAfterWholeEpochsAreLost(encrypted: Bool) throws {
+        var limits = DatagramPeerState.Limits()
+        limits.epochCounterLimit = 4
+        var (dialer, listener) = Self.pair(encrypted: encrypted, limits: limits)
+        var all: [ByteBuffer] = []
+        for index in 0..<24 { all.append(try sealed(&dialer, ByteBuffer(string: "\(index)"))) }
+        // Epoch 0 arrives; epochs 1, 2 and 3 are lost whole, except one of epoch 3 held back.
+        for datagram in all[0..<4] { #expect(Self.deliver(datagram, to: &listener) != .dropped) }
+        let lateOfEpoch3 = all[13]
+        var received: [String] = []
+        func deliver(_ range: Range<Int>) {
+            for datagram in all[range] {
+                if case .message(let message) = Self.deliver(datagram, to: &listener) { received.append(String(buffer: message)) }
+            }
+        }
+        deliver(16..<20)  // epoch 4
+        // Epoch 3 is now the previous epoch, though none of it arrived: its late datagram counts
+        // once, then is a replay.
+        #expect(Self.deliver(lateOfEpoch3, to: &listener) == .message(ByteBuffer(string: "13")))
+        #expect(Self.deliver(lateOfEpoch3, to: &listener) == .dropped)
+        // Epochs 0-2 are gone.
+        #expect(Self.deliver(all[9], to: &listener) == .dropped)
+        deliver(20..<24)  // epoch 5
+        #expect(received == (16..<24).map { "\($0)" })
+        #expect(Self.deliver(all[14], to: &listener) == .dropped)  // epoch 3, two back now
+    }
+
+    /// A forger alternating later epochs costs one key derivation per datagram, moves nothing,
+    /// and its failures count together toward the integrity limit.
+    @Test func forgeriesUnderLaterEpochsMoveNothingAndCountTogether() throws {
+        var limits = DatagramPeerState.Limits()
+        limits.failureLimit = 10
+        let keys = SharedKeys()
+        var derivations = 0
+        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits) { direction, epoch in
+            derivations += 1
+            return keys.key(direction, epoch)
+        }
+        var dialer = DatagramPeerState(isEncrypted: true, weAreDialer: true, peerReceiverID: 22, keySource: keys.key)
+        derivations = 0
+        var outcomes: [DatagramPeerState.Received] = []
+        for index in 0..<10 {
+            var bytes = ByteBuffer()
+            DatagramHeader(kind: .sealed, receiverID: 22, epoch: UInt32(1 + index % 2) * 1000, counter: UInt64(index)).encode(into: &bytes)
+            bytes.writeRepeatingByte(0xEE, count: 40)
+            outcomes.append(Self.deliver(bytes, to: &listener))
+        }
+        #expect(derivations == 10)
+        #expect(outcomes.dropLast().allSatisfy { $0 == .dropped })
+        #expect(outcomes.last == .integrityLimitReached)
+        // The genuine epoch 0 still opens: the forgeries changed no epoch.
+        #expect(Self.deliver(try sealed(&dialer, ByteBuffer(string: "still here")), to: &listener) == .message(ByteBuffer(string: "still here")))
+    }
+
     @Test func tooManyForgeriesInOneEpochCloseTheConnection() throws {
         var limits = DatagramPeerState.Limits()
         limits.failureLimit = 10

@@ -63,9 +63,11 @@ public struct DatagramPeerState {
     private var currentEpoch: UInt32 = 0
     private var current: ReceiveEpoch
     private var previous: ReceiveEpoch?
-    /// The next epoch's key, derived once when a datagram of that epoch first arrives.
-    private var nextKey: DatagramEpochKey?
-    private var nextFailures: UInt64 = 0
+    /// The one later epoch we hold a key for: derived when a datagram of that epoch first arrives,
+    /// replaced when one of another later epoch does, so a datagram costs at most one derivation.
+    private var candidate: (epoch: UInt32, key: DatagramEpochKey?)?
+    /// Failed openings under later epochs, counted together until one opens (§8 rule 2).
+    private var laterFailures: UInt64 = 0
 
     public init(isEncrypted: Bool, weAreDialer: Bool, peerReceiverID: UInt32, limits: Limits = Limits(), keySource: @escaping KeySource) {
         kind = isEncrypted ? .sealed : .plain
@@ -125,20 +127,28 @@ public struct DatagramPeerState {
             previous = old
             return .message(message)
         }
-        if currentEpoch < UInt32.max, epoch == currentEpoch + 1 {
-            if kind == .sealed && nextKey == nil { nextKey = Self.epochKey(keySource, receiveDirection, epoch) }
-            guard let message = unseal(body, header: header, key: nextKey) else {
-                nextFailures += 1
-                return nextFailures >= limits.failureLimit ? .integrityLimitReached : .dropped
+        // Any later epoch: every datagram of the epochs between may have been lost (§8 rule 2).
+        if epoch > currentEpoch {
+            if candidate?.epoch != epoch {
+                candidate = (epoch, kind == .sealed ? Self.epochKey(keySource, receiveDirection, epoch) : nil)
             }
-            // The peer moved on: the new epoch becomes current, and its old key is dropped.
+            guard let message = unseal(body, header: header, key: candidate?.key) else {
+                laterFailures += 1
+                return laterFailures >= limits.failureLimit ? .integrityLimitReached : .dropped
+            }
             var window = ReplayWindow(size: limits.replayWindow)
             window.commit(header.counter)
-            previous = current
-            current = ReceiveEpoch(key: nextKey, window: window, failures: nextFailures)
+            if epoch == currentEpoch + 1 {
+                previous = current
+            } else {
+                // No datagram of epoch − 1 was accepted (we would have moved to it): a fresh window.
+                let key = kind == .sealed ? Self.epochKey(keySource, receiveDirection, epoch - 1) : nil
+                previous = ReceiveEpoch(key: key, window: ReplayWindow(size: limits.replayWindow))
+            }
+            current = ReceiveEpoch(key: candidate?.key, window: window, failures: laterFailures)
             currentEpoch = epoch
-            nextKey = nil
-            nextFailures = 0
+            candidate = nil
+            laterFailures = 0
             return .message(message)
         }
         return .dropped
