@@ -151,11 +151,14 @@ let package = Package(
             name: "SessionFuzzChecks",
             dependencies: [
                 "MultipeerSession", "MultipeerWire", "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "Fuzz/Sources/SessionFuzzChecks"
         ),
         .executableTarget(name: "fuzz-datagram", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-datagram"),
         .executableTarget(name: "fuzz-connection", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-connection"),
+        .executableTarget(
+            name: "fuzz-channel-endpoints", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-channel-endpoints"),
         .target(
             name: "DNSFuzzChecks",
             dependencies: ["MultipeerDNS", .product(name: "NIOCore", package: "swift-nio")],

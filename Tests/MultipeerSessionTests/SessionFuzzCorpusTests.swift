@@ -7,7 +7,7 @@ import Testing
 /// checks the fuzzers run; and each seed still reaches the state it is named for.
 @Suite("Session fuzz corpus replay")
 struct SessionFuzzCorpusTests {
-    static let targets = ["fuzz-datagram", "fuzz-connection"]
+    static let targets = ["fuzz-datagram", "fuzz-connection", "fuzz-channel-endpoints"]
 
     static func inputs(of target: String) throws -> [URL] {
         try ["Corpus", "Regressions"].flatMap { folder in
@@ -28,7 +28,11 @@ struct SessionFuzzCorpusTests {
         for file in files {
             let data = try Data(contentsOf: file)
             data.withUnsafeBytes { bytes in
-                if target == "fuzz-datagram" { SessionFuzzChecks.checkDatagram(bytes) } else { SessionFuzzChecks.checkConnection(bytes) }
+                switch target {
+                case "fuzz-datagram": SessionFuzzChecks.checkDatagram(bytes)
+                case "fuzz-connection": SessionFuzzChecks.checkConnection(bytes)
+                default: SessionFuzzChecks.checkChannelEndpoint(bytes)
+                }
             }
         }
     }
@@ -49,6 +53,31 @@ struct SessionFuzzCorpusTests {
         let ahead = try run("sealed-next-epoch-from-a-sender-ahead")
         #expect(ahead.epoch == 2 && ahead.accepted == 4)
         #expect(try run("sealed-raw-datagram").dropped == 1)
+    }
+
+    @Test func channelEndpointSeedsReachTheirStates() throws {
+        func run(_ name: String) throws -> ChannelEndpointRun {
+            try Self.seed("fuzz-channel-endpoints", name).withUnsafeBytes { SessionFuzzChecks.checkChannelEndpoint($0) }
+        }
+        let expected: [(String, Bool, Int, String)] = [
+            ("stream-closed-read-to-end", false, 3_200, "closed"),
+            ("stream-reset-by-peer", false, 400, "cancelledByPeer"),
+            ("stream-cancelled-by-app", false, 11, "cancelled"),
+            ("stream-connection-lost", false, 64, "connectionLost"),
+            ("stream-window-full", false, 128, "closed"),
+            ("resource-stored", true, 5_000, "stored"),
+            ("resource-wrong-digest", true, 5_000, "integrityFailure"),
+            ("resource-short", true, 3_200, "integrityFailure"),
+            ("resource-peer-cancel", true, 1_600, "cancelledByPeer"),
+            ("resource-lost-kept-for-resume", true, 3_200, "connectionLost"),
+            ("resource-app-cancel", true, 1_600, "cancelled"),
+            ("resource-empty-stored", true, 0, "stored"),
+            ("resource-small-window", true, 20_000, "stored"),
+        ]
+        for (name, isResource, bytes, outcome) in expected {
+            let result = try run(name)
+            #expect(result.isResource == isResource && result.bytes == bytes && result.outcome == outcome, "\(name): \(result)")
+        }
     }
 
     @Test func connectionSeedsReachTheirStates() throws {

@@ -38,7 +38,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     private let linkage: any ChannelLinkage
     private let state = Mutex(State())
 
-    init(name: String, peer: WirePeerID, channel: UInt32, linkage: any ChannelLinkage) {
+    package init(name: String, peer: WirePeerID, channel: UInt32, linkage: any ChannelLinkage) {
         self.name = name
         self.peer = peer
         self.channel = channel
@@ -131,7 +131,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
 
     // MARK: The engine's side (on its loop)
 
-    func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) -> Bool {
         switch frame {
         case .streamData(_, let data):
             let accepted = state.withLock { state -> Bool in
@@ -157,7 +157,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         }
     }
 
-    func failed(_ error: TransferError) {
+    package func failed(_ error: TransferError) {
         let first = state.withLock { state -> Bool in
             guard !state.ended, state.failure == nil else { return false }
             state.failure = error

@@ -39,7 +39,7 @@ protocol InboundChannel: AnyObject, Sendable {
 }
 
 /// What a channel object asks of the engine, from any thread.
-protocol ChannelLinkage: AnyObject, Sendable {
+package protocol ChannelLinkage: AnyObject, Sendable {
     /// The outbound channel has something to send.
     func channelReady(_ channel: UInt32)
     /// The application took `bytes` of an inbound channel: give window back.

@@ -7,14 +7,14 @@ import NIOCore
 
 /// Positioned reads and writes on a file descriptor, run on a thread pool (never on an event
 /// loop). Errors carry errno's text, never file contents.
-struct FileIOError: Error, CustomStringConvertible {
+package struct FileIOError: Error, CustomStringConvertible {
     let operation: String
     let code: Int32
-    var description: String { "\(operation): \(String(cString: strerror(code)))" }
+    package var description: String { "\(operation): \(String(cString: strerror(code)))" }
 }
 
 /// One open file; closed on `close()` or when released.
-final class OpenFile: @unchecked Sendable {
+package final class OpenFile: @unchecked Sendable {
     private(set) var descriptor: Int32
 
     private init(descriptor: Int32) { self.descriptor = descriptor }
@@ -33,7 +33,7 @@ final class OpenFile: @unchecked Sendable {
     }
 
     /// Creates a new file that did not exist, readable by its owner only.
-    static func create(_ path: String) throws(FileIOError) -> OpenFile {
+    package static func create(_ path: String) throws(FileIOError) -> OpenFile {
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw FileIOError(operation: "create", code: errno) }
         return OpenFile(descriptor: descriptor)

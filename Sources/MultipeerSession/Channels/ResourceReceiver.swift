@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// The outcome is claimed under the lock before any final frame goes out, so a cancel racing
 /// the verification cannot tell the sender one thing and do another.
-final class ResourceReceiver: InboundChannel {
+package final class ResourceReceiver: InboundChannel {
     /// Chunks are written in batches of about this much.
     static let writeBatch = 256 * 1024
 
@@ -46,7 +46,7 @@ final class ResourceReceiver: InboundChannel {
     /// A test's way to make the store fail: called before each write.
     private let writeFault: (@Sendable (UInt64) throws -> Void)?
 
-    init(
+    package init(
         channel: UInt32, offer: ResourceOffer, peer: WirePeerID, path: String, file: OpenFile, startOffset: UInt64,
         pool: NIOThreadPool, eventLoop: any EventLoop, linkage: any ChannelLinkage,
         resumeKey: ResumeStore.Key, resumeStore: ResumeStore?, writeFault: (@Sendable (UInt64) throws -> Void)?,
@@ -98,7 +98,7 @@ final class ResourceReceiver: InboundChannel {
     }
 
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
-    func cancel() {
+    package func cancel() {
         guard claim(.failure(TransferError(.cancelled))) else { return }
         linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
         report(removeFile: true)
@@ -106,7 +106,7 @@ final class ResourceReceiver: InboundChannel {
 
     // MARK: On the loop
 
-    func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) -> Bool {
         switch frame {
         case .resourceChunk(_, let data):
             let accepted = state.withLock { state -> Bool in
@@ -131,7 +131,7 @@ final class ResourceReceiver: InboundChannel {
         }
     }
 
-    func failed(_ error: TransferError) {
+    package func failed(_ error: TransferError) {
         // Cut off: keep what reached the file, for the same sender to resume. The outcome is
         // reported once the partial is kept, so a resend right after finds it.
         let keepNow = state.withLock { state -> Bool in

@@ -5,18 +5,25 @@ import Synchronization
 /// Interrupted incoming transfers kept so that the same sender can resume them (docs/PROTOCOL.md
 /// §7.8): the file a transfer wrote to and how many bytes it holds, for a limited time, a limited
 /// number at once. A kept file belongs to the store until a transfer takes it back or it expires.
-final class ResumeStore: Sendable {
-    struct Key: Hashable, Sendable {
+package final class ResumeStore: Sendable {
+    package struct Key: Hashable, Sendable {
         let peer: Bytes16
         /// The sender's certificate fingerprint; nil without an identity.
         let fingerprint: [UInt8]?
         let transferID: Bytes16
         let size: UInt64
+
+        package init(peer: Bytes16, fingerprint: [UInt8]?, transferID: Bytes16, size: UInt64) {
+            self.peer = peer
+            self.fingerprint = fingerprint
+            self.transferID = transferID
+            self.size = size
+        }
     }
 
-    struct Partial: Sendable {
-        let path: String
-        let length: UInt64
+    package struct Partial: Sendable {
+        package let path: String
+        package let length: UInt64
     }
 
     private struct Entry {
@@ -28,7 +35,7 @@ final class ResumeStore: Sendable {
     let lifetime: TimeAmount
     private let entries = Mutex<[(key: Key, entry: Entry)]>([])
 
-    init(capacity: Int, lifetime: TimeAmount) {
+    package init(capacity: Int, lifetime: TimeAmount) {
         self.capacity = max(0, capacity)
         self.lifetime = lifetime
     }
@@ -54,7 +61,7 @@ final class ResumeStore: Sendable {
     }
 
     /// The kept partial for `key`, now the caller's; nil when none (or expired).
-    func take(_ key: Key, now: NIODeadline = .now()) -> Partial? {
+    package func take(_ key: Key, now: NIODeadline = .now()) -> Partial? {
         var removed: [String] = []
         let found = entries.withLock { entries -> Partial? in
             removed = expire(&entries, now: now)
