@@ -13,10 +13,10 @@ def pct(name: str) -> str:
 
 
 class Harness:
-    def __init__(self, binary, *args, name="swift"):
+    def __init__(self, binary, *args, name="swift", env=None):
         self.cmd = [binary, "--name", name] + list(args)
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+                                     stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
         self.lines = []
         self.cond = threading.Condition()
         self.stderr = []

@@ -4,9 +4,11 @@ Python peer in `mpcp/`, in both dial directions, on 127.0.0.1 only.
 
     INTEROP_PEER=/path/to/interop-peer python3 scenarios.py [-k SUBSTRING] [--markdown FILE]
 
-Each scenario prints one line: name, PASS/FAIL, figures. Exit status 1 when
-any scenario fails. Every wait has a deadline and the whole run is bounded by
-RUN_BUDGET seconds."""
+Each scenario prints one line: name, PASS/FAIL/SKIP, figures. Exit status 1
+when any scenario fails. Every wait has a deadline and the whole run is bounded
+by RUN_BUDGET seconds. Discovery and invitation scenarios use multicast DNS:
+they run only with INTEROP_MULTICAST=1 inside a network namespace whose only
+interface is `lo` (scripts/interop makes one), and are SKIPped otherwise."""
 import argparse
 import hashlib
 import itertools
@@ -464,18 +466,22 @@ def s_datagram_attacks():
             s.udp_send_raw(conn, s.seal_datagram(conn, b"second"))  # a valid one after the faults
             s.udp_send_raw(conn, s.seal_datagram(conn, b"far", counter=20000))
             s.udp_send_raw(conn, s.seal_datagram(conn, b"belowwindow", counter=3))  # 3 < 20000-8192
-            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch2", epoch=2, counter=0))  # E+2: dropped
-            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1", epoch=1, counter=0))  # E+1: accepted
-            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch0-after", epoch=0, counter=20001))  # E-1 still held
-            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1-replay", epoch=1, counter=0))  # replay in E+1
-            s.udp_send_raw(conn, s.seal_datagram(conn, b"marker", epoch=1, counter=1))
+            forged2 = bytearray(s.seal_datagram(conn, b"forged-later", epoch=2, counter=0))
+            forged2[-1] ^= 0x01
+            s.udp_send_raw(conn, bytes(forged2))                    # later epoch, tag fails: no change
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch0-still", epoch=0, counter=20001))  # E still 0
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch2", epoch=2, counter=0))  # E+2 opens: E=2 (§8 rule 2)
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1", epoch=1, counter=0))  # E-1, empty window
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch0-after", epoch=0, counter=20002))  # E-2: dropped
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"epoch1-replay", epoch=1, counter=0))  # replay in E-1
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"marker", epoch=2, counter=1))
             w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"marker".hex(), 5, since=mh)
             check(w is not None, "marker datagram never arrived")
             time.sleep(0.3)
             got = _lib_dgrams(h, mh, s.peer_id.hex())
-            want = [b"first", b"second", b"far", b"epoch1", b"epoch0-after", b"marker"]
+            want = [b"first", b"second", b"far", b"epoch0-still", b"epoch2", b"epoch1", b"marker"]
             check(sorted(got) == sorted(want), "library delivered %s" % got)
-            return "delivered exactly %d valid of %d sent" % (len(got), 17)
+            return "delivered exactly %d valid of %d sent" % (len(got), 19)
         finally:
             s.close()
 
@@ -567,12 +573,13 @@ def s_dgram_epochs_from_lib():
     return "; ".join(figures)
 
 
-@scenario("datagram epochs: python -> library every 4 datagrams, 30 messages; E+2 dropped (§8)")
+@scenario("datagram epochs: python -> library every 4 datagrams, 30 messages; E+2 accepted, E-2 dropped (§8)")
 def s_dgram_epochs_to_lib():
     """The Python sender moves to the next epoch every 4 datagrams; the library
-    must open every one. Then a datagram of epoch current+2 (outside E-1..E+1,
-    §8 rule 2) must be dropped, while a valid one after it arrives; an E+1 then
-    an E+2 (now E+1 of the new current) are accepted again."""
+    must open every one. Then a datagram of epoch current+2 that opens is
+    accepted and becomes current (§8 rule 2 as changed); one of the old
+    current epoch (now E-2) is dropped, one of the epoch skipped (now E-1) is
+    accepted."""
     n, per = 30, 4
     figures = []
     with lib() as h:
@@ -596,24 +603,89 @@ def s_dgram_epochs_to_lib():
                 E = conn.send_epoch
                 m2 = h.mark()
                 s.udp_send_raw(conn, s.seal_datagram(conn, b"skipped-epoch", epoch=E + 2, counter=0))
-                s.send_datagram(conn, b"valid-after-skip")          # epoch E, next counter
-                w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == peer and w[4] == b"valid-after-skip".hex(),
-                           5, since=m2)
-                check(w is not None, "the valid datagram after the E+2 one never arrived")
-                # the E+1 rule still works afterwards: E+1 then (new E)+1
-                s.udp_send_raw(conn, s.seal_datagram(conn, b"next-epoch", epoch=E + 1, counter=0))
-                s.udp_send_raw(conn, s.seal_datagram(conn, b"next-next-epoch", epoch=E + 2, counter=1))
-                w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == peer and w[4] == b"next-next-epoch".hex(),
-                           5, since=m2)
-                check(w is not None, "E+1 then E+2 (one step each) not accepted")
+                s.send_datagram(conn, b"old-current")              # epoch E, next counter: now E'-2
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"skipped-one", epoch=E + 1, counter=0))
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"marker", epoch=E + 2, counter=1))
+                w = h.wait(lambda w: w[0] == "RECEIVED" and w[1] == peer and w[4] == b"marker".hex(), 5, since=m2)
+                check(w is not None, "the marker (epoch E+2, counter 1) never arrived")
+                time.sleep(0.2)
                 after = _lib_dgrams(h, m2, peer)
-                check(b"skipped-epoch" not in after, "the library accepted a datagram of epoch E+2")
-                check(after.count(b"valid-after-skip") == 1 and b"next-epoch" in after,
+                check(sorted(after) == sorted([b"skipped-epoch", b"skipped-one", b"marker"]),
                       "library delivered %s" % after)
-                figures.append("%s %d/%d epochs 0-%d, E+2 dropped" % (direction, len(set(got)), n, E))
+                figures.append("%s %d/%d epochs 0-%d, E+2 accepted, E-2 dropped" % (direction, len(set(got)), n, E))
                 disconnect(h, s, conn)
             finally:
                 s.close()
+    return "; ".join(figures)
+
+
+@scenario("datagram epochs: whole epochs lost both ways (§8 rule 2)")
+def s_dgram_epochs_lost():
+    """python->library: epoch 0, then epochs 1 and 2 never sent, then epoch 3:
+    the library takes epoch 3, then epoch 2 (the previous one, empty window)
+    once, and drops epoch 1. library->python: the library changes epochs
+    every 4 datagrams and the Python receiver discards every datagram of
+    epochs 1 and 2 (simulated loss); it must still receive epochs 3 and 4."""
+    figures = []
+    with lib() as h:
+        s = Session("py", "required")
+        try:
+            conn = _dgram_setup(h, s, "py>lib")
+            peer = s.peer_id.hex()
+            mh = h.mark()
+            for c in range(3):
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"e0-%d" % c, epoch=0, counter=c))
+            w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"e0-2".hex(), 5, since=mh)
+            check(w is not None, "epoch-0 datagrams not delivered")
+            for c in range(3):
+                s.udp_send_raw(conn, s.seal_datagram(conn, b"e3-%d" % c, epoch=3, counter=c))
+            w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"e3-2".hex(), 5, since=mh)
+            check(w is not None, "epoch-3 datagrams (after two lost epochs) not delivered")
+            e2 = s.seal_datagram(conn, b"e2-0", epoch=2, counter=0)
+            s.udp_send_raw(conn, e2)
+            s.udp_send_raw(conn, e2)                                 # replay in the previous epoch
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"e1-0", epoch=1, counter=0))  # E-2: dropped
+            s.udp_send_raw(conn, s.seal_datagram(conn, b"marker", epoch=3, counter=3))
+            w = h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"marker".hex(), 5, since=mh)
+            check(w is not None, "marker never arrived")
+            time.sleep(0.2)
+            got = _lib_dgrams(h, mh, peer)
+            want = [b"e0-0", b"e0-1", b"e0-2", b"e3-0", b"e3-1", b"e3-2", b"e2-0", b"marker"]
+            check(sorted(got) == sorted(want), "library delivered %s" % got)
+            figures.append("py>lib epochs 0,3 delivered, epoch 2 once, epoch 1 dropped")
+            disconnect(h, s, conn)
+        finally:
+            s.close()
+    per, n = 4, 20
+    with lib(extra=("--datagrams-per-epoch", str(per))) as h:
+        s = Session("py", "required")
+        s.hooks["udp_drop"] = lambda conn, hdr: hdr.epoch in (1, 2)
+        try:
+            conn = _dgram_setup(h, s, "lib>py")
+            ms = s.events.mark()
+            sent = [b"lib-%02d" % i for i in range(n)]
+            for p in sent:
+                w = h.command("SEND unreliable %s %s" % (s.peer_id.hex(), p.hex()),
+                              lambda w: w[0] in ("OK", "ERROR") and w[1] == "SEND", timeout=5)
+                check(w and w[0] == "OK", "SEND unreliable answered %s" % (w,))
+            want = [p for i, p in enumerate(sent) if i // per not in (1, 2)]
+
+            def got():
+                return [e.data["payload"] for e in s.events.all(lambda e: e.kind == "datagram", since=ms)]
+            _wait_until(lambda: len(got()) >= len(want), 5)
+            lost = s.events.all(lambda e: e.kind == "datagram-dropped" and e.data.get("why") == "simulated loss",
+                                since=ms)
+            other = [e.data.get("why") for e in s.events.all(
+                lambda e: e.kind == "datagram-dropped" and e.data.get("why") != "simulated loss", since=ms)]
+            check(len(lost) == 2 * per, "simulated loss hit %d datagrams, not %d" % (len(lost), 2 * per))
+            check(sorted(got()) == sorted(want), "python received %s, wanted %s (other drops: %s)"
+                  % (got(), want, other))
+            check(conn.recv_epoch == (n - 1) // per, "python receiver at epoch %d" % conn.recv_epoch)
+            figures.append("lib>py epochs 1-2 discarded (%d datagrams), %d/%d of epochs 0,3,4 received"
+                           % (len(lost), len(got()), len(want)))
+            disconnect(h, s, conn)
+        finally:
+            s.close()
     return "; ".join(figures)
 
 
@@ -1265,7 +1337,9 @@ def s_channel_faults():
             check(ch.done.wait(5) and ch.answer == ("cancel", 2), "bad digest answer %s" % (ch.answer,))
             wf = h.wait(lambda w: w[0] == "RESOURCE-FAILED", 3, since=mh)
             check(wf is not None, "harness printed no RESOURCE-FAILED")
-            out.append("bad digest -> RESOURCE_CANCEL 2 (%s)" % wf[3])
+            check(wf[1] == s.peer_id.hex() and wf[3] == "integrityFailure",
+                  "harness printed %s, not RESOURCE-FAILED <peer> <name> integrityFailure" % " ".join(wf))
+            out.append("bad digest -> RESOURCE_CANCEL 2, harness RESOURCE-FAILED %s" % wf[3])
         finally:
             s.close()
         # chunk beyond size: protocolError
@@ -1491,6 +1565,304 @@ def s_pairing_code():
 
 
 # ------------------------------------------------------------------ runner
+# ------------------------------------------------- discovery and invitations
+MULTICAST = os.environ.get("INTEROP_MULTICAST") == "1"
+SERVICE = "mpc-interop"
+
+
+class ScenarioSkipped(Exception):
+    pass
+
+
+def needs_multicast():
+    if not MULTICAST:
+        raise ScenarioSkipped("needs INTEROP_MULTICAST=1 (multicast DNS inside a network namespace)")
+
+
+def disc_lib(encryption="required", extra=()):
+    """A harness for discovery: --interface lo, and no D-Bus system bus, so
+    its mDNS engine is its own (inside our namespace), never a host daemon."""
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent/mpc-interop-no-bus")
+    args = ["--encryption", encryption, "--trust", "accept", "--interface", "lo"] + list(extra)
+    return Harness(BIN, *args, env=env)
+
+
+class _Zeroconf:
+    def __enter__(self):
+        from mpcp.discovery import zeroconf_on_loopback
+        self.zc = zeroconf_on_loopback()
+        return self.zc
+
+    def __exit__(self, *exc):
+        self.zc.close()
+
+
+def _ok(h, cmd, timeout=10):
+    word = cmd.split()[0]
+    w = h.command(cmd, lambda w: w[0] in ("OK", "ERROR") and w[1] == word, timeout)
+    check(w and w[0] == "OK", "%s answered %s" % (cmd, w))
+
+
+def _find_harness(zc, h, events, timeout=10):
+    from mpcp.discovery import Browser
+    br = Browser(zc, SERVICE, events)
+    ev = events.wait(lambda e: e.kind == "found" and e.data["identifier"] == h.peer_id.identifier.hex(), timeout)
+    check(ev is not None, "zeroconf did not find the harness's advertisement within %ds" % timeout)
+    return br, ev
+
+
+@scenario("discovery: zeroconf finds the library's advertisement (§12.2 TXT); the library finds and loses ours")
+def s_discovery():
+    needs_multicast()
+    from mpcp.discovery import Advertisement, host_name, instance_name, service_type
+    from mpcp.events import EventLog
+    from zeroconf.const import _TYPE_SRV, _TYPE_TXT, _TYPE_PTR, _TYPE_A
+    figures = []
+    with disc_lib() as h, _Zeroconf() as zc:
+        _ok(h, "ADVERTISE " + SERVICE)
+        t0 = time.monotonic()
+        ev_log = EventLog()
+        br, ev = _find_harness(zc, h, ev_log)
+        figures.append("found in %.1fs" % (time.monotonic() - t0))
+        ident = h.peer_id.identifier
+        want = [b"txtvers=1", b"mpcid=" + ident.hex().encode(), b"mpcdn=" + h.peer_id.display_name.encode()]
+        check(ev.data["strings"] == want, "harness TXT %s, want %s" % (ev.data["strings"], want))
+        info = ev.data["service_info"]
+        check(ev.data["instance"] == instance_name(ident, SERVICE), "instance %s" % ev.data["instance"])
+        check(info.server == host_name(ident, SERVICE), "SRV target %s" % info.server)
+        check(info.priority == 0 and info.weight == 0, "SRV priority %d weight %d" % (info.priority, info.weight))
+        ttls = {}
+        for name, rtype, label in ((service_type(SERVICE), _TYPE_PTR, "PTR"),
+                                   (instance_name(ident, SERVICE), _TYPE_SRV, "SRV"),
+                                   (instance_name(ident, SERVICE), _TYPE_TXT, "TXT"),
+                                   (host_name(ident, SERVICE), _TYPE_A, "A")):
+            recs = [r for r in zc.cache.entries_with_name(name) if r.type == rtype]
+            if label == "PTR":
+                recs = [r for r in recs if getattr(r, "alias", "") == instance_name(ident, SERVICE)]
+            ttls[label] = sorted({int(r.ttl) for r in recs})
+        want_ttl = {"PTR": [4500], "SRV": [120], "TXT": [4500], "A": [120]}
+        check(ttls == want_ttl, "TTLs %s, want %s" % (ttls, want_ttl))
+        check(("127.0.0.1", info.port) in ev.data["endpoints"], "endpoints %s" % ev.data["endpoints"])
+        figures.append("TXT txtvers/mpcid/mpcdn in order, SRV target and TTLs as §12.1")
+        br.cancel()
+        _ok(h, "STOP-ADVERTISING")
+        # the other way: the library's browser finds the Python advertisement
+        s = Session("py-adv", "required", listen=False, datagrams=False)
+        adv = Advertisement(zc, SERVICE, s.peer_id, 45678)
+        try:
+            m = h.mark()
+            _ok(h, "BROWSE " + SERVICE)
+            t0 = time.monotonic()
+            adv.publish()
+            w = h.wait(lambda w: w[0] == "FOUND" and w[1] == s.peer_id.hex(), 10, since=m)
+            check(w is not None, "harness printed no FOUND for the Python advertisement")
+            check(w[2:] == ["127.0.0.1:45678"], "FOUND endpoints %s" % w[2:])
+            figures.append("library FOUND ours in %.1fs (%s)" % (time.monotonic() - t0, " ".join(w[2:])))
+            m = h.mark()
+            t0 = time.monotonic()
+            adv.withdraw()
+            w = h.wait(lambda w: w[0] == "LOST" and w[1] == s.peer_id.hex(), 5, since=m)
+            check(w is not None, "harness printed no LOST after our goodbye")
+            figures.append("LOST %.2fs after goodbye" % (time.monotonic() - t0))
+            _ok(h, "STOP-BROWSING")
+        finally:
+            adv.withdraw()
+            s.close()
+    return ", ".join(figures)
+
+
+@scenario("invitations: the library invites python (accept, decline, 3/4/5, unanswered, 4,096-byte context)")
+def s_library_invites():
+    needs_multicast()
+    from mpcp.discovery import Advertisement
+    from mpcp.invitation import InvitationListener
+    figures = []
+    with disc_lib() as h, _Zeroconf() as zc:
+        s = Session("py", "required")
+        listener = InvitationListener(s)
+        adv = Advertisement(zc, SERVICE, s.peer_id, listener.port)
+        peer = s.peer_id.hex()
+        try:
+            adv.publish()
+            m = h.mark()
+            _ok(h, "BROWSE " + SERVICE)
+            check(h.wait(lambda w: w[0] == "FOUND" and w[1] == peer, 10, since=m) is not None,
+                  "harness never FOUND the Python advertisement")
+
+            def invite(timeout, ctx=b""):
+                mh, ml = h.mark(), listener.events.mark()
+                h.send("INVITE %s %s %s" % (peer, timeout, ctx.hex() or "-"))
+                ev = listener.events.wait(lambda e: e.kind == "invitation", 8, since=ml)
+                check(ev is not None, "no INVITATION reached the Python listener")
+                return ev, mh
+
+            def invited(mh, timeout=8):
+                w = h.wait(lambda w: w[0] == "INVITED" and w[1] == peer, timeout, since=mh)
+                check(w is not None, "harness printed no INVITED within %ds" % timeout)
+                return w[2:]
+
+            # accept: the library's session dials ours with the connection data (purpose 1)
+            ms = s.events.mark()
+            ev, mh = invite(5)
+            conn = ev.data["conn"]
+            hello = conn.peer_hello
+            check(hello.purpose == 2 and hello.token == bytes(16), "inviter HELLO purpose %d" % hello.purpose)
+            figures.append("inviter HELLO 2 (listenPort %s, datagramPort %s), preamble preference %d"
+                           % ("set" if hello.listen_port else 0, "set" if hello.datagram_port else 0,
+                              conn.peer_preamble.preference))
+            check(ev.peer.identifier == h.peer_id.identifier, "invitation from %s" % ev.peer)
+            check(ev.data["context"] == b"", "context %r" % ev.data["context"][:20])
+            check(listener.answer(conn, "accept") == 1, "could not answer")
+            check(invited(mh) == ["connected"], "accept: INVITED %s" % h.lines[-1])
+            sev = s.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 5, since=ms)
+            check(sev is not None, "python session not connected after the acceptance")
+            sc = sev.data["conn"]
+            check(sc.peer_hello.purpose == 1, "session connection purpose %d" % sc.peer_hello.purpose)
+            mm = s.events.mark()
+            h.send("SEND reliable %s %s" % (peer, b"hello-python".hex()))
+            check(s.events.wait(lambda e: e.kind == "message" and e.data["payload"] == b"hello-python", 5,
+                                since=mm) is not None, "library's message not received")
+            m2 = h.mark()
+            sc.send_message(b"hello-library")
+            check(h.wait(lambda w: w[0] == "RECEIVED" and w[4] == b"hello-library".hex(), 5, since=m2)
+                  is not None, "our message not received")
+            figures.append("accept -> connected, messages both ways")
+            disconnect(h, s, sc)
+            # decline, and the responses the Python application gives
+            for answer, want in (("decline", "declined"), (3, "timedOut"), (4, "sessionFull"),
+                                 (5, "encryptionIncompatible")):
+                ev, mh = invite(5)
+                listener.answer(ev.data["conn"], answer)
+                got = invited(mh)
+                check(got == ["failed", want], "answer %s: INVITED %s" % (answer, got))
+            figures.append("decline/3/4/5 -> failed declined/timedOut/sessionFull/encryptionIncompatible")
+            # 4,096-byte context, intact
+            ctx = os.urandom(4096)
+            ev, mh = invite(5, ctx)
+            check(ev.data["context"] == ctx, "4,096-byte context altered (%d bytes)" % len(ev.data["context"]))
+            listener.answer(ev.data["conn"], "decline")
+            check(invited(mh) == ["failed", "declined"], "4096 context: INVITED %s" % h.lines[-1])
+            figures.append("4,096-byte context intact")
+            # never answered: the Python side stays silent, the library's timeout must end it
+            listener.silent = True
+            t0 = time.monotonic()
+            ev, mh = invite(1)
+            got = invited(mh, 1 + 10 + 4)
+            el = time.monotonic() - t0
+            check(got == ["failed", "timedOut"], "unanswered: INVITED %s" % got)
+            figures.append("unanswered (timeout 1s) -> failed timedOut after %.1fs" % el)
+        finally:
+            listener.silent = False
+            adv.withdraw()
+            listener.close()
+            s.close()
+    return "; ".join(figures)
+
+
+@scenario("invitations: python invites the library (accept, decline, unanswered, 4,096/4,097-byte context, encryption)")
+def s_python_invites():
+    needs_multicast()
+    from mpcp.events import EventLog
+    from mpcp.invitation import invite, invite_and_connect
+    import threading
+    figures = []
+    with disc_lib() as h, disc_lib("none") as hn, _Zeroconf() as zc:
+        _ok(h, "ADVERTISE " + SERVICE)
+        _ok(hn, "ADVERTISE " + SERVICE)
+        found = EventLog()
+        br, ev = _find_harness(zc, h, found)
+        evn = found.wait(lambda e: e.kind == "found" and e.data["identifier"] == hn.peer_id.identifier.hex(), 10)
+        check(evn is not None, "the second harness (--encryption none) was not found")
+        eps, eps_n = ev.data["endpoints"], evn.data["endpoints"]
+        s = Session("py", "required")
+        peer = s.peer_id.hex()
+        try:
+            def run(target, *args):
+                box = {}
+                t = threading.Thread(target=lambda: box.setdefault("r", target(*args)), daemon=True)
+                t.start()
+                return t, box
+
+            def invitation_line(hh, mh, timeout=8):
+                w = hh.wait(lambda w: w[0] == "INVITATION" and w[2] == peer, timeout, since=mh)
+                check(w is not None, "harness printed no INVITATION")
+                return w
+
+            # accept -> response 1, then the session connection (purpose 1)
+            mh = h.mark()
+            t, box = run(invite_and_connect, s, eps, h.peer_id, b"", 10.0)
+            w = invitation_line(h, mh)
+            check(w[3] == "-", "empty context shown as %s" % w[3])
+            _ok(h, "ANSWER %s accept" % w[1])
+            t.join(15)
+            check("r" in box, "invite_and_connect did not finish")
+            response, sc, why = box["r"]
+            check(response == 1 and why is None, "accept: response %s, %s" % (response, why))
+            check(h.wait(lambda w: w[0] == "TRUST" and w[1] == peer and w[3] == "accepted", 5, since=mh),
+                  "no TRUST line")
+            check(h.wait(is_state(peer, "connected"), 5, since=mh), "no STATE connected")
+            figures.append("accept -> 1, session connected (TRUST, STATE)")
+            disconnect(h, s, sc)
+            # decline -> 2
+            mh = h.mark()
+            t, box = run(invite, s, eps, h.peer_id, b"", 10.0)
+            w = invitation_line(h, mh)
+            _ok(h, "ANSWER %s decline" % w[1])
+            t.join(15)
+            check(box.get("r", (None,))[0] == 2, "decline: %s" % (box.get("r"),))
+            ic = box["r"][1]
+            lh, lp = ic.peer_hello, ic.peer_preamble
+            check(lp.preference == PREFERENCE_NAMES["optional"] and not lp.has_identity,
+                  "library's invitation listener preamble: preference %d identity %s" % (lp.preference,
+                                                                                       lp.has_identity))
+            check(lh.purpose == 0 and lh.token == bytes(16) and lh.peer_id == h.peer_id,
+                  "library's invitation listener HELLO purpose %d peer %s" % (lh.purpose, lh.peer_id))
+            figures.append("listener: optional, no identity, HELLO 0 (listenPort %d, datagramPort %d)"
+                           % (lh.listen_port, lh.datagram_port))
+            # unanswered with a short timeout -> 3
+            mh = h.mark()
+            t0 = time.monotonic()
+            t, box = run(invite, s, eps, h.peer_id, b"", 1.5)
+            invitation_line(h, mh)
+            t.join(15)
+            el = time.monotonic() - t0
+            check(box.get("r", (None,))[0] == 3, "unanswered: %s" % (box.get("r"),))
+            check(el < 1.5 + 3, "response 3 after %.1fs" % el)
+            figures.append("decline -> 2, unanswered (1.5s) -> 3 after %.1fs" % el)
+            # 4,096-byte context shows in INVITATION
+            ctx = os.urandom(4096)
+            mh = h.mark()
+            t, box = run(invite, s, eps, h.peer_id, ctx, 10.0)
+            w = invitation_line(h, mh)
+            check(w[3] == ctx.hex(), "4,096-byte context shown as %d hex digits" % len(w[3]))
+            _ok(h, "ANSWER %s decline" % w[1])
+            t.join(15)
+            # 4,097 bytes: a violation (§6.4.3, §10: payload beyond INVITATION's bounds)
+            mh, ms = h.mark(), s.events.mark()
+            raw = (10000).to_bytes(4, "big") + (4097).to_bytes(2, "big") + os.urandom(4097)
+            response, conn, why = invite(s, eps, h.peer_id, b"", 3.0, raw_invitation=raw)
+            bye = s.events.all(lambda e: e.kind == "goodbye" and e.data["conn"] is conn, since=ms)
+            check(response is None, "4,097-byte context answered %s" % response)
+            check(bye and bye[0].data["reason"] == 1, "4,097-byte context: %s (%s)" % (
+                [e.data["reason"] for e in bye], why))
+            time.sleep(0.2)
+            check(not h.all(lambda w: w[0] == "INVITATION" and w[2] == peer, since=mh),
+                  "harness printed an INVITATION for a 4,097-byte context")
+            figures.append("4,096 context shown; 4,097 -> GOODBYE 1, no INVITATION")
+            # encryption incompatible: the chosen session says none, we require encryption -> 5
+            mh = hn.mark()
+            t, box = run(invite, s, eps_n, hn.peer_id, b"", 10.0)
+            w = invitation_line(hn, mh)
+            _ok(hn, "ANSWER %s accept" % w[1])
+            t.join(15)
+            check(box.get("r", (None,))[0] == 5, "none vs required: %s" % (box.get("r"),))
+            figures.append("--encryption none, accept -> 5")
+        finally:
+            br.cancel()
+            s.close()
+    return "; ".join(figures)
+
+
 def main():
     global BIN
     ap = argparse.ArgumentParser()
@@ -1517,15 +1889,19 @@ def main():
             outcome = "PASS"
         except ScenarioFailed as e:
             figures, outcome = str(e), "FAIL"
+        except ScenarioSkipped as e:
+            figures, outcome = str(e), "SKIP"
         except Exception as e:
             figures, outcome = "error: %r" % e, "FAIL"
             traceback.print_exc()
         figures = "%s (%.1fs)" % (figures, time.monotonic() - t0)
         results.append((name, outcome, figures))
         print("%-80s %s  %s" % (name, outcome, figures), flush=True)
-    failed = [r for r in results if r[1] != "PASS"]
-    print("%d scenarios, %d passed, %d failed, %.1fs" % (len(results), len(results) - len(failed),
-                                                           len(failed), time.monotonic() - start))
+    failed = [r for r in results if r[1] == "FAIL"]
+    skipped = [r for r in results if r[1] == "SKIP"]
+    print("%d scenarios, %d passed, %d failed, %d skipped, %.1fs"
+          % (len(results), len(results) - len(failed) - len(skipped), len(failed), len(skipped),
+             time.monotonic() - start))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("| scenario | outcome | figures |\n|---|---|---|\n")

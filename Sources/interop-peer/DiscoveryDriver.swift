@@ -24,7 +24,9 @@ final class DiscoveryDriver: Sendable {
     init(session: MCSession, out: LineWriter, interface: String, listenHost: String) {
         self.session = session
         self.out = out
-        configuration = DiscoveryConfiguration(interfaceNames: [interface])
+        // Always the embedded engine: a host's avahi-daemon, reached over D-Bus, would publish
+        // outside the network namespace the test runs in.
+        configuration = DiscoveryConfiguration(interfaceNames: [interface], engine: .embedded)
         self.listenHost = listenHost
     }
 

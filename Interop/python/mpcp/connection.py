@@ -11,7 +11,7 @@ import threading
 import time
 
 from . import frames as F
-from .datagram import LABEL_D2L, LABEL_L2D
+from .datagram import LABEL_D2L, LABEL_L2D, EpochReceiver
 from .preamble import Preamble, negotiate_version, negotiate_encryption, TLS, PLAINTEXT, REFUSED
 from .pairing import commitment, code as pairing_code, EXPORTER_LABEL
 from .tls import make_context, peer_chain, fingerprint
@@ -63,9 +63,7 @@ class Connection(ChannelsMixin):
         self.my_rid = int.from_bytes(os.urandom(4), "big") or 1
         self.send_epoch = 0
         self.send_counter = 0
-        self.recv_epoch = 0
-        self.recv_keys = {}
-        self.windows = {}
+        self._rx = None                   # D.EpochReceiver, made at the first datagram
         self.dgram_lock = threading.Lock()
         # channels and flow control
         self.chan_lock = threading.Condition()
@@ -78,6 +76,12 @@ class Connection(ChannelsMixin):
         self.conn_taken = 0
         self.my_nonce = os.urandom(32)
         self.peer_commit = None
+        # invitations (§6.4.3, §6.4.4, §7.2)
+        self.invitation = None            # inviter: the INVITATION to send; advertiser: the one received
+        self.invitation_raw = None        # test hook: an INVITATION payload sent as it is
+        self.invitation_response = None   # inviter: the INVITATION_RESPONSE received
+        self.answered = threading.Event() # advertiser: INVITATION_RESPONSE sent
+        self.answer_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, daemon=True, name="mpcp-conn")
         self.writer = threading.Thread(target=self._write_loop, daemon=True, name="mpcp-writer")
 
@@ -153,6 +157,11 @@ class Connection(ChannelsMixin):
             self._send_hello()
             if self.dialer and self.purpose in (F.PURPOSE_CONNECTION_DATA, F.PURPOSE_MESH):
                 self.enqueue(F.frame(F.PAIRING_COMMIT, commitment(self.my_nonce)))
+            if self.dialer and self.purpose == F.PURPOSE_INVITATION:
+                # §7.2 step 1: INVITATION at once after HELLO
+                payload = self.invitation_raw if self.invitation_raw is not None \
+                    else self.invitation.encode_payload()
+                self.enqueue(F.frame(F.INVITATION, payload))
             if "after_hello" in s.hooks:
                 s.hooks["after_hello"](self)
             self._loop(deadline)
@@ -295,10 +304,13 @@ class Connection(ChannelsMixin):
 
     def _send_hello(self):
         s = self.session
+        # an invitation connection (§7.2) carries no session traffic: its HELLOs
+        # announce no listening or datagram port (as the library's do; SPEC-GAPS 19)
+        invitation = self.purpose == F.PURPOSE_INVITATION or getattr(s, "advertiser", None) is not None
         hello = F.Hello(self.version, self.purpose, self.echo,
                         self.token if self.purpose in (1, 3) else bytes(16),
-                        s.listen_port, s.udp_port if s.udp_port else 0,
-                        self.my_rid if s.udp_port else 0, s.peer_id)
+                        0 if invitation else s.listen_port, 0 if invitation or not s.udp_port else s.udp_port,
+                        0 if invitation or not s.udp_port else self.my_rid, s.peer_id)
         if "hello" in s.hooks:
             hello = s.hooks["hello"](hello) or hello
         self.enqueue(F.frame(F.HELLO, hello.encode_payload()))
@@ -309,8 +321,10 @@ class Connection(ChannelsMixin):
         s = self.session
         while not self.closed.is_set():
             now = time.monotonic()
-            if not self.connected and now > deadline and self.phase in ("hello", "pairing"):
+            if not self.connected and now > deadline and self.phase in ("hello", "pairing", "invitation"):
                 raise Failed("handshake deadline", 6)
+            if self.phase == "invitation-wait" and now > deadline + self.invitation.timeout_ms / 1000.0:
+                raise Failed("no INVITATION_RESPONSE within the timeout", 6)
             if not self.connected and self.phase == "trust" and now > deadline + s.trust_timeout:
                 raise Failed("trust deadline", 6)
             if self.connected:
@@ -354,6 +368,8 @@ class Connection(ChannelsMixin):
         if t == F.PONG:
             self._post("pong", opaque=fr.value, rtt=time.monotonic() - self.pings.pop(fr.value, time.monotonic()))
             return
+        if self.phase in ("invitation", "invitation-wait", "invitation-answer"):
+            return self._on_invitation_phase(fr)
         if self.phase == "pairing":
             return self._on_pairing(fr)
         if self.phase == "trust":
@@ -381,10 +397,18 @@ class Connection(ChannelsMixin):
                 self.peer_id = h.peer_id
                 raise Failed("unexpectedPeer", 1)
             self.peer_id = h.peer_id
+            if self.purpose == F.PURPOSE_INVITATION:
+                self._post("hello", hello=h)
+                self.phase = "invitation-wait"
+                return
         else:
             self.peer_id = h.peer_id
             if h.peer_id.identifier == s.peer_id.identifier:
                 raise ProtocolViolation("equal peer identifiers")
+            if h.purpose == F.PURPOSE_INVITATION and getattr(s, "advertiser", None) is not None:
+                self._post("hello", hello=h)
+                self.phase = "invitation"        # INVITATION next (§7.1)
+                return
             if h.purpose == F.PURPOSE_CONNECTION_DATA:
                 if not s.redeem_token(h.token, h.peer_id.identifier):
                     raise Failed("unknownToken", 9)
@@ -396,6 +420,37 @@ class Connection(ChannelsMixin):
             self._resolve_duplicates(h.peer_id.identifier)
         self._post("hello", hello=h)
         self.phase = "pairing"
+
+    # ----------------------------------------------------------- invitations
+    def _on_invitation_phase(self, fr):
+        """§7.1: advertiser: INVITATION once, then only GOODBYE, PING, PONG;
+        inviter: INVITATION_RESPONSE once (PING/PONG/GOODBYE handled before)."""
+        if not self.dialer and self.phase == "invitation" and fr.type == F.INVITATION:
+            self.invitation = fr.value
+            self.phase = "invitation-answer"
+            self.session.advertiser.on_invitation(self, fr.value)
+            return
+        if self.dialer and self.phase == "invitation-wait" and fr.type == F.INVITATION_RESPONSE:
+            self.invitation_response = fr.value
+            self._post("invitation-response", response=fr.value.response, data=fr.value.connection_data)
+            self.phase = "invitation-done"
+            # §7.2: the advertiser closes after answering; so do we
+            self.end_reason = "invitation answered %d" % fr.value.response
+            raise TransportClosed(self.end_reason)
+        raise ProtocolViolation("%s on an invitation connection (%s)" % (fr.name, self.phase))
+
+    def answer_invitation(self, response, connection_data=None) -> bool:
+        """Advertiser: send INVITATION_RESPONSE once, then close (§7.2 step 3)."""
+        with self.answer_lock:
+            if self.answered.is_set() or self.closed.is_set():
+                return False
+            self.answered.set()
+        self.enqueue(F.frame(F.INVITATION_RESPONSE,
+                             F.InvitationResponse(response, connection_data).encode_payload()))
+        self.end_reason = "invitation answered %d" % response
+        self.outq.put(None)
+        self._post("invitation-answered", response=response)
+        return True
 
     def _resolve_duplicates(self, ident):
         """§7.5, applied by a listener that has just read a dialer's HELLO."""
@@ -529,9 +584,23 @@ class Connection(ChannelsMixin):
         return self._key(LABEL_D2L if self.dialer else LABEL_L2D, self.send_epoch if epoch is None else epoch)
 
     def recv_key(self, epoch):
-        if epoch not in self.recv_keys:
-            self.recv_keys[epoch] = self._key(LABEL_L2D if self.dialer else LABEL_D2L, epoch)
-        return self.recv_keys[epoch]
+        return self._key(LABEL_L2D if self.dialer else LABEL_D2L, epoch)
+
+    @property
+    def rx(self):
+        """The receiving side of §8 rules 2-4 (sealed: keys from §5.1)."""
+        if self._rx is None:
+            self._rx = EpochReceiver(self.recv_key if self.outcome == TLS else None)
+        return self._rx
+
+    @property
+    def recv_epoch(self):
+        return self.rx.epoch
+
+    @property
+    def recv_keys(self):
+        """Epochs whose key is held as current or previous (§8 rule 2)."""
+        return self.rx.held_epochs()
 
     @property
     def peer_udp(self):

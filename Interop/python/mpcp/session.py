@@ -272,24 +272,14 @@ class Session:
             return self.events.post("datagram-dropped", conn.peer_id, why="kind")
         if not sealed and addr[0] != conn.peer_addr:
             return self.events.post("datagram-dropped", conn.peer_id, why="source")
+        if "udp_drop" in self.hooks and self.hooks["udp_drop"](conn, h):
+            return self.events.post("datagram-dropped", conn.peer_id, why="simulated loss", epoch=h.epoch)
         with conn.dgram_lock:
-            E = conn.recv_epoch
-            if not (h.epoch == E or h.epoch == E + 1 or (h.epoch == E - 1 and (E - 1) in conn.recv_keys)):
-                return self.events.post("datagram-dropped", conn.peer_id, why="epoch")
-            window = conn.windows.setdefault(h.epoch, D.ReplayWindow())
-            if not window.check(h.counter):
-                return self.events.post("datagram-dropped", conn.peer_id, why="replay")
-            if sealed:
-                msg = D.open_sealed(conn.recv_key(h.epoch), data)
-                if msg is None:
-                    return self.events.post("datagram-dropped", conn.peer_id, why="tag")
-            else:
-                msg = data[D.HEADER_LEN:]
-            window.commit(h.counter)
-            if h.epoch == E + 1:
-                conn.recv_epoch = E + 1
-                conn.recv_keys.pop(E - 1, None)
-                conn.windows.pop(E - 1, None)
+            status, msg = conn.rx.receive(h, data)
+        if status == "limit":
+            conn.abort(6, "2^32 failed datagram openings in one epoch (§8)")
+        if status != "ok":
+            return self.events.post("datagram-dropped", conn.peer_id, why=status, epoch=h.epoch)
         self.events.post("datagram", conn.peer_id, conn=conn, payload=msg, epoch=h.epoch, counter=h.counter,
                          source=addr)
 
