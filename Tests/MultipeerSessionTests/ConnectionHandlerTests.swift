@@ -169,6 +169,44 @@ struct ConnectionHandlerTests {
         #expect(!channel.isActive)
     }
 
+    /// An inviter whose advertiser hangs gives up at the invitation's timeout plus 2 s (§7.2),
+    /// not plus the whole 10 s handshake budget (SPEC-GAPS 21: 11 s for a 1 s invitation).
+    @Test func anInviterGivesUpShortlyAfterTheInvitationsTimeout() throws {
+        let loop = EmbeddedEventLoop()
+        let inviter = EmbeddedChannel(loop: loop)
+        let advertiser = EmbeddedChannel(loop: loop)
+        try inviter.pipeline.syncOperations.addHandler(ConnectionHandler(
+            configuration: ConnectionConfiguration(
+                role: .dialer, localPeer: alicePeer, encryptionPreference: .required, tls: TLSContext(identity: nil),
+                purpose: .invitation, expectedPeer: bobPeer.identifier,
+                invitation: try Invitation(timeoutMilliseconds: 1_000, context: ByteBuffer())),
+            handshakeTimeout: .seconds(10)))
+        try advertiser.pipeline.syncOperations.addHandler(ConnectionHandler(
+            configuration: ConnectionConfiguration(
+                role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: TLSContext(identity: nil),
+                admission: { $0.purpose == .invitation ? .admit : .refuse(.protocolError) }),
+            handshakeTimeout: .seconds(10)))
+        try inviter.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        try advertiser.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
+        // Bytes move until the advertiser has the invitation; from then on it is silent.
+        var received = false
+        for _ in 0..<20 where !received {
+            while let bytes = try inviter.readOutbound(as: ByteBuffer.self) { try advertiser.writeInbound(bytes) }
+            while let event = try advertiser.readInbound(as: ConnectionEvent.self) {
+                if case .invitationReceived = event { received = true }
+            }
+            // Its HELLO answer still goes; the application's answer never comes.
+            while let bytes = try advertiser.readOutbound(as: ByteBuffer.self) { try inviter.writeInbound(bytes) }
+        }
+        try #require(received)
+        loop.advanceTime(by: .milliseconds(2_999))
+        #expect(inviter.isActive)
+        #expect(try EmbeddedPair.events(inviter).compactMap(\.closeError).isEmpty)
+        loop.advanceTime(by: .milliseconds(1))
+        #expect(try EmbeddedPair.events(inviter).compactMap(\.closeError) == [ConnectionError(.handshakeTimedOut)])
+        #expect(!inviter.isActive)
+    }
+
     @Test func closingTheChannelSaysGoodbye() throws {
         let pair = try EmbeddedPair()
         try pair.activate()

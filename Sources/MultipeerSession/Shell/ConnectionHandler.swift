@@ -80,6 +80,8 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private var readPending = false
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
     static let replyBacklogLimit = 64 * 1024
+    /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
+    static let invitationAnswerGrace = TimeAmount.seconds(2)
 
     public init(
         configuration: ConnectionConfiguration,
@@ -266,9 +268,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
                 armInvitationDeadline(after: .milliseconds(Int64(request.invitation.timeoutMilliseconds)), context: context)
                 context.fireChannelRead(wrapInboundOut(.invitationReceived(request)))
             case .awaitingInvitationAnswer(let milliseconds):
-                // The advertiser's application has the timeout; allow the handshake budget on top.
-                let (sum, overflowed) = Int64(milliseconds * 1).multipliedReportingOverflow(by: 1_000_000)
-                let total = overflowed ? Int64.max : sum.addingReportingOverflow(handshakeTimeout.nanoseconds).partialValue
+                // The advertiser's application has the timeout; a little more lets the advertiser's
+                // own timedOut answer arrive first, and no more: the app asked for that timeout.
+                let grace = min(handshakeTimeout, Self.invitationAnswerGrace)
+                let total = Int64(milliseconds) * 1_000_000 + grace.nanoseconds  // below 2^63 for any UInt32
                 armInvitationDeadline(after: .nanoseconds(total), context: context)
             case .invitationAnswered(let answer):
                 handshakeTimer?.cancel()
