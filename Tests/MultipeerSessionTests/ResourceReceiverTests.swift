@@ -70,4 +70,36 @@ struct ResourceReceiverTests {
         #expect(sent == [.resourceCancel(channel: 1, reason: .integrityFailure)])
         #expect(!FileManager.default.fileExists(atPath: path))
     }
+
+    /// A lost connection racing the writes: the partial kept for resuming must be exactly as
+    /// long as the file. Before the fix a batch could start between the decision and the claim
+    /// and land past the recorded length (found by fuzz-channel-endpoints). A race, so many rounds.
+    @Test func aPartialKeptForResumingIsExactlyTheFile() async throws {
+        let directory = NSTemporaryDirectory() + "mpcp-receiver-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let chunk = ByteBuffer(bytes: [UInt8](repeating: 5, count: 3_200))
+        var mismatches = 0
+        for round in 0..<400 {
+            let path = directory + "/\(round).part"
+            let store = ResumeStore(capacity: 4, lifetime: .seconds(60))
+            let key = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .zero, size: 1 << 20)
+            let done = Mutex(false)
+            let receiver = ResourceReceiver(
+                channel: 1, offer: try ResourceOffer(size: 1 << 20, transferID: .zero, name: "x"),
+                peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
+                file: try OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+                linkage: Linkage(), resumeKey: key, resumeStore: store, writeFault: nil,
+                onProgress: { _ in }, onCompletion: { _ in done.withLock { $0 = true } })
+            for _ in 0..<(round % 7 + 2) { _ = receiver.peerSent(.resourceChunk(channel: 1, chunk)) }
+            receiver.failed(TransferError(.connectionLost))
+            try #require(try await eventually { done.withLock { $0 } })
+            // Whatever was still being written has landed once the pool is idle.
+            try await NIOThreadPool.singleton.runIfActive { }
+            guard let partial = store.take(key) else { continue }
+            let length = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? 0
+            if length != partial.length { mismatches += 1 }
+        }
+        #expect(mismatches == 0)
+    }
 }

@@ -258,7 +258,7 @@ extension SessionFuzzChecks {
                         precondition(partial.path == path && partial.length > 0, "the kept partial is not this transfer's")
                         let kept = contents(of: path) ?? []
                         precondition(kept.count == Int(partial.length) && kept.count <= sent && kept[...] == content.prefix(kept.count),
-                            "the kept partial is not a prefix of what was sent")
+                            "the kept partial is not a prefix of what was sent, or not as long as recorded")
                     } else {
                         precondition(!fileExists, "a file left behind that nobody can resume")
                     }

@@ -133,20 +133,30 @@ package final class ResourceReceiver: InboundChannel {
 
     package func failed(_ error: TransferError) {
         // Cut off: keep what reached the file, for the same sender to resume. The outcome is
-        // reported once the partial is kept, so a resend right after finds it.
-        let keepNow = state.withLock { state -> Bool in
-            guard state.result == nil, state.failedWhileWriting == nil else { return false }
+        // reported once the partial is kept, so a resend right after finds it. Deciding and
+        // claiming happen under one lock: a write starting in between would land on a file
+        // already handed to the store, past the length recorded for it.
+        let (keepNow, dropped) = state.withLock { state -> (Bool, Int) in
+            guard state.result == nil, state.failedWhileWriting == nil else { return (false, 0) }
             if state.writeInFlight {
                 state.failedWhileWriting = error
-                return false
+                return (false, 0)
             }
-            return true
+            state.result = .failure(error)
+            return (true, state.pending.removeAll())
         }
-        if keepNow { keepPartialAndReport(error) }
+        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
+        if keepNow { keepPartialAndReport() }
     }
 
+    /// After a write that the connection's loss waited for.
     private func keepPartialAndReport(_ error: TransferError) {
         guard claim(.failure(error)) else { return }
+        keepPartialAndReport()
+    }
+
+    /// The outcome is claimed and no write runs or can start: the file's length is final.
+    private func keepPartialAndReport() {
         let written = state.withLock { $0.written }
         if let resumeStore {
             resumeStore.keep(ResumeStore.Partial(path: path, length: written), for: resumeKey)
