@@ -1563,6 +1563,101 @@ def s_pairing_code():
     return "codes equal in %d/4: %s" % (len(out), ", ".join(out))
 
 
+@scenario("member limit: a library session of 8 refuses a ninth peer (GOODBYE 8)")
+def s_member_limit():
+    """§2: at most 8 members, itself included; §6.4.6 GOODBYE 8 sessionFull.
+    Seven Python sessions dial the library (py>lib), then an eighth dials and
+    must get GOODBYE 8 before any TRUST; then the library is asked to CONNECT
+    to a Python peer (lib>py), which must not become a ninth member. The
+    seven still receive a message each; the library's DISCONNECT ends them."""
+    figures = []
+    with lib() as h:
+        members = [Session("py-m%d" % i, "required") for i in range(7)]
+        extra = Session("py-ninth", "required")
+        extra2 = Session("py-ninth-b", "required")
+        try:
+            early = h.make_data(extra.peer_id)       # made while the session had room
+            for s in members:
+                connected_pair(h, s, "py>lib")
+            want = {s.peer_id.hex() for s in members}
+            peers = h.command("PEERS", lambda w: w[0] == "PEERS", 5)
+            check(peers is not None and set(peers[1:]) == want, "PEERS before: %s" % (peers,))
+            # the eighth Python peer (ninth member) dials with fresh connection data
+            w = h.command("MAKE-DATA " + extra.peer_id.hex(), lambda w: w[0] in ("DATA", "ERROR"), 5)
+            check(w is not None, "MAKE-DATA not answered when full")
+            if w[0] == "DATA":
+                data, how = bytes.fromhex(w[2]), "fresh data"
+            else:
+                data, how = early, "MAKE-DATA when full: %s; data made earlier" % " ".join(w)
+            mh, ms = h.mark(), extra.events.mark()
+            c = extra.connect(data)
+            check(c is not None, "could not dial the library")
+            ev = extra.events.wait(lambda e: e.data.get("conn") is c and e.kind in ("goodbye", "state")
+                                   and (e.kind == "goodbye" or e.data["state"] != "connecting"), 5, since=ms)
+            check(ev is not None, "no outcome for the ninth member within 5s")
+            check(ev.kind == "goodbye" and ev.data["reason"] == 8,
+                  "ninth member: %s %s (end: %s)" % (ev.kind, ev.data, c.end_reason))
+            check(not c.connected and c.got_trust is None, "library sent TRUST %s before GOODBYE 8" % c.got_trust)
+            msgs = extra.events.all(lambda e: e.kind in ("message", "mesh") and e.data.get("conn") is c, since=ms)
+            check(not msgs, "session traffic to the refused peer: %s" % msgs)
+            phase = "after HELLO" if c.peer_hello is not None else "before HELLO"
+            figures.append("py>lib ninth -> GOODBYE %d %s (%s)" % (ev.data["reason"], phase, how))
+            time.sleep(0.2)
+            check(not h.all(is_state(extra.peer_id.hex(), "connected"), since=mh), "library reported it connected")
+            lib_states = [w[2] for w in h.all(lambda w: w[0] == "STATE" and w[1] == extra.peer_id.hex(), since=mh)]
+            # the other direction: the full library is asked to dial a Python peer
+            mh2, ms2 = h.mark(), extra2.events.mark()
+            d2 = extra2.make_connection_data(h.peer_id)
+            w = h.command("CONNECT %s %s" % (extra2.peer_id.hex(), d2.hex()),
+                          lambda w: w[0] in ("OK", "ERROR") and w[1] == "CONNECT", 5)
+            check(w is not None, "CONNECT not answered")
+            t0 = time.monotonic()
+            out = h.wait(lambda w: w[0] == "STATE" and w[1] == extra2.peer_id.hex() and w[2] != "connecting",
+                         3, since=mh2)
+            t_out = time.monotonic() - t0
+            check(not (out and out[2] == "connected"), "library connected a ninth member by dialing")
+            check(not extra2.events.all(lambda e: e.kind == "state" and e.data["state"] == "connected", since=ms2),
+                  "python's ninth peer became connected")
+            seen = [e.kind if e.kind != "goodbye" else "GOODBYE %d" % e.data["reason"]
+                    for e in extra2.events.all(lambda e: e.kind in ("state", "hello", "goodbye", "trust"),
+                                               since=ms2)]
+            figures.append("lib>py CONNECT -> %s, library STATE %s (%.0fms), python saw %s" % (
+                " ".join(w), ",".join(x[2] for x in h.all(lambda x: x[0] == "STATE" and x[1] == extra2.peer_id.hex(),
+                                                          since=mh2)) or "none", t_out * 1000,
+                ",".join(seen) or "no connection"))
+            peers = h.command("PEERS", lambda w: w[0] == "PEERS", 5)
+            check(peers is not None and set(peers[1:]) == want, "PEERS after: %s" % (peers,))
+            figures.append("PEERS still 7 (library STATE for ninth: %s)" % (",".join(lib_states) or "none"))
+            # the seven still work
+            marks = [s.events.mark() for s in members]
+            for i, s in enumerate(members):
+                w = h.command("SEND reliable %s %s" % (s.peer_id.hex(), ("m%d" % i).encode().hex()),
+                              lambda w: w[0] in ("OK", "ERROR") and w[1] == "SEND", 5)
+                check(w and w[0] == "OK", "SEND to member %d: %s" % (i, w))
+            got = 0
+            for i, (s, m) in enumerate(zip(members, marks)):
+                ev = s.events.wait(lambda e: e.kind == "message" and e.peer.identifier == h.peer_id.identifier
+                                   and e.data["payload"] == ("m%d" % i).encode(), 5, since=m)
+                got += ev is not None
+            check(got == 7, "messages from the library: %d/7" % got)
+            figures.append("7/7 members got a message")
+            # clean up: the library leaves; every member sees GOODBYE 0
+            marks = [s.events.mark() for s in members]
+            w = h.command("DISCONNECT", lambda w: w[:2] == ["OK", "DISCONNECT"], 10)
+            check(w is not None, "DISCONNECT not answered")
+            byes = sum(1 for s, m in zip(members, marks)
+                       if s.events.wait(lambda e: e.kind == "goodbye" and e.data["reason"] == 0 and e.peer is not None
+                                        and e.peer.identifier == h.peer_id.identifier, 5, since=m))
+            check(byes == 7, "GOODBYE from the library seen by %d/7" % byes)
+            peers = h.command("PEERS", lambda w: w[0] == "PEERS", 5)
+            check(peers == ["PEERS"], "PEERS after DISCONNECT: %s" % (peers,))
+            figures.append("DISCONNECT -> 7 GOODBYE 0, PEERS empty")
+        finally:
+            for s in members + [extra, extra2]:
+                s.close()
+    return "; ".join(figures)
+
+
 
 # ------------------------------------------------------------------ runner
 # ------------------------------------------------- discovery and invitations

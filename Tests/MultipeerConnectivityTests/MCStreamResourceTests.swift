@@ -1,5 +1,6 @@
 import Foundation
-import MultipeerConnectivity
+@testable import MultipeerConnectivity
+@testable import MultipeerSession
 import MultipeerCrypto
 import MultipeerTestSupport
 import Synchronization
@@ -320,21 +321,29 @@ struct MCStreamResourceTests {
         let delegate = ChannelDelegate(runLoop: nil)
         bob.delegate = delegate
         try await Self.connect(alice, bob)
-        // Large, so that the cancel lands mid-transfer even when the test's task runs late.
         let source = URL(fileURLWithPath: scratch + "/big.bin")
-        try Data(Self.content(256 << 20, seed: 4)).write(to: source)
+        try Data(Self.content(8 << 20, seed: 4)).write(to: source)
+        let engine = try #require(bob.engine)
+        defer { engine.storageFault.withLockedValue { $0 = nil } }
         for receiverCancels in [false, true] {
+            // Bob's first write waits until the cancel is made: it lands mid-transfer however
+            // fast the link or late this task (before, a loaded run could finish 256 MiB first).
+            let gate = WriteGate(at: 0)
+            engine.storageFault.withLockedValue { $0 = { offset in gate.pass(offset) } }
+            defer { gate.open() }
             let completed = Mutex<[(any Error)?]>([])
+            // Counted before sending: the receiver's start can come before the next line runs.
+            let index = delegate.started.count
             let progress = try #require(alice.sendResource(at: source, withName: "big", toPeer: bob.myPeerID) { error in
                 completed.withLock { $0.append(error) }
             })
-            let index = delegate.started.count
             // Under way: the receiver has started. (Not the Progress counts: Linux Foundation's
             // Progress takes no lock, and another thread's updates are not a reliable signal.)
             try #require(
                 try await eventually(seconds: 30) { delegate.started.count == index + 1 },
                 "round \(receiverCancels ? 2 : 1): started \(delegate.started.count), sent \(progress.completedUnitCount), completion \(completed.withLock { $0.map { "\(String(describing: $0))" } })")
             if receiverCancels { delegate.started[index].2.cancel() } else { progress.cancel() }
+            gate.open()
             #expect(try await eventually(seconds: 20) { completed.withLock { $0.count } == 1 && delegate.finished.count == index + 1 })
             #expect((completed.withLock { $0[0] } as? MCError)?.code == .cancelled)
             #expect((delegate.finished[index].3 as? MCError)?.code == .cancelled && delegate.finished[index].2 == nil)

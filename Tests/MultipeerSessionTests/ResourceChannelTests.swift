@@ -312,30 +312,3 @@ struct ResourceChannelTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[2].1.get())) == Data(content))
     }
 }
-
-/// Holds the receiver's writes at and after one offset until opened: a cut at a chosen point.
-final class WriteGate: Sendable {
-    let offset: UInt64
-    private let state = Mutex((reached: false, open: false))
-    private let opened = DispatchSemaphore(value: 0)
-
-    init(at offset: UInt64) { self.offset = offset }
-
-    var reached: Bool { state.withLock { $0.reached } }
-
-    /// On the store's thread, before a write at `position`.
-    func pass(_ position: UInt64) {
-        guard position >= offset else { return }
-        let wait = state.withLock { state -> Bool in
-            state.reached = true
-            return !state.open
-        }
-        // Bounded, so a test that fails early never leaves a pool thread stuck.
-        if wait { _ = opened.wait(timeout: .now() + 10) }
-    }
-
-    func open() {
-        state.withLock { $0.open = true }
-        opened.signal()
-    }
-}
