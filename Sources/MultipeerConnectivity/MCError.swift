@@ -3,6 +3,10 @@ import MultipeerSession
 
 public let MCErrorDomain: String = "MCErrorDomain"
 
+/// Why a stream or resource transfer failed, finer than `MCError.Code` (`MCError.transfer`):
+/// switch over its `code` (`.integrityFailure`, `.cancelledByPeer`, `.storageFailure`, ...).
+public typealias MCTransferError = TransferError
+
 /// Errors of this framework, with Apple's domain and codes.
 ///
 /// Catch it as Apple's code does: `catch let error as MCError where error.code == .notConnected`,
@@ -23,13 +27,13 @@ public struct MCError: Error, CustomNSError, Hashable, Sendable, CustomStringCon
     public let reason: String
     /// For a stream or resource that failed: the transfer's own reason (a SHA-256 mismatch, the
     /// peer's cancel or reset code, a storage failure), which `code` folds into Apple's few codes.
-    public let transfer: TransferError?
+    public let transfer: MCTransferError?
 
     public init(_ code: Code, reason: String? = nil) {
         self.init(code, reason: reason, transfer: nil)
     }
 
-    init(_ code: Code, reason: String?, transfer: TransferError?) {
+    init(_ code: Code, reason: String?, transfer: MCTransferError?) {
         self.code = code
         self.reason = reason ?? "\(code)"
         self.transfer = transfer

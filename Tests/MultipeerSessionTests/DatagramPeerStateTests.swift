@@ -116,7 +116,7 @@ struct DatagramPeerStateTests {
         var all: [ByteBuffer] = []
         for index in 0..<24 { all.append(try sealed(&dialer, ByteBuffer(string: "\(index)"))) }
         // Epoch 0 arrives; epochs 1, 2 and 3 are lost whole, except one of epoch 3 held back.
-        for datagram in all[0..<4] { #expect(Self.deliver(datagram, to: &listener) != .dropped) }
+        for (index, datagram) in all[0..<4].enumerated() { #expect(Self.deliver(datagram, to: &listener) == .message(ByteBuffer(string: "\(index)"))) }
         let lateOfEpoch3 = all[13]
         var received: [String] = []
         func deliver(_ range: Range<Int>) {
@@ -134,6 +134,37 @@ struct DatagramPeerStateTests {
         deliver(20..<24)  // epoch 5
         #expect(received == (16..<24).map { "\($0)" })
         #expect(Self.deliver(all[14], to: &listener) == .dropped)  // epoch 3, two back now
+    }
+
+    /// A datagram that jumps past lost epochs costs one derivation; the skipped previous epoch's
+    /// key is derived only when a datagram of it arrives. Forgeries under the previous epoch
+    /// count toward the integrity limit as under the current one.
+    @Test func skippedEpochsCostOneDerivationAndPreviousEpochForgeriesCount() throws {
+        var limits = DatagramPeerState.Limits()
+        limits.epochCounterLimit = 4
+        limits.failureLimit = 3
+        let keys = SharedKeys()
+        var derivations = 0
+        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits) { direction, epoch in
+            derivations += 1
+            return keys.key(direction, epoch)
+        }
+        var dialer = DatagramPeerState(isEncrypted: true, weAreDialer: true, peerReceiverID: 22, limits: limits, keySource: keys.key)
+        let all = try (0..<16).map { try sealed(&dialer, ByteBuffer(string: "\($0)")) }
+        derivations = 0
+        #expect(Self.deliver(all[12], to: &listener) == .message(ByteBuffer(string: "12")))  // epoch 3, from 0
+        #expect(derivations == 1)
+        #expect(Self.deliver(all[9], to: &listener) == .message(ByteBuffer(string: "9")))  // epoch 2, now previous
+        #expect(derivations == 2)
+        var outcomes: [DatagramPeerState.Received] = []
+        for counter in 100..<103 {
+            var bytes = ByteBuffer()
+            DatagramHeader(kind: .sealed, receiverID: 22, epoch: 2, counter: UInt64(counter)).encode(into: &bytes)
+            bytes.writeRepeatingByte(0xEE, count: 40)
+            outcomes.append(Self.deliver(bytes, to: &listener))
+        }
+        #expect(outcomes == [.dropped, .dropped, .integrityLimitReached])
+        #expect(derivations == 2)
     }
 
     /// A forger alternating later epochs costs one key derivation per datagram, moves nothing,

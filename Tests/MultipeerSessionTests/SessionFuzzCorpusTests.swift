@@ -69,7 +69,7 @@ struct SessionFuzzCorpusTests {
             ("resource-wrong-digest", true, 5_000, "integrityFailure"),
             ("resource-short", true, 3_200, "integrityFailure"),
             ("resource-peer-cancel", true, 1_600, "cancelledByPeer"),
-            ("resource-lost-kept-for-resume", true, 3_200, "connectionLost"),
+            ("resource-lost-kept-for-resume", true, 3_200, "kept"),
             ("resource-app-cancel", true, 1_600, "cancelled"),
             ("resource-empty-stored", true, 0, "stored"),
             ("resource-small-window", true, 20_000, "stored"),

@@ -152,11 +152,23 @@ extension SessionFuzzChecks {
         let outcomes = Mutex<[Result<String, TransferError>]>([])
         let store = usesStore ? ResumeStore(capacity: 4, lifetime: .seconds(60)) : nil
         let key = ResumeStore.Key(peer: fuzzPeer.identifier, fingerprint: nil, transferID: .zero, size: UInt64(size))
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
         let receiver = ResourceReceiver(
             channel: 1, offer: try! ResourceOffer(size: UInt64(size), transferID: .zero, name: "r"), peer: fuzzPeer, path: path,
-            file: try! OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+            file: try! OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: loop,
             linkage: linkage, resumeKey: key, resumeStore: store, writeFault: nil,
-            onProgress: { _ in }, onCompletion: { result in outcomes.withLock { $0.append(result) } })
+            onProgress: { _ in },
+            onCompletion: { result in
+                outcomes.withLock { outcomes in
+                    precondition(outcomes.isEmpty, "a resource ended more than once")
+                    outcomes.append(result)
+                }
+            })
+        // The engine hands the receiver the peer's frames on its loop, and only while the channel
+        // is open: once the receiver sent its final frame the table drops the rest (nil here).
+        func peer(_ frame: Frame) -> Bool? {
+            try! loop.submit { linkage.sent.withLock { $0.isEmpty } ? receiver.peerSent(frame) : nil }.wait()
+        }
         defer { unlink(path) }
 
         var sent = 0
@@ -167,8 +179,6 @@ extension SessionFuzzChecks {
         var connectionLost = false
 
         for _ in 0..<256 where !input.isExhausted {
-            // Once the receiver sent its final frame the channel is over: the table drops the rest.
-            if !linkage.sent.withLock({ $0.isEmpty }) { ended = true }
             switch input.byte() % 8 {
             case 0, 1:
                 let wanted = Int(input.byte()) * 32
@@ -178,7 +188,11 @@ extension SessionFuzzChecks {
                 precondition(ready, "the receiver never returned window for bytes it was sent")
                 let count = min(wanted, size - sent, window - (sent - linkage.taken.withLock { $0 }))
                 guard count > 0 else { continue }
-                precondition(!receiver.peerSent(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count]))), "a chunk ended the resource")
+                guard let over = peer(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count]))) else {
+                    ended = true
+                    continue
+                }
+                precondition(!over, "a chunk ended the resource")
                 sent += count
             case 2, 3:
                 guard !ended, completedWith == nil else { continue }
@@ -188,24 +202,35 @@ extension SessionFuzzChecks {
                     bytes[Int(input.byte()) % bytes.count] ^= 1
                     digest = try! SHA256Digest(bytes: bytes)
                 }
+                guard let over = peer(.resourceComplete(channel: 1, sha256: digest)) else {
+                    ended = true
+                    continue
+                }
                 completedWith = digest
-                precondition(!receiver.peerSent(.resourceComplete(channel: 1, sha256: digest)), "RESOURCE_COMPLETE ended the channel before its answer")
+                precondition(!over, "RESOURCE_COMPLETE ended the channel before its answer")
             case 4:
                 guard !ended else { continue }
                 let reason = ResourceCancelReason(rawValue: UInt16(input.byte() % 5))
-                precondition(receiver.peerSent(.resourceCancel(channel: 1, reason: reason)), "RESOURCE_CANCEL did not end the resource")
                 ended = true
+                guard let over = peer(.resourceCancel(channel: 1, reason: reason)) else { continue }
+                precondition(over, "RESOURCE_CANCEL did not end the resource")
                 peerEnded = true
             case 5:
                 guard !ended else { continue }
-                precondition(receiver.peerSent(.streamReset(channel: 1, code: StreamResetCode(rawValue: UInt16(input.byte() % 5)))), "STREAM_RESET did not end the resource")
                 ended = true
+                guard let over = peer(.streamReset(channel: 1, code: StreamResetCode(rawValue: UInt16(input.byte() % 5)))) else { continue }
+                precondition(over, "STREAM_RESET did not end the resource")
                 peerEnded = true
             case 6:
                 guard !ended else { continue }
-                receiver.failed(TransferError(.connectionLost))
                 ended = true
-                connectionLost = true
+                // Only channels still open are told (the engine forgets ended ones).
+                let told = try! loop.submit { () -> Bool in
+                    guard linkage.sent.withLock({ $0.isEmpty }) else { return false }
+                    receiver.failed(TransferError(.connectionLost))
+                    return true
+                }.wait()
+                connectionLost = told
             case 7:
                 appCancelled = true
                 receiver.cancel()
@@ -215,14 +240,13 @@ extension SessionFuzzChecks {
         }
         // A transfer that is still open ends with the connection, as the engine does on disconnect.
         if !ended && completedWith == nil && !appCancelled {
-            receiver.failed(TransferError(.connectionLost))
+            try! loop.submit { receiver.failed(TransferError(.connectionLost)) }.wait()
             connectionLost = true
         }
         precondition(waitUntil { !outcomes.withLock { $0.isEmpty } }, "the resource never ended")
-        // Let anything still queued on the pool and the loop run, then look again: one outcome only.
-        try? NIOThreadPool.singleton.runIfActive(eventLoop: MultiThreadedEventLoopGroup.singleton.next()) {}.wait()
+        // A second outcome would trap in onCompletion; let what is queued run before looking.
+        try? NIOThreadPool.singleton.runIfActive(eventLoop: loop) {}.wait()
         let results = outcomes.withLock { $0 }
-        precondition(results.count == 1, "a resource ended more than once")
         let frames = linkage.sent.withLock { $0 }
         precondition(frames.count <= 1 && frames.allSatisfy(\.ends), "the receiver sent more than its one final frame")
         precondition(linkage.taken.withLock { $0 } <= sent, "more window returned than bytes sent")
@@ -239,6 +263,7 @@ extension SessionFuzzChecks {
             precondition(linkage.taken.withLock { $0 } == sent, "window of stored bytes not returned")
             outcome = "stored"
         case .failure(let error):
+            var keptPartial = false
             precondition(!fileExists || (connectionLost && usesStore), "a failed resource left its file")
             switch error.code {
             case _ where error.peerCode != nil:
@@ -255,6 +280,7 @@ extension SessionFuzzChecks {
                 if let store {
                     // An empty partial is not worth keeping: then there is no file either.
                     if let partial = store.take(key) {
+                        keptPartial = true
                         precondition(partial.path == path && partial.length > 0, "the kept partial is not this transfer's")
                         let kept = contents(of: path) ?? []
                         precondition(kept.count == Int(partial.length) && kept.count <= sent && kept[...] == content.prefix(kept.count),
@@ -270,7 +296,7 @@ extension SessionFuzzChecks {
             if !(appCancelled || peerEnded || connectionLost), completedWith != nil {
                 precondition(error.code == .integrityFailure, "a completed resource with nothing else happening must be stored or fail its check")
             }
-            outcome = "\(error.code)"
+            outcome = keptPartial ? "kept" : "\(error.code)"
         }
         return ChannelEndpointRun(isResource: true, bytes: sent, outcome: outcome)
     }

@@ -133,9 +133,9 @@ package final class ResourceReceiver: InboundChannel {
 
     package func failed(_ error: TransferError) {
         // Cut off: keep what reached the file, for the same sender to resume. The outcome is
-        // reported once the partial is kept, so a resend right after finds it. Deciding and
-        // claiming happen under one lock: a write starting in between would land on a file
-        // already handed to the store, past the length recorded for it.
+        // reported once the partial is kept, so a resend right after finds it. Safe from any
+        // thread (the engine calls it on the loop): deciding and claiming share one lock, so no
+        // write can start in between and land past the length recorded for the partial.
         let (keepNow, dropped) = state.withLock { state -> (Bool, Int) in
             guard state.result == nil, state.failedWhileWriting == nil else { return (false, 0) }
             if state.writeInFlight {
@@ -200,7 +200,8 @@ package final class ResourceReceiver: InboundChannel {
                 return (state.written, state.failedWhileWriting)
             }
             if let lost {
-                keepPartialAndReport(lost)  // what landed before a failed write is still whole
+                // What landed is whole. Its window is not returned: the connection is gone.
+                keepPartialAndReport(lost)
                 return
             }
             switch result {

@@ -41,9 +41,12 @@ public struct DatagramPeerState {
     }
 
     private struct ReceiveEpoch {
-        let key: DatagramEpochKey?
+        var key: DatagramEpochKey?
         var window: ReplayWindow
         var failures: UInt64 = 0
+        /// A previous epoch skipped over: its key is derived when its first datagram arrives, so
+        /// no datagram costs more than one derivation.
+        var keyPending = false
     }
 
     /// Derives the key for a direction and epoch; nil on a plaintext connection.
@@ -122,7 +125,16 @@ public struct DatagramPeerState {
             return .message(message)
         }
         if currentEpoch > 0, epoch == currentEpoch - 1, var old = previous {
-            guard old.window.accepts(header.counter), let message = unseal(body, header: header, key: old.key) else { return .dropped }
+            guard old.window.accepts(header.counter) else { return .dropped }
+            if old.keyPending {
+                old.key = Self.epochKey(keySource, receiveDirection, epoch)
+                old.keyPending = false
+            }
+            guard let message = unseal(body, header: header, key: old.key) else {
+                old.failures += 1
+                previous = old
+                return old.failures >= limits.failureLimit ? .integrityLimitReached : .dropped
+            }
             old.window.commit(header.counter)
             previous = old
             return .message(message)
@@ -142,10 +154,9 @@ public struct DatagramPeerState {
                 previous = current
             } else {
                 // No datagram of epoch − 1 was accepted (we would have moved to it): a fresh window.
-                let key = kind == .sealed ? Self.epochKey(keySource, receiveDirection, epoch - 1) : nil
-                previous = ReceiveEpoch(key: key, window: ReplayWindow(size: limits.replayWindow))
+                previous = ReceiveEpoch(key: nil, window: ReplayWindow(size: limits.replayWindow), keyPending: kind == .sealed)
             }
-            current = ReceiveEpoch(key: candidate?.key, window: window, failures: laterFailures)
+            current = ReceiveEpoch(key: candidate?.key, window: window)
             currentEpoch = epoch
             candidate = nil
             laterFailures = 0
