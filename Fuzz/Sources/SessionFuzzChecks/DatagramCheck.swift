@@ -103,14 +103,18 @@ struct ReceiverModel {
     func accepts(epoch: UInt32, counter: UInt64) -> Bool {
         // No sender reaches the epoch limit, so a counter there is never genuine.
         guard counter < WireLimits.datagramEpochCounterLimit else { return false }
-        if current < UInt32.max, epoch == current + 1 { return true }
+        // §8 rule 2: any later epoch, whatever was lost in between.
+        if epoch > current { return true }
         guard epoch == current || current > 0 && epoch == current - 1, let window = windows[epoch] else { return false }
         return window.accepts(counter, size: windowSize)
     }
 
     mutating func commit(epoch: UInt32, counter: UInt64) {
-        if current < UInt32.max, epoch == current + 1 {
-            windows = [current: windows[current] ?? Window(), epoch: Window()]
+        if epoch > current {
+            // The previous epoch keeps its window after a step of one, and starts empty after a
+            // jump (none of it was accepted, or the receiver would have moved to it).
+            let previous = epoch == current + 1 ? windows[current] ?? Window() : Window()
+            windows = [epoch - 1: previous, epoch: Window()]
             current = epoch
         }
         windows[epoch, default: Window()].seen.insert(counter)
