@@ -25,6 +25,14 @@ struct DatagramPeerStateTests {
         return (dialer, listener)
     }
 
+    /// A sealed datagram with a well-formed header and a body no key opens.
+    static func forged(receiverID: UInt32, epoch: UInt32, counter: UInt64) -> ByteBuffer {
+        var bytes = ByteBuffer()
+        DatagramHeader(kind: .sealed, receiverID: receiverID, epoch: epoch, counter: counter).encode(into: &bytes)
+        bytes.writeRepeatingByte(0xEE, count: 40)
+        return bytes
+    }
+
     static func deliver(_ datagram: ByteBuffer, to state: inout DatagramPeerState) -> DatagramPeerState.Received {
         guard let (header, body) = try? DatagramHeader.decode(datagram: datagram) else { return .dropped }
         return state.open(header: header, body: body)
@@ -158,10 +166,7 @@ struct DatagramPeerStateTests {
         #expect(derivations == 2)
         var outcomes: [DatagramPeerState.Received] = []
         for counter in 100..<103 {
-            var bytes = ByteBuffer()
-            DatagramHeader(kind: .sealed, receiverID: 22, epoch: 2, counter: UInt64(counter)).encode(into: &bytes)
-            bytes.writeRepeatingByte(0xEE, count: 40)
-            outcomes.append(Self.deliver(bytes, to: &listener))
+            outcomes.append(Self.deliver(Self.forged(receiverID: 22, epoch: 2, counter: UInt64(counter)), to: &listener))
         }
         #expect(outcomes == [.dropped, .dropped, .integrityLimitReached])
         #expect(derivations == 2)
@@ -182,10 +187,7 @@ struct DatagramPeerStateTests {
         derivations = 0
         var outcomes: [DatagramPeerState.Received] = []
         for index in 0..<10 {
-            var bytes = ByteBuffer()
-            DatagramHeader(kind: .sealed, receiverID: 22, epoch: UInt32(1 + index % 2) * 1000, counter: UInt64(index)).encode(into: &bytes)
-            bytes.writeRepeatingByte(0xEE, count: 40)
-            outcomes.append(Self.deliver(bytes, to: &listener))
+            outcomes.append(Self.deliver(Self.forged(receiverID: 22, epoch: UInt32(1 + index % 2) * 1000, counter: UInt64(index)), to: &listener))
         }
         #expect(derivations == 10)
         #expect(outcomes.dropLast().allSatisfy { $0 == .dropped })
@@ -200,10 +202,7 @@ struct DatagramPeerStateTests {
         var (_, listener) = Self.pair(limits: limits)
         var outcomes: [DatagramPeerState.Received] = []
         for counter in 0..<10 {
-            var bytes = ByteBuffer()
-            DatagramHeader(kind: .sealed, receiverID: 11, epoch: 0, counter: UInt64(counter)).encode(into: &bytes)
-            bytes.writeRepeatingByte(0xEE, count: 40)
-            outcomes.append(Self.deliver(bytes, to: &listener))
+            outcomes.append(Self.deliver(Self.forged(receiverID: 11, epoch: 0, counter: UInt64(counter)), to: &listener))
         }
         #expect(outcomes.dropLast().allSatisfy { $0 == .dropped })
         #expect(outcomes.last == .integrityLimitReached)

@@ -25,6 +25,13 @@ package final class ResourceReceiver: InboundChannel {
         var result: Result<String, TransferError>?
         /// The connection was lost while a write ran: keep the partial once it lands, then report.
         var failedWhileWriting: TransferError?
+
+        /// Sets the outcome; bytes still queued are dropped, and their count is returned so their
+        /// window can go back to the peer.
+        mutating func takeOutcome(_ outcome: Result<String, TransferError>) -> Int {
+            result = outcome
+            return pending.removeAll()
+        }
     }
 
     let channel: UInt32
@@ -142,8 +149,7 @@ package final class ResourceReceiver: InboundChannel {
                 state.failedWhileWriting = error
                 return (false, 0)
             }
-            state.result = .failure(error)
-            return (true, state.pending.removeAll())
+            return (true, state.takeOutcome(.failure(error)))
         }
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
         if keepNow { keepPartialAndReport() }
@@ -261,8 +267,7 @@ package final class ResourceReceiver: InboundChannel {
     private func claim(_ result: Result<String, TransferError>) -> Bool {
         let (won, dropped) = state.withLock { state -> (Bool, Int) in
             guard state.result == nil else { return (false, 0) }
-            state.result = result
-            return (true, state.pending.removeAll())
+            return (true, state.takeOutcome(result))
         }
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
         return won

@@ -118,8 +118,7 @@ public struct DatagramPeerState {
         if epoch == currentEpoch {
             guard current.window.accepts(header.counter) else { return .dropped }
             guard let message = unseal(body, header: header, key: current.key) else {
-                current.failures += 1
-                return current.failures >= limits.failureLimit ? .integrityLimitReached : .dropped
+                return Self.failedOpening(&current.failures, limit: limits.failureLimit)
             }
             current.window.commit(header.counter)
             return .message(message)
@@ -131,9 +130,8 @@ public struct DatagramPeerState {
                 old.keyPending = false
             }
             guard let message = unseal(body, header: header, key: old.key) else {
-                old.failures += 1
-                previous = old
-                return old.failures >= limits.failureLimit ? .integrityLimitReached : .dropped
+                defer { previous = old }
+                return Self.failedOpening(&old.failures, limit: limits.failureLimit)
             }
             old.window.commit(header.counter)
             previous = old
@@ -145,8 +143,7 @@ public struct DatagramPeerState {
                 candidate = (epoch, kind == .sealed ? Self.epochKey(keySource, receiveDirection, epoch) : nil)
             }
             guard let message = unseal(body, header: header, key: candidate?.key) else {
-                laterFailures += 1
-                return laterFailures >= limits.failureLimit ? .integrityLimitReached : .dropped
+                return Self.failedOpening(&laterFailures, limit: limits.failureLimit)
             }
             var window = ReplayWindow(size: limits.replayWindow)
             window.commit(header.counter)
@@ -163,6 +160,12 @@ public struct DatagramPeerState {
             return .message(message)
         }
         return .dropped
+    }
+
+    /// Counts a datagram that did not authenticate; past the limit the connection must close (§8).
+    private static func failedOpening(_ failures: inout UInt64, limit: UInt64) -> Received {
+        failures += 1
+        return failures >= limit ? .integrityLimitReached : .dropped
     }
 
     private func unseal(_ body: ByteBuffer, header: DatagramHeader, key: DatagramEpochKey?) -> ByteBuffer? {
