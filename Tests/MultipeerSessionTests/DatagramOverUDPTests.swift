@@ -194,6 +194,40 @@ struct DatagramOverUDPTests {
         await bob.shutdown()
     }
 
+    /// A burst to one peer leaves as segmented writes and arrives joined where the kernel offers
+    /// both (loopback does), and each datagram is still delivered once, in order; with offload off
+    /// the same burst goes one datagram at a time.
+    @Test(arguments: [true, false])
+    func aBurstIsSegmentedOnTheWayAndDeliveredDatagramByDatagram(offload: Bool) async throws {
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"), segmentationOffload: offload)
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"), segmentationOffload: offload)
+        #expect(try await alice.connect(bob))
+        // Bob's loop waits while the burst is queued, so the whole burst is drained at once.
+        let queued = DispatchSemaphore(value: 0)
+        bob.engine.eventLoop.execute { _ = queued.wait(timeout: .now() + 10) }
+        let count = 64
+        for index in 0..<count {
+            var message = ByteBuffer(repeating: UInt8(index), count: 1_200)
+            message.setInteger(UInt32(index), at: 0)
+            try bob.engine.sendUnreliable(message, to: [alice.peer.identifier])
+        }
+        queued.signal()
+        #expect(try await eventually { alice.messages(from: bob).count == count })
+        let received = alice.messages(from: bob).map { $0.getInteger(at: $0.readerIndex, as: UInt32.self) }
+        #expect(received == (0..<count).map { UInt32($0) })
+        let sent = try await bob.engine.datagramOffloadCounts.get()
+        let arrived = try await alice.engine.datagramOffloadCounts.get()
+        if offload {
+            // 32 KiB batches of 1,236-byte datagrams: 26 + 26 + 12.
+            #expect(sent.segmentedWrites == (System.supportsUDPSegmentationOffload ? 3 : 0))
+            #expect(arrived.joinedReceived == (System.supportsUDPSegmentationOffload && System.supportsUDPReceiveOffload ? count : 0))
+        } else {
+            #expect(sent.segmentedWrites == 0 && arrived.joinedReceived == 0)
+        }
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     /// How many junk datagrams the storm sends: 20,000 in the test run, 100,000 in
     /// scripts/adversarial (`MULTIPEER_JUNK_DATAGRAMS`); whole hundreds of 200, at most 1,400,000
     /// (one checkpoint per 200 must stay inside the replay window).

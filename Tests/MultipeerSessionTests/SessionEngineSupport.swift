@@ -24,6 +24,7 @@ final class EngineProbe: Sendable {
         name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
         keepalive: KeepalivePolicy = KeepalivePolicy(),
         channels: ChannelConfiguration = ChannelConfiguration(),
+        segmentationOffload: Bool = true,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
@@ -32,7 +33,8 @@ final class EngineProbe: Sendable {
         engine = SessionEngine(
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
-                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels, logger: Self.logger(name)),
+                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels,
+                datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) })
         box.withLock { $0 = self }

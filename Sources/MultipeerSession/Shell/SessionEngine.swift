@@ -38,9 +38,11 @@ public final class SessionEngine: Sendable {
         case unreliable(ByteBuffer, to: [Bytes16])
     }
 
-    /// Datagrams go out in sendmmsg batches of about this size, which stays below the channel's
-    /// write-buffer high-water mark so that a batch never makes its own tail look unwritable.
+    /// Datagrams are flushed once about this many bytes are written, and a segmented write holds at
+    /// most this much. Unflushed bytes stay under twice it, below the channel's high-water mark
+    /// (`datagramWriteMarks`), so that a burst never makes its own tail look unwritable.
     private static let datagramFlushBytes = 32 * 1024
+    private static let datagramWriteMarks = ChannelOptions.Types.WriteBufferWaterMark(low: 64 * 1024, high: 128 * 1024)
     private static let datagramsPerRead = 16
 
     public init(
@@ -57,7 +59,9 @@ public final class SessionEngine: Sendable {
             datagramLimits: configuration.datagramLimits, logger: configuration.logger,
             // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
             acceptsConnections: true))
-        state = .makeBoxSendingValue(EngineState(core: core), eventLoop: eventLoop)
+        state = .makeBoxSendingValue(
+            EngineState(core: core, segmentsDatagrams: configuration.datagramSegmentationOffload && System.supportsUDPSegmentationOffload),
+            eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
         resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
     }
@@ -162,6 +166,8 @@ public final class SessionEngine: Sendable {
         let state = state.value
         var touched: [LinkID: EngineState.Link] = [:]
         var unflushedDatagramBytes = 0
+        var batcher = DatagramBatcher(
+            maximumSegments: state.segmentsDatagrams ? DatagramBatcher.kernelSegmentLimit : 1, maximumBytes: Self.datagramFlushBytes)
         for item in outgoing.takeAll() {
             switch item {
             case .reliable(let frames, let peers):
@@ -185,9 +191,17 @@ public final class SessionEngine: Sendable {
                 for peer in peers {
                     // Unreliable: when the socket cannot take it now, the datagram is dropped.
                     guard udp.isWritable, let (datagram, address) = state.core.sealDatagram(message, to: peer) else { continue }
-                    udp.write(AddressedEnvelope(remoteAddress: address, data: datagram), promise: nil)
-                    unflushedDatagramBytes += datagram.readableBytes
-                    if unflushedDatagramBytes >= Self.datagramFlushBytes {
+                    if let closed = batcher.add(datagram, to: address) {
+                        write(closed, on: udp)
+                        unflushedDatagramBytes += closed.buffer.readableBytes
+                        if unflushedDatagramBytes >= Self.datagramFlushBytes {
+                            udp.flush()
+                            unflushedDatagramBytes = 0
+                        }
+                    }
+                    if batcher.heldBytes >= Self.datagramFlushBytes {
+                        // Open batches to many peers add up: write them all.
+                        for batch in batcher.takeAll() { write(batch, on: udp) }
                         udp.flush()
                         unflushedDatagramBytes = 0
                     }
@@ -195,7 +209,27 @@ public final class SessionEngine: Sendable {
             }
         }
         for (id, link) in touched { pump(link, peer: id) }
-        if unflushedDatagramBytes > 0 { state.datagramChannel?.flush() }
+        if let udp = state.datagramChannel, unflushedDatagramBytes + batcher.heldBytes > 0 {
+            for batch in batcher.takeAll() { write(batch, on: udp) }
+            udp.flush()
+        }
+    }
+
+    /// Writes a batch of datagrams for one address: alone, or for the kernel to cut into its
+    /// datagrams. If the kernel refuses that on this path, later batches go one datagram at a time.
+    private func write(_ batch: DatagramBatcher.Batch, on udp: any Channel) {
+        guard let segmentSize = batch.writtenSegmentSize else {
+            return udp.write(AddressedEnvelope(remoteAddress: batch.address, data: batch.buffer), promise: nil)
+        }
+        state.value.segmentedDatagramWrites += 1
+        let written = eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenFailure { [self] error in
+            guard DatagramBatcher.refusesSegmentation(error), state.value.segmentsDatagrams else { return }
+            state.value.segmentsDatagrams = false
+            configuration.logger.info("segmentation offload refused; datagrams now go one at a time", metadata: ["error": "\(error)"])
+        }
+        let metadata = AddressedEnvelope<ByteBuffer>.Metadata(ecnState: .transportNotCapable, packetInfo: nil, segmentSize: segmentSize)
+        udp.write(AddressedEnvelope(remoteAddress: batch.address, data: batch.buffer, metadata: metadata), promise: written)
     }
 
     /// Hands a link's queued frames to its socket while the socket takes them, so unsent data waits
@@ -229,6 +263,11 @@ public final class SessionEngine: Sendable {
     /// The UDP port, once the session has started.
     public var datagramPort: EventLoopFuture<Int?> {
         eventLoop.submit { [self] in self.state.value.datagramPort }
+    }
+
+    /// Segmented writes sent and joined datagrams received so far: whether offload is in use.
+    public var datagramOffloadCounts: EventLoopFuture<(segmentedWrites: Int, joinedReceived: Int)> {
+        eventLoop.submit { [self] in (self.state.value.segmentedDatagramWrites, self.state.value.joinedDatagramsReceived) }
     }
 
     /// Says goodbye to every peer, reports each as not connected, and stops listening. The engine
@@ -351,13 +390,21 @@ public final class SessionEngine: Sendable {
         DatagramBootstrap(group: eventLoop)
             // Bursts of datagrams outrun the default receive buffer.
             .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
+            .channelOption(.writeBufferWaterMark, value: Self.datagramWriteMarks)
             // Up to this many datagrams per recvmmsg call, each with room for the largest datagram
             // the protocol allows, so none is truncated. Pages are only touched where datagrams land.
             .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * WireLimits.maxUDPPayload))
-            .channelInitializer { channel in
+            .channelInitializer { [configuration] channel in
                 // The handler holds the engine weakly; the engine owns the socket.
                 channel.eventLoop.makeCompletedFuture {
+                    if configuration.datagramSegmentationOffload, System.supportsUDPReceiveOffload, let options = channel.syncOptions {
+                        // Sizes first: joined datagrams must never arrive without the size to cut them at.
+                        // Without either, datagrams simply arrive one by one.
+                        if (try? options.setOption(.datagramReceiveSegmentSize, value: true)) != nil {
+                            try? options.setOption(.datagramReceiveOffload, value: true)
+                        }
+                    }
                     try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
                 }
             }
@@ -545,8 +592,18 @@ public final class SessionEngine: Sendable {
     }
 
     /// One UDP datagram from anywhere: authenticated or dropped, never answered.
-    fileprivate func datagramReceived(_ envelope: AddressedEnvelope<ByteBuffer>) {
-        let delivered = core.datagramReceived(envelope.data, from: envelope.remoteAddress)
+    /// One datagram, or several the kernel joined (each its own sealed datagram, cut apart here).
+    fileprivate func datagramsReceived(_ envelope: AddressedEnvelope<ByteBuffer>) {
+        guard let segmentSize = envelope.metadata?.segmentSize, envelope.data.readableBytes > segmentSize else {
+            return datagramReceived(envelope.data, from: envelope.remoteAddress)
+        }
+        let segments = DatagramBatcher.segments(of: envelope.data, segmentSize: segmentSize)
+        state.value.joinedDatagramsReceived += segments.count
+        for segment in segments { datagramReceived(segment, from: envelope.remoteAddress) }
+    }
+
+    private func datagramReceived(_ datagram: ByteBuffer, from address: SocketAddress) {
+        let delivered = core.datagramReceived(datagram, from: address)
         perform()
         guard let (message, peer, id) = delivered, let link = state.value.links[id] else { return }
         // Unreliable: past the receive budget a datagram is dropped rather than held.
@@ -638,7 +695,7 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
     init(engine: SessionEngine) { self.engine = engine }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        engine?.datagramReceived(unwrapInboundIn(data))
+        engine?.datagramsReceived(unwrapInboundIn(data))
     }
 }
 
@@ -674,6 +731,14 @@ final class EngineState {
     var listening: EventLoopFuture<Int>?
     var datagramChannel: (any Channel)?
     var datagramPort: Int?
+    /// Whether bursts to one address are written as one segmented write (until the kernel refuses).
+    var segmentsDatagrams: Bool
+    /// Writes that the kernel cut into several datagrams, and datagrams that arrived joined.
+    var segmentedDatagramWrites = 0
+    var joinedDatagramsReceived = 0
 
-    init(core: SessionCore) { self.core = core }
+    init(core: SessionCore, segmentsDatagrams: Bool) {
+        self.core = core
+        self.segmentsDatagrams = segmentsDatagrams
+    }
 }

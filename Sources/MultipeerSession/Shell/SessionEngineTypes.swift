@@ -33,6 +33,9 @@ public struct SessionEngineConfiguration: Sendable {
     public var maximumUndeliveredBytesPerPeer: Int
     /// Streams and resources: buffers, where received files go, what is accepted.
     public var channels: ChannelConfiguration
+    /// Bursts of datagrams to one peer go to the kernel as one write that it cuts into the same
+    /// datagrams (UDP GSO), and arrive joined (UDP GRO), where the system supports it.
+    public var datagramSegmentationOffload: Bool
     /// Connection life cycle, refusals and their reasons; never keys or payloads.
     public var logger: Logger
 
@@ -52,6 +55,7 @@ public struct SessionEngineConfiguration: Sendable {
         maximumQueuedBytesPerPeer: Int = 32 << 20,
         maximumUndeliveredBytesPerPeer: Int = 8 << 20,
         channels: ChannelConfiguration = ChannelConfiguration(),
+        datagramSegmentationOffload: Bool = true,
         logger: Logger = Logger(label: "MultipeerSession", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.localPeer = localPeer
@@ -69,6 +73,7 @@ public struct SessionEngineConfiguration: Sendable {
         self.maximumQueuedBytesPerPeer = max(1, maximumQueuedBytesPerPeer)
         self.maximumUndeliveredBytesPerPeer = max(1, maximumUndeliveredBytesPerPeer)
         self.channels = channels
+        self.datagramSegmentationOffload = datagramSegmentationOffload
         self.logger = logger
     }
 }

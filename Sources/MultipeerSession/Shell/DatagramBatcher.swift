@@ -1,0 +1,116 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import NIOCore
+
+/// Joins sealed datagrams bound for the same address into one buffer that the kernel cuts back
+/// into the same datagrams (UDP generic segmentation offload, `UDP_SEGMENT`), so a burst crosses
+/// the network stack once per batch instead of once per datagram. The datagrams on the wire, and
+/// their order to each address, are exactly what separate writes would have produced.
+struct DatagramBatcher {
+    /// Datagrams for one address, all `segmentSize` bytes long except possibly the last.
+    struct Batch {
+        let address: SocketAddress
+        private(set) var buffer: ByteBuffer
+        let segmentSize: Int
+        private(set) var count: Int
+
+        init(_ datagram: ByteBuffer, to address: SocketAddress) {
+            self.address = address
+            buffer = datagram
+            segmentSize = datagram.readableBytes
+            count = 1
+        }
+
+        /// The kernel's segment size for the write; nil for a lone datagram, which goes out plainly.
+        var writtenSegmentSize: Int? { count > 1 ? segmentSize : nil }
+
+        mutating func append(_ datagram: ByteBuffer, reserving capacity: Int) {
+            if count == 1 {
+                // The first datagram's own buffer is exactly its size: copy it once into room for more.
+                var joined = ByteBufferAllocator().buffer(capacity: capacity)
+                joined.writeImmutableBuffer(buffer)
+                buffer = joined
+            }
+            buffer.writeImmutableBuffer(datagram)
+            count += 1
+        }
+    }
+
+    /// The kernel refuses a write of more segments than this (`UDP_MAX_SEGMENTS` on Linux).
+    static let kernelSegmentLimit = 64
+
+    let maximumSegments: Int
+    let maximumBytes: Int
+    private var open: [Batch] = []
+    /// Bytes in batches not yet taken.
+    private(set) var heldBytes = 0
+
+    /// `maximumSegments` of 1 turns joining off: every datagram is a batch of its own.
+    init(maximumSegments: Int, maximumBytes: Int) {
+        precondition(maximumSegments >= 1 && maximumSegments <= Self.kernelSegmentLimit)
+        self.maximumSegments = maximumSegments
+        self.maximumBytes = maximumBytes
+    }
+
+    /// Adds a datagram; returns the batch it closed, if any, which must be written before any
+    /// batch still open for the same address (none is: a closed batch is the address's only one).
+    mutating func add(_ datagram: ByteBuffer, to address: SocketAddress) -> Batch? {
+        let size = datagram.readableBytes
+        guard let index = open.firstIndex(where: { $0.address == address }) else {
+            open.append(Batch(datagram, to: address))
+            heldBytes += size
+            return nil
+        }
+        let batch = open[index]
+        let fits = batch.count < maximumSegments && batch.buffer.readableBytes + size <= maximumBytes
+        guard fits, size <= batch.segmentSize else {
+            // Too many, too big, or longer than the segments: the batch goes as it is.
+            heldBytes -= batch.buffer.readableBytes
+            open[index] = Batch(datagram, to: address)
+            heldBytes += size
+            return batch
+        }
+        open[index].append(datagram, reserving: maximumBytes)
+        heldBytes += size
+        guard size == batch.segmentSize else {
+            // A shorter datagram can only be a batch's last segment.
+            heldBytes -= open[index].buffer.readableBytes
+            return open.remove(at: index)
+        }
+        return nil
+    }
+
+    /// Every open batch, each address's in the order its datagrams came.
+    mutating func takeAll() -> [Batch] {
+        defer {
+            open.removeAll(keepingCapacity: true)
+            heldBytes = 0
+        }
+        return open
+    }
+}
+
+extension DatagramBatcher {
+    /// Errors with which the kernel refuses segmentation offload for a path (a device without
+    /// checksum offload, IPsec, an old kernel): the engine stops batching and sends singly.
+    static func refusesSegmentation(_ error: any Error) -> Bool {
+        guard let error = error as? IOError else { return false }
+        return [EIO, EINVAL, EOPNOTSUPP, ENOPROTOOPT].contains(error.errnoCode)
+    }
+
+    /// The datagrams of a buffer that the kernel joined on receipt (UDP generic receive offload),
+    /// as slices of it: `segmentSize` bytes each, the last possibly shorter.
+    static func segments(of buffer: ByteBuffer, segmentSize: Int?) -> [ByteBuffer] {
+        guard let segmentSize, segmentSize > 0, buffer.readableBytes > segmentSize else { return [buffer] }
+        var rest = buffer
+        var segments: [ByteBuffer] = []
+        segments.reserveCapacity((buffer.readableBytes + segmentSize - 1) / segmentSize)
+        while let segment = rest.readSlice(length: min(segmentSize, rest.readableBytes)), segment.readableBytes > 0 {
+            segments.append(segment)
+        }
+        return segments
+    }
+}
