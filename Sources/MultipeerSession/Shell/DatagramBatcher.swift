@@ -64,18 +64,18 @@ struct DatagramBatcher {
             heldBytes += size
             return nil
         }
-        let batch = open[index]
-        let fits = batch.count < maximumSegments && batch.buffer.readableBytes + size <= maximumBytes
-        guard fits, size <= batch.segmentSize else {
+        // Plain values only: a copy of the batch kept past the append would make the append copy
+        // the whole buffer (copy-on-write).
+        let (count, bytes, segmentSize) = (open[index].count, open[index].buffer.readableBytes, open[index].segmentSize)
+        guard count < maximumSegments, bytes + size <= maximumBytes, size <= segmentSize else {
             // Too many, too big, or longer than the segments: the batch goes as it is.
-            heldBytes -= batch.buffer.readableBytes
-            open[index] = Batch(datagram, to: address)
-            heldBytes += size
-            return batch
+            heldBytes += size - bytes
+            defer { open[index] = Batch(datagram, to: address) }
+            return open[index]
         }
         open[index].append(datagram, reserving: maximumBytes)
         heldBytes += size
-        guard size == batch.segmentSize else {
+        guard size == segmentSize else {
             // A shorter datagram can only be a batch's last segment.
             heldBytes -= open[index].buffer.readableBytes
             return open.remove(at: index)
