@@ -124,9 +124,7 @@ struct Bench: ParsableCommand {
             for onNetworkThread in [false, true] {
                 for mode in [MCSessionSendDataMode.reliable, .unreliable] {
                     let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
-                    let times = onNetworkThread
-                        ? await Scenarios.roundTripsOnNetworkThreads(pair, samples: plan.roundTrips, mode: mode)
-                        : try await Scenarios.roundTrips(pair, samples: plan.roundTrips, mode: mode)
+                    let times = await Scenarios.roundTrips(pair, samples: plan.roundTrips, mode: mode, onNetworkThreads: onNetworkThread)
                     await pair.close()
                     let library = Stats(times)
                     let ratio = pingPong.map { percentile($0, 0.5) / library.median }

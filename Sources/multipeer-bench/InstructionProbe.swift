@@ -30,11 +30,11 @@ enum InstructionProbe: String, CaseIterable {
             await pair.close()
         case .roundTripTask:
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
-            _ = try await Scenarios.roundTrips(pair, samples: size, mode: .reliable)
+            _ = await Scenarios.roundTrips(pair, samples: size, mode: .reliable, onNetworkThreads: false)
             await pair.close()
         case .roundTripNetworkThread:
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
-            _ = await Scenarios.roundTripsOnNetworkThreads(pair, samples: size, mode: .reliable)
+            _ = await Scenarios.roundTrips(pair, samples: size, mode: .reliable, onNetworkThreads: true)
             await pair.close()
         case .datagrams:
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))

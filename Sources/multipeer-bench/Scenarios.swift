@@ -111,32 +111,6 @@ enum Scenarios {
         return Double(count) / elapsed
     }
 
-    /// Round trips in microseconds: b sends, a echoes, b waits for the echo.
-    static func roundTrips(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode) async throws -> [Double] {
-        let bPeer = pair.b.myPeerID
-        let a = pair.a
-        let echo = Task {
-            for await event in pair.aEvents {
-                if case .dataReceived(let data, _) = event { try? a.send(data, toPeers: [bPeer], with: mode) }
-            }
-        }
-        defer { echo.cancel() }
-        let waiter = ProbeWaiter(pair.bEvents)
-        var times: [Double] = []
-        var lost = 0
-        for index in 0..<samples {
-            let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
-            let start = ContinuousClock.now
-            let answered = await waiter.wait(for: probe) {
-                try? pair.b.send(probe, toPeers: [pair.a.myPeerID], with: mode)
-            }
-            if answered { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) } else { lost += 1 }
-            if lost > samples / 10 { break }
-        }
-        waiter.stop()
-        return times
-    }
-
     /// Datagrams delivered per second, the fraction lost, and duplicates seen.
     /// With `onNetworkThread`, the receiving side takes its events on its session's network thread.
     static func datagrams(_ pair: SessionPair, count: Int, size: Int, onNetworkThread: Bool = false) async throws -> (rate: Double, loss: Double, duplicates: Int) {
@@ -330,23 +304,25 @@ final class OutstandingProbe: Sendable {
 }
 
 extension Scenarios {
-    /// Round trips with both ends in tasks that prefer their sessions' task executors: the
-    /// latency an application gets when it takes events and sends on the network thread itself.
-    static func roundTripsOnNetworkThreads(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode) async -> [Double] {
+    /// Round trips of 64 B probes, each sent by one task that then awaits its echo in the same
+    /// loop (as swift-nio-ssl's bench does), while a task on the other side echoes. Both tasks are
+    /// ordinary ones, or with `onNetworkThreads` prefer their sessions' task executors: the latency
+    /// an application gets when it takes events and sends on the network thread itself.
+    static func roundTrips(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode, onNetworkThreads: Bool) async -> [Double] {
         let a = pair.a
         let b = pair.b
         let bPeer = b.myPeerID
         let aPeer = a.myPeerID
         let aEvents = pair.aEvents
         let bEvents = pair.bEvents
-        let echoing = Task(executorPreference: a.taskExecutor) {
+        let echoing = Task(executorPreference: onNetworkThreads ? a.taskExecutor : nil) {
             for await event in aEvents {
                 if case .dataReceived(let data, _) = event { try? a.send(data, toPeers: [bPeer], with: mode) }
             }
         }
         defer { echoing.cancel() }
         let outstanding = OutstandingProbe()
-        let measuring = Task(executorPreference: b.taskExecutor) {
+        let measuring = Task(executorPreference: onNetworkThreads ? b.taskExecutor : nil) {
             await measureProbes(b, bEvents, to: aPeer, samples: samples, mode: mode, outstanding: outstanding)
         }
         let watchdog = Task {
