@@ -4,6 +4,7 @@ import Glibc
 #endif
 import NIOCore
 import MultipeerTestSupport
+import MultipeerWire
 import Testing
 
 @Suite("Datagram batches for segmentation offload")
@@ -28,7 +29,7 @@ struct DatagramBatcherTests {
         var batcher = DatagramBatcher(maximumSegments: 64, maximumBytes: 32 * 1024)
         var closed: [DatagramBatcher.Batch] = []
         for number in 0..<60 {
-            if let batch = batcher.add(Self.datagram(number, size: 1_236), to: Self.alice) { closed.append(batch) }
+            if let batch = batcher.add(Self.datagram(number, size: 1_236), to: Self.alice, segmentLimit: .max) { closed.append(batch) }
         }
         closed += batcher.takeAll()
         // 26 datagrams of 1,236 B fit in 32 KiB; 60 make batches of 26, 26 and 8.
@@ -42,7 +43,7 @@ struct DatagramBatcherTests {
         var batcher = DatagramBatcher(maximumSegments: DatagramBatcher.kernelSegmentLimit, maximumBytes: 32 * 1024)
         var closed: [DatagramBatcher.Batch] = []
         for number in 0..<130 {
-            if let batch = batcher.add(Self.datagram(number, size: 60), to: Self.alice) { closed.append(batch) }
+            if let batch = batcher.add(Self.datagram(number, size: 60), to: Self.alice, segmentLimit: .max) { closed.append(batch) }
         }
         closed += batcher.takeAll()
         #expect(closed.map(\.count) == [64, 64, 2])
@@ -51,16 +52,16 @@ struct DatagramBatcherTests {
 
     @Test func aShorterDatagramEndsItsBatchAndALongerOneStartsANewOne() {
         var batcher = DatagramBatcher(maximumSegments: 64, maximumBytes: 32 * 1024)
-        #expect(batcher.add(Self.datagram(0, size: 500), to: Self.alice) == nil)
-        #expect(batcher.add(Self.datagram(1, size: 500), to: Self.alice) == nil)
+        #expect(batcher.add(Self.datagram(0, size: 500), to: Self.alice, segmentLimit: .max) == nil)
+        #expect(batcher.add(Self.datagram(1, size: 500), to: Self.alice, segmentLimit: .max) == nil)
         // Shorter: it may only be the last segment, so the batch closes with it.
-        let shorter = batcher.add(Self.datagram(2, size: 300), to: Self.alice)
+        let shorter = batcher.add(Self.datagram(2, size: 300), to: Self.alice, segmentLimit: .max)
         #expect(shorter?.count == 3)
         #expect(shorter.map(Self.wire) == [Self.datagram(0, size: 500), Self.datagram(1, size: 500), Self.datagram(2, size: 300)])
         #expect(batcher.heldBytes == 0)
-        #expect(batcher.add(Self.datagram(3, size: 400), to: Self.alice) == nil)
+        #expect(batcher.add(Self.datagram(3, size: 400), to: Self.alice, segmentLimit: .max) == nil)
         // Longer: the open batch goes as it is (a lone datagram, written without a segment size).
-        let longer = batcher.add(Self.datagram(4, size: 900), to: Self.alice)
+        let longer = batcher.add(Self.datagram(4, size: 900), to: Self.alice, segmentLimit: .max)
         #expect(longer?.count == 1)
         #expect(longer?.writtenSegmentSize == nil)
         #expect(longer?.buffer == Self.datagram(3, size: 400))
@@ -68,16 +69,21 @@ struct DatagramBatcherTests {
         #expect(batcher.takeAll().flatMap(Self.wire) == [Self.datagram(4, size: 900)])
     }
 
-    @Test func withoutOffloadEveryDatagramGoesAlone() {
-        var batcher = DatagramBatcher(maximumSegments: 1, maximumBytes: 32 * 1024)
+    /// A limit of 0 (offload off) sends every datagram alone; otherwise only datagrams up to the
+    /// limit join (longer ones would be refused by a path with a smaller MTU), and never empty ones.
+    @Test(arguments: [0, 100, 99])
+    func onlyDatagramsWithinTheSegmentLimitJoin(limit: Int) {
+        var batcher = DatagramBatcher(maximumBytes: 32 * 1024)
         var closed: [DatagramBatcher.Batch] = []
         for number in 0..<5 {
-            if let batch = batcher.add(Self.datagram(number, size: 100), to: Self.alice) { closed.append(batch) }
+            if let batch = batcher.add(Self.datagram(number, size: 100), to: Self.alice, segmentLimit: limit) { closed.append(batch) }
         }
         closed += batcher.takeAll()
-        #expect(closed.count == 5)
-        #expect(closed.allSatisfy { $0.writtenSegmentSize == nil })
-        #expect(closed.map(\.buffer) == (0..<5).map { Self.datagram($0, size: 100) })
+        #expect(closed.map(\.count) == (limit >= 100 ? [5] : [1, 1, 1, 1, 1]))
+        #expect(closed.flatMap(Self.wire) == (0..<5).map { Self.datagram($0, size: 100) })
+        var empties = DatagramBatcher(maximumBytes: 32 * 1024)
+        for _ in 0..<3 { _ = empties.add(ByteBuffer(), to: Self.alice, segmentLimit: .max) }
+        #expect(empties.takeAll().allSatisfy { $0.writtenSegmentSize == nil })
     }
 
     /// Random interleavings over three addresses: every batch keeps the kernel's rules, and each
@@ -88,20 +94,28 @@ struct DatagramBatcherTests {
         let sizes = [40, 1_236, 1_236, 1_236, 700, 8_192, 30_000]
         for round in 0..<200 {
             let maximumSegments = round % 5 == 0 ? 1 : Int(random.next() % 64) + 1
+            let segmentLimit = round % 7 == 0 ? 1_236 : .max
             var batcher = DatagramBatcher(maximumSegments: maximumSegments, maximumBytes: 32 * 1024)
             var sent: [SocketAddress: [ByteBuffer]] = [:]
             var batches: [DatagramBatcher.Batch] = []
+            var (sentBytes, batchedBytes) = (0, 0)
             for number in 0..<Int(random.next() % 300) {
                 let address = addresses[Int(random.next() % 3)]
                 let datagram = Self.datagram(number, size: sizes[Int(random.next() % UInt64(sizes.count))])
                 sent[address, default: []].append(datagram)
-                if let batch = batcher.add(datagram, to: address) { batches.append(batch) }
-                if random.next() % 50 == 0 { batches += batcher.takeAll() }
+                sentBytes += datagram.readableBytes
+                var taken: [DatagramBatcher.Batch] = []
+                if let batch = batcher.add(datagram, to: address, segmentLimit: segmentLimit) { taken.append(batch) }
+                if random.next() % 50 == 0 { taken += batcher.takeAll() }
+                batches += taken
+                batchedBytes += taken.reduce(0) { $0 + $1.buffer.readableBytes }
+                #expect(batcher.heldBytes == sentBytes - batchedBytes)
             }
             batches += batcher.takeAll()
             var received: [SocketAddress: [ByteBuffer]] = [:]
             for batch in batches {
                 #expect(batch.count <= maximumSegments)
+                #expect(batch.count == 1 || batch.segmentSize <= segmentLimit)
                 #expect(batch.count == 1 || batch.buffer.readableBytes <= 32 * 1024)
                 let segments = Self.wire(batch)
                 #expect(segments.count == batch.count)
@@ -123,11 +137,51 @@ struct DatagramBatcherTests {
             #expect(DatagramBatcher.segments(of: joined, segmentSize: size) == [joined])
         }
     }
+}
 
-    @Test func onlyTheKernelsRefusalsTurnBatchingOff() {
-        #expect(DatagramBatcher.refusesSegmentation(IOError(errnoCode: EIO, reason: "sendmmsg")))
-        #expect(DatagramBatcher.refusesSegmentation(IOError(errnoCode: EINVAL, reason: "sendmmsg")))
-        #expect(!DatagramBatcher.refusesSegmentation(IOError(errnoCode: EPERM, reason: "sendmmsg")))
-        #expect(!DatagramBatcher.refusesSegmentation(ChannelError.ioOnClosedChannel))
+@Suite("What the engine learns about segmentation offload")
+struct DatagramSegmentationTests {
+    @Test func loopbackAddressesAreRecognised() throws {
+        for host in ["127.0.0.1", "127.255.0.9", "::1", "::ffff:127.0.0.1"] {
+            #expect(try SocketAddress(ipAddress: host, port: 1).isLoopback, "\(host)")
+        }
+        for host in ["10.0.0.1", "128.0.0.1", "::2", "fe80::1", "::ffff:10.0.0.1", "2001:db8::1"] {
+            #expect(try !SocketAddress(ipAddress: host, port: 1).isLoopback, "\(host)")
+        }
+    }
+
+    @Test func segmentsStayBelowAnEthernetMTUExceptOnLoopback() throws {
+        let policy = DatagramSegmentation(enabled: true)
+        #expect(policy.segmentLimit(for: try SocketAddress(ipAddress: "127.0.0.1", port: 1)) == WireLimits.maxUDPPayload)
+        #expect(policy.segmentLimit(for: try SocketAddress(ipAddress: "192.168.1.2", port: 1)) == 1_452)
+        #expect(DatagramSegmentation(enabled: false).segmentLimit(for: try SocketAddress(ipAddress: "127.0.0.1", port: 1)) == 0)
+    }
+
+    /// EMSGSIZE (SwiftNIO's `writeMessageTooLarge`): the datagrams go again singly, and no
+    /// datagram that long joins a write again; the socket stayed open, so nothing counts as a refusal.
+    @Test func aWriteTooLargeForThePathLowersTheLimitAndIsResent() throws {
+        var policy = DatagramSegmentation(enabled: true)
+        #expect(policy.writeFailed(segmentSize: 1_236, error: ChannelError.writeMessageTooLarge) == .resendSingly)
+        #expect(policy.segmentLimit(for: try SocketAddress(ipAddress: "127.0.0.1", port: 1)) == 1_235)
+        #expect(policy.writeFailed(segmentSize: 1_400, error: ChannelError.writeMessageTooLarge) == .resendSingly)
+        #expect(policy.largestSegment == 1_235)
+        #expect(policy.enabled && policy.refusals == 0)
+    }
+
+    /// A refusal closes the socket and fails every pending write with it, so one refusal may be
+    /// another write's error: segmenting stops at the second.
+    @Test func theSecondRefusalTurnsSegmentingOff() {
+        var policy = DatagramSegmentation(enabled: true)
+        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EINVAL, reason: "sendmmsg")) == .lost)
+        #expect(policy.enabled && policy.refusals == 1)
+        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EIO, reason: "sendmsg")) == .lost)
+        #expect(!policy.enabled && policy.refusals == 2)
+    }
+
+    @Test func otherFailuresTeachNothing() {
+        var policy = DatagramSegmentation(enabled: true)
+        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EPERM, reason: "sendmmsg")) == .lost)
+        #expect(policy.writeFailed(segmentSize: 100, error: ChannelError.ioOnClosedChannel) == .lost)
+        #expect(policy.enabled && policy.refusals == 0 && policy.largestSegment == WireLimits.maxUDPPayload)
     }
 }

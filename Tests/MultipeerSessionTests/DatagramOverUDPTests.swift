@@ -194,6 +194,23 @@ struct DatagramOverUDPTests {
         await bob.shutdown()
     }
 
+    /// Queues `count` unreliable messages of `size` bytes (each starting with its index) from
+    /// `bob` to `alice` while Bob's loop is held, so the whole burst is drained in one pass.
+    static func burst(_ count: Int, of size: Int, from bob: EngineProbe, to alice: EngineProbe, startingAt first: Int = 0) throws {
+        let queued = DispatchSemaphore(value: 0)
+        bob.engine.eventLoop.execute { _ = queued.wait(timeout: .now() + 10) }
+        defer { queued.signal() }
+        for index in first..<(first + count) {
+            var message = ByteBuffer(repeating: UInt8(truncatingIfNeeded: index), count: size)
+            message.setInteger(UInt32(index), at: 0)
+            try bob.engine.sendUnreliable(message, to: [alice.peer.identifier])
+        }
+    }
+
+    static func indices(_ messages: [ByteBuffer]) -> [UInt32] {
+        messages.map { $0.getInteger(at: $0.readerIndex, as: UInt32.self) ?? .max }
+    }
+
     /// A burst to one peer leaves as segmented writes and arrives joined where the kernel offers
     /// both (loopback does), and each datagram is still delivered once, in order; with offload off
     /// the same burst goes one datagram at a time.
@@ -202,21 +219,12 @@ struct DatagramOverUDPTests {
         let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"), segmentationOffload: offload)
         let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"), segmentationOffload: offload)
         #expect(try await alice.connect(bob))
-        // Bob's loop waits while the burst is queued, so the whole burst is drained at once.
-        let queued = DispatchSemaphore(value: 0)
-        bob.engine.eventLoop.execute { _ = queued.wait(timeout: .now() + 10) }
         let count = 64
-        for index in 0..<count {
-            var message = ByteBuffer(repeating: UInt8(index), count: 1_200)
-            message.setInteger(UInt32(index), at: 0)
-            try bob.engine.sendUnreliable(message, to: [alice.peer.identifier])
-        }
-        queued.signal()
+        try Self.burst(count, of: 1_200, from: bob, to: alice)
         #expect(try await eventually { alice.messages(from: bob).count == count })
-        let received = alice.messages(from: bob).map { $0.getInteger(at: $0.readerIndex, as: UInt32.self) }
-        #expect(received == (0..<count).map { UInt32($0) })
-        let sent = try await bob.engine.datagramOffloadCounts.get()
-        let arrived = try await alice.engine.datagramOffloadCounts.get()
+        #expect(Self.indices(alice.messages(from: bob)) == (0..<count).map { UInt32($0) })
+        let sent = try await bob.engine.datagramOffload.get()
+        let arrived = try await alice.engine.datagramOffload.get()
         if offload {
             // 32 KiB batches of 1,236-byte datagrams: 26 + 26 + 12.
             #expect(sent.segmentedWrites == (System.supportsUDPSegmentationOffload ? 3 : 0))
@@ -224,6 +232,59 @@ struct DatagramOverUDPTests {
         } else {
             #expect(sent.segmentedWrites == 0 && arrived.joinedReceived == 0)
         }
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
+    /// A segmented write the kernel finds too large (EMSGSIZE, here a write past 64 KiB in all;
+    /// on a real path a segment above the MTU) loses nothing: its datagrams go again one by one,
+    /// and datagrams that long are not joined again. The socket stays open.
+    @Test func aWriteTooLargeIsSentAgainDatagramByDatagram() async throws {
+        try #require(System.supportsUDPSegmentationOffload)
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
+        #expect(try await alice.connect(bob))
+        try await bob.engine.eventLoop.submit { bob.engine.state.value.bytesPerSegmentedWrite = 80 * 1024 }.get()
+        // Nine sealed datagrams of 8,228 bytes: 74,052 bytes in one write, more than UDP carries.
+        try Self.burst(9, of: 8_192, from: bob, to: alice)
+        #expect(try await eventually { alice.messages(from: bob).count == 9 })
+        var report = try await bob.engine.datagramOffload.get()
+        #expect(report.segmentedWrites == 1 && report.largestSegment == 8_227 && report.refusals == 0 && report.segmenting, "\(report)")
+        try Self.burst(9, of: 8_192, from: bob, to: alice, startingAt: 9)
+        #expect(try await eventually { alice.messages(from: bob).count == 18 })
+        #expect(Set(Self.indices(alice.messages(from: bob))) == Set(0..<18))
+        report = try await bob.engine.datagramOffload.get()
+        #expect(report.segmentedWrites == 1, "datagrams above the learned limit were joined again")
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
+    /// A segmented write the kernel refuses (EINVAL, here more segments than it takes) closes the
+    /// socket; the engine binds it again, and after the second refusal sends datagrams singly,
+    /// which arrive.
+    @Test func refusedSegmentationFallsBackToSingleDatagrams() async throws {
+        try #require(System.supportsUDPSegmentationOffload)
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
+        #expect(try await alice.connect(bob))
+        try await bob.engine.eventLoop.submit { bob.engine.state.value.segmentsPerWrite = 300 }.get()
+        for refusal in 1...DatagramSegmentation.refusalsBeforeGivingUp {
+            // 300 datagrams of 76 bytes: 22,800 bytes, but more segments than any kernel takes.
+            try Self.burst(300, of: 40, from: bob, to: alice)
+            #expect(try await eventually {
+                guard let report = try? bob.engine.datagramOffload.wait() else { return false }
+                return report.refusals == refusal && report.socketOpen
+            })
+        }
+        var report = try await bob.engine.datagramOffload.get()
+        #expect(!report.segmenting)
+        let writes = report.segmentedWrites
+        let before = alice.messages(from: bob).count
+        try Self.burst(300, of: 40, from: bob, to: alice, startingAt: 1_000)
+        #expect(try await eventually { alice.messages(from: bob).count - before == 300 })
+        #expect(Set(Self.indices(Array(alice.messages(from: bob).dropFirst(before)))) == Set((1_000..<1_300).map { UInt32($0) }))
+        report = try await bob.engine.datagramOffload.get()
+        #expect(report.segmentedWrites == writes)
         await alice.shutdown()
         await bob.shutdown()
     }

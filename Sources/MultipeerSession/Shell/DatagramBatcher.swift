@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import NIOCore
 
 /// Joins sealed datagrams bound for the same address into one buffer that the kernel cuts back
@@ -48,16 +43,17 @@ struct DatagramBatcher {
     /// Bytes in batches not yet taken.
     private(set) var heldBytes = 0
 
-    /// `maximumSegments` of 1 turns joining off: every datagram is a batch of its own.
-    init(maximumSegments: Int, maximumBytes: Int) {
-        precondition(maximumSegments >= 1 && maximumSegments <= Self.kernelSegmentLimit)
+    /// Tests raise the limits past what the kernel takes, to see it refuse.
+    init(maximumSegments: Int = kernelSegmentLimit, maximumBytes: Int) {
+        precondition(maximumSegments >= 1)
         self.maximumSegments = maximumSegments
         self.maximumBytes = maximumBytes
     }
 
     /// Adds a datagram; returns the batch it closed, if any, which must be written before any
     /// batch still open for the same address (none is: a closed batch is the address's only one).
-    mutating func add(_ datagram: ByteBuffer, to address: SocketAddress) -> Batch? {
+    /// Only datagrams of 1 to `segmentLimit` bytes join others (`DatagramSegmentation`).
+    mutating func add(_ datagram: ByteBuffer, to address: SocketAddress, segmentLimit: Int) -> Batch? {
         let size = datagram.readableBytes
         guard let index = open.firstIndex(where: { $0.address == address }) else {
             open.append(Batch(datagram, to: address))
@@ -67,13 +63,16 @@ struct DatagramBatcher {
         // Plain values only: a copy of the batch kept past the append would make the append copy
         // the whole buffer (copy-on-write).
         let (count, bytes, segmentSize) = (open[index].count, open[index].buffer.readableBytes, open[index].segmentSize)
-        guard count < maximumSegments, bytes + size <= maximumBytes, size <= segmentSize else {
-            // Too many, too big, or longer than the segments: the batch goes as it is.
+        let joins = count < maximumSegments && bytes + size <= maximumBytes && size <= segmentSize
+            && size > 0 && segmentSize <= segmentLimit
+        guard joins else {
+            // Too many, too big, longer than the segments, or not to be joined: the batch goes as it is.
             heldBytes += size - bytes
             defer { open[index] = Batch(datagram, to: address) }
             return open[index]
         }
-        open[index].append(datagram, reserving: maximumBytes)
+        // Room for the most this batch can take, not always the byte limit: small datagrams need little.
+        open[index].append(datagram, reserving: min(maximumBytes, segmentSize * maximumSegments))
         heldBytes += size
         guard size == segmentSize else {
             // A shorter datagram can only be a batch's last segment.
@@ -94,13 +93,6 @@ struct DatagramBatcher {
 }
 
 extension DatagramBatcher {
-    /// Errors with which the kernel refuses segmentation offload for a path (a device without
-    /// checksum offload, IPsec, an old kernel): the engine stops batching and sends singly.
-    static func refusesSegmentation(_ error: any Error) -> Bool {
-        guard let error = error as? IOError else { return false }
-        return [EIO, EINVAL, EOPNOTSUPP, ENOPROTOOPT].contains(error.errnoCode)
-    }
-
     /// The datagrams of a buffer that the kernel joined on receipt (UDP generic receive offload),
     /// as slices of it: `segmentSize` bytes each, the last possibly shorter.
     static func segments(of buffer: ByteBuffer, segmentSize: Int?) -> [ByteBuffer] {

@@ -39,11 +39,13 @@ public final class SessionEngine: Sendable {
     }
 
     /// Datagrams are flushed once about this many bytes are written, and a segmented write holds at
-    /// most this much. Unflushed bytes stay under twice it, below the channel's high-water mark
-    /// (`datagramWriteMarks`), so that a burst never makes its own tail look unwritable.
+    /// most this much. Unflushed bytes stay under it plus one batch (at most 32 KiB, or a lone
+    /// datagram of at most 64 KiB), below the channel's high-water mark (`datagramWriteMarks`),
+    /// so that a burst never makes its own tail look unwritable.
     private static let datagramFlushBytes = 32 * 1024
     private static let datagramWriteMarks = ChannelOptions.Types.WriteBufferWaterMark(low: 64 * 1024, high: 128 * 1024)
     private static let datagramsPerRead = 16
+    private static let receiveSlot = 65_536 - 8
 
     public init(
         configuration: SessionEngineConfiguration,
@@ -60,7 +62,9 @@ public final class SessionEngine: Sendable {
             // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
             acceptsConnections: true))
         state = .makeBoxSendingValue(
-            EngineState(core: core, segmentsDatagrams: configuration.datagramSegmentationOffload && System.supportsUDPSegmentationOffload),
+            EngineState(
+                core: core, segmentsDatagrams: configuration.datagramSegmentationOffload && System.supportsUDPSegmentationOffload,
+                bytesPerSegmentedWrite: Self.datagramFlushBytes),
             eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
         resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
@@ -166,8 +170,7 @@ public final class SessionEngine: Sendable {
         let state = state.value
         var touched: [LinkID: EngineState.Link] = [:]
         var unflushedDatagramBytes = 0
-        var batcher = DatagramBatcher(
-            maximumSegments: state.segmentsDatagrams ? DatagramBatcher.kernelSegmentLimit : 1, maximumBytes: Self.datagramFlushBytes)
+        var batcher = DatagramBatcher(maximumSegments: state.segmentsPerWrite, maximumBytes: state.bytesPerSegmentedWrite)
         for item in outgoing.takeAll() {
             switch item {
             case .reliable(let frames, let peers):
@@ -191,7 +194,7 @@ public final class SessionEngine: Sendable {
                 for peer in peers {
                     // Unreliable: when the socket cannot take it now, the datagram is dropped.
                     guard udp.isWritable, let (datagram, address) = state.core.sealDatagram(message, to: peer) else { continue }
-                    if let closed = batcher.add(datagram, to: address) {
+                    if let closed = batcher.add(datagram, to: address, segmentLimit: state.segmentation.segmentLimit(for: address)) {
                         write(closed, on: udp)
                         unflushedDatagramBytes += closed.buffer.readableBytes
                         if unflushedDatagramBytes >= Self.datagramFlushBytes {
@@ -199,7 +202,7 @@ public final class SessionEngine: Sendable {
                             unflushedDatagramBytes = 0
                         }
                     }
-                    if batcher.heldBytes >= Self.datagramFlushBytes {
+                    if batcher.heldBytes >= batcher.maximumBytes {
                         // Open batches to many peers add up: write them all.
                         for batch in batcher.takeAll() { write(batch, on: udp) }
                         udp.flush()
@@ -208,15 +211,17 @@ public final class SessionEngine: Sendable {
                 }
             }
         }
-        for (id, link) in touched { pump(link, peer: id) }
+        // Datagrams first: pumping can run code that sends more, which must not overtake them.
         if let udp = state.datagramChannel, unflushedDatagramBytes + batcher.heldBytes > 0 {
             for batch in batcher.takeAll() { write(batch, on: udp) }
             udp.flush()
         }
+        for (id, link) in touched { pump(link, peer: id) }
     }
 
     /// Writes a batch of datagrams for one address: alone, or for the kernel to cut into its
-    /// datagrams. If the kernel refuses that on this path, later batches go one datagram at a time.
+    /// datagrams. What a refusal teaches is kept in `segmentation`: a write too large for the path
+    /// goes again one datagram at a time; repeated refusals turn segmenting off.
     private func write(_ batch: DatagramBatcher.Batch, on udp: any Channel) {
         guard let segmentSize = batch.writtenSegmentSize else {
             return udp.write(AddressedEnvelope(remoteAddress: batch.address, data: batch.buffer), promise: nil)
@@ -224,9 +229,21 @@ public final class SessionEngine: Sendable {
         state.value.segmentedDatagramWrites += 1
         let written = eventLoop.makePromise(of: Void.self)
         written.futureResult.whenFailure { [self] error in
-            guard DatagramBatcher.refusesSegmentation(error), state.value.segmentsDatagrams else { return }
-            state.value.segmentsDatagrams = false
-            configuration.logger.info("segmentation offload refused; datagrams now go one at a time", metadata: ["error": "\(error)"])
+            let state = state.value
+            let wasEnabled = state.segmentation.enabled
+            switch state.segmentation.writeFailed(segmentSize: segmentSize, error: error) {
+            case .resendSingly:
+                configuration.logger.debug("segmented datagrams too large for the path; sending them singly", metadata: ["segment": "\(segmentSize)"])
+                guard let udp = state.datagramChannel else { return }
+                for datagram in DatagramBatcher.segments(of: batch.buffer, segmentSize: segmentSize) {
+                    udp.write(AddressedEnvelope(remoteAddress: batch.address, data: datagram), promise: nil)
+                }
+                udp.flush()
+            case .lost:
+                if wasEnabled && !state.segmentation.enabled {
+                    configuration.logger.info("segmentation offload refused; datagrams now go one at a time", metadata: ["error": "\(error)"])
+                }
+            }
         }
         let metadata = AddressedEnvelope<ByteBuffer>.Metadata(ecnState: .transportNotCapable, packetInfo: nil, segmentSize: segmentSize)
         udp.write(AddressedEnvelope(remoteAddress: batch.address, data: batch.buffer, metadata: metadata), promise: written)
@@ -265,9 +282,16 @@ public final class SessionEngine: Sendable {
         eventLoop.submit { [self] in self.state.value.datagramPort }
     }
 
-    /// Segmented writes sent and joined datagrams received so far: whether offload is in use.
-    public var datagramOffloadCounts: EventLoopFuture<(segmentedWrites: Int, joinedReceived: Int)> {
-        eventLoop.submit { [self] in (self.state.value.segmentedDatagramWrites, self.state.value.joinedDatagramsReceived) }
+    /// Segmented writes sent and joined datagrams received so far, and what the engine learned
+    /// about segmenting (`DatagramSegmentation`): whether offload is in use.
+    public var datagramOffload: EventLoopFuture<DatagramOffloadReport> {
+        eventLoop.submit { [self] in
+            let state = self.state.value
+            return DatagramOffloadReport(
+                segmentedWrites: state.segmentedDatagramWrites, joinedReceived: state.joinedDatagramsReceived,
+                segmenting: state.segmentation.enabled, refusals: state.segmentation.refusals,
+                largestSegment: state.segmentation.largestSegment, socketOpen: state.datagramChannel != nil)
+        }
     }
 
     /// Says goodbye to every peer, reports each as not connected, and stops listening. The engine
@@ -391,10 +415,11 @@ public final class SessionEngine: Sendable {
             // Bursts of datagrams outrun the default receive buffer.
             .channelOption(.socketOption(.so_rcvbuf), value: 1 << 20)
             .channelOption(.writeBufferWaterMark, value: Self.datagramWriteMarks)
-            // Up to this many datagrams per recvmmsg call, each with room for the largest datagram
-            // the protocol allows, so none is truncated. Pages are only touched where datagrams land.
+            // Up to this many datagrams per recvmmsg call, each with room for the largest UDP
+            // payload (64 KiB less the UDP header, which also bounds datagrams the kernel joined),
+            // so none is truncated. Pages are only touched where datagrams land.
             .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
-            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * WireLimits.maxUDPPayload))
+            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * Self.receiveSlot))
             .channelInitializer { [configuration] channel in
                 // The handler holds the engine weakly; the engine owns the socket.
                 channel.eventLoop.makeCompletedFuture {
@@ -731,14 +756,18 @@ final class EngineState {
     var listening: EventLoopFuture<Int>?
     var datagramChannel: (any Channel)?
     var datagramPort: Int?
-    /// Whether bursts to one address are written as one segmented write (until the kernel refuses).
-    var segmentsDatagrams: Bool
+    /// Whether and how far bursts to one address are joined into segmented writes.
+    var segmentation: DatagramSegmentation
+    /// A segmented write's limits; tests raise them past the kernel's to see it refuse.
+    var segmentsPerWrite = DatagramBatcher.kernelSegmentLimit
+    var bytesPerSegmentedWrite: Int
     /// Writes that the kernel cut into several datagrams, and datagrams that arrived joined.
     var segmentedDatagramWrites = 0
     var joinedDatagramsReceived = 0
 
-    init(core: SessionCore, segmentsDatagrams: Bool) {
+    init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
         self.core = core
-        self.segmentsDatagrams = segmentsDatagrams
+        segmentation = DatagramSegmentation(enabled: segmentsDatagrams)
+        self.bytesPerSegmentedWrite = bytesPerSegmentedWrite
     }
 }

@@ -78,6 +78,16 @@ public struct SessionEngineConfiguration: Sendable {
     }
 }
 
+/// Whether datagrams travel in segmented writes and arrive joined (`SessionEngine.datagramOffload`).
+public struct DatagramOffloadReport: Sendable, Equatable {
+    public let segmentedWrites: Int
+    public let joinedReceived: Int
+    public let segmenting: Bool
+    public let refusals: Int
+    public let largestSegment: Int
+    public let socketOpen: Bool
+}
+
 public enum SessionEngineEvent: Sendable {
     case peerStateChanged(WirePeerID, PeerConnectionState)
     /// Ask the application; call `answer` once, from any thread.
