@@ -207,47 +207,6 @@ enum Scenarios {
     }
 }
 
-/// Wakes the sender the moment its probe comes back, or after 200 ms (a lost datagram).
-final class ProbeWaiter: Sendable {
-    private final class Pending: Sendable {
-        let state = Mutex<(probe: Data, continuation: CheckedContinuation<Bool, Never>)?>(nil)
-        func take(_ probe: Data) -> CheckedContinuation<Bool, Never>? {
-            state.withLock { state in
-                guard let current = state, current.probe == probe else { return nil }
-                state = nil
-                return current.continuation
-            }
-        }
-    }
-
-    private let pending = Pending()
-    private let reader: Task<Void, Never>
-
-    init(_ events: MCSession.Events) {
-        let pending = self.pending
-        reader = Task {
-            for await event in events {
-                guard case .dataReceived(let data, _) = event else { continue }
-                pending.take(data)?.resume(returning: true)
-            }
-        }
-    }
-
-    func wait(for probe: Data, sending send: @Sendable () -> Void) async -> Bool {
-        await withCheckedContinuation { continuation in
-            pending.state.withLock { $0 = (probe, continuation) }
-            send()
-            let pending = self.pending
-            Task {
-                try? await Task.sleep(for: .milliseconds(200))
-                pending.take(probe)?.resume(returning: false)
-            }
-        }
-    }
-
-    func stop() { reader.cancel() }
-}
-
 // MARK: Round trips on the sessions' network threads
 
 /// Sends probes and waits for their echoes; returns the round-trip times in microseconds of the
