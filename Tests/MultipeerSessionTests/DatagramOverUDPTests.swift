@@ -526,4 +526,44 @@ struct DatagramReplayOverUDPTests {
         await alice.shutdown()
         await bob.shutdown()
     }
+
+    /// A datagram the application has no room for is dropped before it is opened, so it moves no
+    /// state: the same datagram arriving again once there is room is delivered, once. (Opened and
+    /// then dropped, it would have moved the replay window, and its second arrival counted as a
+    /// replay.)
+    @Test func aDatagramDroppedForLackOfRoomMovesNoState() async throws {
+        // Room for two 3-byte messages undelivered, not three.
+        let alice = try EngineProbe(name: "alice", maximumUndeliveredBytes: 8)
+        let bob = try EngineProbe(name: "bob")
+        let tap = try await DatagramTap.connect(bob, to: alice)
+        let datagrams = try await tap.capture(21, from: bob, to: alice) { String(format: "m%02d", $0) }
+        let port = try #require(try await alice.engine.datagramPort.get())
+        let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let relay = try await DatagramBootstrap(group: group).bind(host: "127.0.0.1", port: 0).get()
+
+        alice.holdMessages(true)
+        let readBefore = try await alice.engine.datagramOffload.get().read
+        for datagram in datagrams[0..<20] {
+            try await relay.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: datagram))
+        }
+        // Every one was read (loopback does not lose 20 small datagrams; a lost one fails here).
+        #expect(try await eventually { (try? alice.engine.datagramOffload.wait().read) ?? 0 >= readBefore + 20 })
+        #expect(alice.messages(from: bob).count == 2)
+        alice.holdMessages(false)
+
+        // Room again: all twenty again, then a sentinel from the same socket.
+        for datagram in datagrams[0..<20] {
+            try await relay.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: datagram))
+        }
+        try await deliver([(datagrams[20], "m20")], from: relay, to: target, receiver: alice, sender: bob)
+        let received = alice.messages(from: bob).map { String(buffer: $0) }.filter { $0 != "m20" }
+        #expect(received.count == 20, "delivered \(received.count) of 20")
+        #expect(Set(received) == Set((0..<20).map { String(format: "m%02d", $0) }))
+        try await relay.close().get()
+        try await group.shutdownGracefully()
+        await tap.close()
+        await alice.shutdown()
+        await bob.shutdown()
+    }
 }

@@ -25,6 +25,7 @@ final class EngineProbe: Sendable {
         keepalive: KeepalivePolicy = KeepalivePolicy(),
         channels: ChannelConfiguration = ChannelConfiguration(),
         segmentationOffload: Bool = true,
+        maximumUndeliveredBytes: Int = 8 << 20,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
@@ -33,8 +34,8 @@ final class EngineProbe: Sendable {
         engine = SessionEngine(
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
-                listenHost: "127.0.0.1", keepalive: keepalive, channels: channels,
-                datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
+                listenHost: "127.0.0.1", keepalive: keepalive, maximumUndeliveredBytesPerPeer: maximumUndeliveredBytes,
+                channels: channels, datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) })
         box.withLock { $0 = self }

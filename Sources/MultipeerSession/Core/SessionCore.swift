@@ -283,13 +283,20 @@ final class SessionCore {
 
     /// One UDP datagram from anywhere: the message it carries, or nil when it is dropped.
     /// Never answered (docs/PROTOCOL.md §8).
-    func datagramReceived(_ data: ByteBuffer, from source: SocketAddress) -> (ByteBuffer, WirePeerID, LinkID)? {
+    /// `admits` is asked, with the link and the message's length, before the datagram is opened:
+    /// one the application has no room for is dropped unopened, without the AEAD's work and
+    /// without moving any state, as if it had been lost on the way.
+    func datagramReceived(
+        _ data: ByteBuffer, from source: SocketAddress, admits: (LinkID, Int) -> Bool = { _, _ in true }
+    ) -> (ByteBuffer, WirePeerID, LinkID)? {
         guard let (header, body) = try? DatagramHeader.decode(datagram: data),
             let id = receiverIDs[header.receiverID], let link = links[id], link.isConnected,
             let peer = link.peer, let kind = link.datagram?.kind
         else { return nil }
         // Without keys, at least insist on the peer's own address.
         if kind == .plain && source.ipAddress != link.datagramAddress?.ipAddress { return nil }
+        let length = kind == .sealed ? max(0, body.readableBytes - WireLimits.datagramTagLength) : body.readableBytes
+        guard admits(id, length) else { return nil }
         switch link.datagram?.open(header: header, body: body) {
         case .message(let message): return (message, peer, id)
         case .dropped, nil: return nil

@@ -288,7 +288,7 @@ public final class SessionEngine: Sendable {
         eventLoop.submit { [self] in
             let state = self.state.value
             return DatagramOffloadReport(
-                segmentedWrites: state.segmentedDatagramWrites, joinedReceived: state.joinedDatagramsReceived,
+                segmentedWrites: state.segmentedDatagramWrites, joinedReceived: state.joinedDatagramsReceived, read: state.datagramsRead,
                 segmenting: state.segmentation.enabled, refusals: state.segmentation.refusals,
                 largestSegment: state.segmentation.largestSegment, socketOpen: state.datagramChannel != nil)
         }
@@ -620,19 +620,23 @@ public final class SessionEngine: Sendable {
     /// One datagram, or several the kernel joined (each its own sealed datagram, cut apart here).
     fileprivate func datagramsReceived(_ envelope: AddressedEnvelope<ByteBuffer>) {
         guard let segmentSize = envelope.metadata?.segmentSize, envelope.data.readableBytes > segmentSize else {
+            state.value.datagramsRead += 1
             return datagramReceived(envelope.data, from: envelope.remoteAddress)
         }
         let segments = DatagramBatcher.segments(of: envelope.data, segmentSize: segmentSize)
+        state.value.datagramsRead += segments.count
         state.value.joinedDatagramsReceived += segments.count
         for segment in segments { datagramReceived(segment, from: envelope.remoteAddress) }
     }
 
     private func datagramReceived(_ datagram: ByteBuffer, from address: SocketAddress) {
-        let delivered = core.datagramReceived(datagram, from: address)
+        let state = state.value
+        // Unreliable: past the receive budget a datagram is dropped rather than held, and unopened.
+        let delivered = core.datagramReceived(datagram, from: address) { id, length in
+            state.links[id]?.receiveBudget?.hasRoom(for: length) ?? true
+        }
         perform()
-        guard let (message, peer, id) = delivered, let link = state.value.links[id] else { return }
-        // Unreliable: past the receive budget a datagram is dropped rather than held.
-        guard link.receiveBudget?.hasRoom(for: message.readableBytes) ?? true else { return }
+        guard let (message, peer, id) = delivered, let link = state.links[id] else { return }
         onEvent(.messageReceived(message, from: peer, receipt: charge(link, message.readableBytes)))
     }
 
@@ -764,6 +768,8 @@ final class EngineState {
     /// Writes that the kernel cut into several datagrams, and datagrams that arrived joined.
     var segmentedDatagramWrites = 0
     var joinedDatagramsReceived = 0
+    /// Every datagram read from the socket, whatever became of it.
+    var datagramsRead = 0
 
     init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
         self.core = core

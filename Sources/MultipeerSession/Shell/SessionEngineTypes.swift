@@ -82,6 +82,8 @@ public struct SessionEngineConfiguration: Sendable {
 public struct DatagramOffloadReport: Sendable, Equatable {
     public let segmentedWrites: Int
     public let joinedReceived: Int
+    /// Every datagram read from the socket, whatever became of it.
+    public let read: Int
     public let segmenting: Bool
     public let refusals: Int
     public let largestSegment: Int
