@@ -159,29 +159,37 @@ struct DatagramSegmentationTests {
 
     /// EMSGSIZE (SwiftNIO's `writeMessageTooLarge`): the datagrams go again singly, and no
     /// datagram that long joins a write again; the socket stayed open, so nothing counts as a refusal.
+    /// Stands for a socket: one object per socket the engine binds.
+    final class Socket {}
+    static let socket = ObjectIdentifier(Socket.self)
+
     @Test func aWriteTooLargeForThePathLowersTheLimitAndIsResent() throws {
         var policy = DatagramSegmentation(enabled: true)
-        #expect(policy.writeFailed(segmentSize: 1_236, error: ChannelError.writeMessageTooLarge) == .resendSingly)
+        #expect(policy.writeFailed(segmentSize: 1_236, error: ChannelError.writeMessageTooLarge, socket: Self.socket) == .resendSingly)
         #expect(policy.segmentLimit(for: try SocketAddress(ipAddress: "127.0.0.1", port: 1)) == 1_235)
-        #expect(policy.writeFailed(segmentSize: 1_400, error: ChannelError.writeMessageTooLarge) == .resendSingly)
+        #expect(policy.writeFailed(segmentSize: 1_400, error: ChannelError.writeMessageTooLarge, socket: Self.socket) == .resendSingly)
         #expect(policy.largestSegment == 1_235)
         #expect(policy.enabled && policy.refusals == 0)
     }
 
     /// A refusal closes the socket and fails every pending write with it, so one refusal may be
     /// another write's error: segmenting stops at the second.
+    /// Every write pending on a socket fails with its closing, so one socket counts once.
     @Test func theSecondRefusalTurnsSegmentingOff() {
+        let (first, second) = (Socket(), Socket())
         var policy = DatagramSegmentation(enabled: true)
-        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EINVAL, reason: "sendmmsg")) == .lost)
+        for _ in 0..<3 {
+            #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EINVAL, reason: "sendmmsg"), socket: ObjectIdentifier(first)) == .lost)
+        }
         #expect(policy.enabled && policy.refusals == 1)
-        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EIO, reason: "sendmsg")) == .lost)
+        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EIO, reason: "sendmsg"), socket: ObjectIdentifier(second)) == .lost)
         #expect(!policy.enabled && policy.refusals == 2)
     }
 
     @Test func otherFailuresTeachNothing() {
         var policy = DatagramSegmentation(enabled: true)
-        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EPERM, reason: "sendmmsg")) == .lost)
-        #expect(policy.writeFailed(segmentSize: 100, error: ChannelError.ioOnClosedChannel) == .lost)
+        #expect(policy.writeFailed(segmentSize: 100, error: IOError(errnoCode: EPERM, reason: "sendmmsg"), socket: Self.socket) == .lost)
+        #expect(policy.writeFailed(segmentSize: 100, error: ChannelError.ioOnClosedChannel, socket: Self.socket) == .lost)
         #expect(policy.enabled && policy.refusals == 0 && policy.largestSegment == WireLimits.maxUDPPayload)
     }
 }

@@ -269,12 +269,14 @@ struct DatagramOverUDPTests {
         #expect(try await alice.connect(bob))
         try await bob.engine.eventLoop.submit { bob.engine.state.value.segmentsPerWrite = 300 }.get()
         for refusal in 1...DatagramSegmentation.refusalsBeforeGivingUp {
-            // 300 datagrams of 76 bytes: 22,800 bytes, but more segments than any kernel takes.
-            try Self.burst(300, of: 40, from: bob, to: alice)
+            // Two writes of 300 datagrams of 76 bytes (22,800 bytes each, but more segments than any
+            // kernel takes), both pending when the first fails: one closing, one refusal.
+            try Self.burst(600, of: 40, from: bob, to: alice)
             #expect(try await eventually {
                 guard let report = try? bob.engine.datagramOffload.wait() else { return false }
                 return report.refusals == refusal && report.socketOpen
             })
+            #expect(try await bob.engine.datagramOffload.get().segmenting == (refusal < DatagramSegmentation.refusalsBeforeGivingUp))
         }
         var report = try await bob.engine.datagramOffload.get()
         #expect(!report.segmenting)

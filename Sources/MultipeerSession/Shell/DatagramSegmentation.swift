@@ -22,6 +22,9 @@ struct DatagramSegmentation {
     /// Lowered below the segment size of any write the kernel found too large.
     private(set) var largestSegment = WireLimits.maxUDPPayload
     private(set) var refusals = 0
+    /// The socket whose closing was last counted: every write pending on it fails with the same
+    /// error, and one closing is one refusal.
+    private var lastRefusedSocket: ObjectIdentifier?
 
     init(enabled: Bool) { self.enabled = enabled }
 
@@ -31,14 +34,15 @@ struct DatagramSegmentation {
         return address.isLoopback ? largestSegment : min(largestSegment, Self.ethernetSegmentLimit)
     }
 
-    /// A segmented write failed; returns what to do with its datagrams.
-    mutating func writeFailed(segmentSize: Int, error: any Error) -> Outcome {
+    /// A segmented write on `socket` failed; returns what to do with its datagrams.
+    mutating func writeFailed(segmentSize: Int, error: any Error, socket: ObjectIdentifier) -> Outcome {
         if let error = error as? ChannelError, case .writeMessageTooLarge = error {
             // EMSGSIZE: the socket stays open. Join only shorter datagrams from now on.
             largestSegment = min(largestSegment, segmentSize - 1)
             return .resendSingly
         }
-        guard let error = error as? IOError, Self.refusalCodes.contains(error.errnoCode) else { return .lost }
+        guard let error = error as? IOError, Self.refusalCodes.contains(error.errnoCode), socket != lastRefusedSocket else { return .lost }
+        lastRefusedSocket = socket
         refusals += 1
         if refusals >= Self.refusalsBeforeGivingUp { enabled = false }
         return .lost

@@ -231,7 +231,7 @@ public final class SessionEngine: Sendable {
         written.futureResult.whenFailure { [self] error in
             let state = state.value
             let wasEnabled = state.segmentation.enabled
-            switch state.segmentation.writeFailed(segmentSize: segmentSize, error: error) {
+            switch state.segmentation.writeFailed(segmentSize: segmentSize, error: error, socket: ObjectIdentifier(udp)) {
             case .resendSingly:
                 configuration.logger.debug("segmented datagrams too large for the path; sending them singly", metadata: ["segment": "\(segmentSize)"])
                 guard let udp = state.datagramChannel else { return }
