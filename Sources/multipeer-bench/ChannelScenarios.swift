@@ -90,26 +90,9 @@ enum ChannelScenarios {
         let transfer = Task { try await pair.b.sendResource(at: file, named: "bench.bin", to: pair.a.myPeerID) }
         // Measure once bulk data flows, not during the offer's round trip.
         try await Task.sleep(for: .milliseconds(100))
-        // As in Scenarios.roundTrips: this task sends each probe and awaits its echo itself.
-        var events = pair.b.events().makeAsyncIterator()
-        var times: [Double] = []
-        probing: for index in 0..<samples where !arrived.withLock({ $0 }) {
-            let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
-            let start = ContinuousClock.now
-            try? pair.b.send(probe, toPeers: [pair.a.myPeerID], with: .reliable)
-            while let event = await events.next() {
-                switch event {
-                case .dataReceived(let data, _) where data == probe:
-                    times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6)
-                    continue probing
-                case .peerStateChanged(_, .notConnected):
-                    break probing  // reliable echoes stop only with the connection
-                default:
-                    continue
-                }
-            }
-            break
-        }
+        // As in Scenarios.roundTrips: one task sends each probe and awaits its echo itself.
+        let times = await Scenarios.probe(from: pair.b, pair.b.events(), to: pair.a.myPeerID, samples: samples, mode: .reliable,
+                                          executor: nil, stop: { arrived.withLock { $0 } })
         try await transfer.value
         return times
     }

@@ -207,39 +207,45 @@ enum Scenarios {
     }
 }
 
-// MARK: Round trips on the sessions' network threads
+// MARK: Round trips
 
-/// Sends probes and waits for their echoes; returns the round-trip times in microseconds of the
-/// probes that were not lost.
+/// Sends probes and waits for their echoes, until `samples` were sent or `stop` says so; returns
+/// the round-trip times in microseconds of the probes that were not lost. Ends early when the
+/// peer goes or the task is cancelled (by the watchdog).
 func measureProbes(_ session: MCSession, _ events: MCSession.Events, to peer: MCPeerID, samples: Int,
-                   mode: MCSessionSendDataMode, outstanding: OutstandingProbe) async -> [Double] {
+                   mode: MCSessionSendDataMode, outstanding: OutstandingProbe,
+                   stop: @Sendable () -> Bool = { false }) async -> [Double] {
     var times: [Double] = []
     var iterator = events.makeAsyncIterator()
-    for index in 0..<samples {
+    probing: for index in 0..<samples where !stop() {
         let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
         let start = ContinuousClock.now
         outstanding.sent(probe, at: start)
-        try? session.send(probe, toPeers: [peer], with: mode)
-        var answered = false
+        guard (try? session.send(probe, toPeers: [peer], with: mode)) != nil else { break }
         while let event = await iterator.next(isolation: #isolation) {
-            if case .dataReceived(let data, _) = event, data == probe {
-                answered = true
-                break
+            switch event {
+            case .dataReceived(let data, _) where data == probe:
+                if !outstanding.answered() { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
+                continue probing
+            case .peerStateChanged(_, .notConnected):
+                break probing
+            default:
+                continue
             }
         }
-        guard answered else { break }  // cancelled by the watchdog
-        if !outstanding.answered() { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
+        break  // cancelled by the watchdog
     }
     return times
 }
 
-/// The probe in flight, shared with a watchdog that re-sends a lost datagram (the sample then
-/// counts as lost) and stops the measurement when too many are lost.
+/// The probe in flight, shared with a watchdog that re-sends a lost unreliable probe (the sample
+/// then counts as lost), and stops the measurement when too many are lost or one waits too long.
 final class OutstandingProbe: Sendable {
-    private let state = Mutex<(probe: Data?, sentAt: ContinuousClock.Instant, resent: Bool, lost: Int)>((nil, .now, false, 0))
+    private let state = Mutex<(probe: Data?, firstSentAt: ContinuousClock.Instant, sentAt: ContinuousClock.Instant, resent: Bool, lost: Int)>(
+        (nil, .now, .now, false, 0))
 
     func sent(_ probe: Data, at instant: ContinuousClock.Instant) {
-        state.withLock { $0 = (probe, instant, false, $0.lost) }
+        state.withLock { $0 = (probe, instant, instant, false, $0.lost) }
     }
 
     /// Marks the probe answered; true if it had been lost and re-sent.
@@ -250,14 +256,25 @@ final class OutstandingProbe: Sendable {
         }
     }
 
-    /// The probe to send again, if the current one has waited longer than `timeout`.
-    func overdue(timeout: Duration) -> (probe: Data, lost: Int)? {
+    enum Verdict {
+        case wait
+        case resend(Data)
+        case giveUp
+    }
+
+    /// What to do about the probe in flight: re-send an unreliable one that waited longer than
+    /// `timeout` (a reliable one is never lost, only slow), and give up past `deadline` or after
+    /// more than `maximumLost` lost probes.
+    func check(timeout: Duration, deadline: Duration, reliable: Bool, maximumLost: Int) -> Verdict {
         state.withLock { state in
-            guard let probe = state.probe, ContinuousClock.now - state.sentAt > timeout else { return nil }
+            guard let probe = state.probe else { return .wait }
+            let now = ContinuousClock.now
+            if now - state.firstSentAt > deadline { return .giveUp }
+            guard !reliable, now - state.sentAt > timeout else { return .wait }
             if !state.resent { state.lost += 1 }
             state.resent = true
-            state.sentAt = .now
-            return (probe, state.lost)
+            state.sentAt = now
+            return state.lost > maximumLost ? .giveUp : .resend(probe)
         }
     }
 }
@@ -269,30 +286,37 @@ extension Scenarios {
     /// an application gets when it takes events and sends on the network thread itself.
     static func roundTrips(_ pair: SessionPair, samples: Int, mode: MCSessionSendDataMode, onNetworkThreads: Bool) async -> [Double] {
         let a = pair.a
-        let b = pair.b
-        let bPeer = b.myPeerID
-        let aPeer = a.myPeerID
+        let bPeer = pair.b.myPeerID
         let aEvents = pair.aEvents
-        let bEvents = pair.bEvents
         let echoing = Task(executorPreference: onNetworkThreads ? a.taskExecutor : nil) {
             for await event in aEvents {
                 if case .dataReceived(let data, _) = event { try? a.send(data, toPeers: [bPeer], with: mode) }
             }
         }
         defer { echoing.cancel() }
+        return await probe(from: pair.b, pair.bEvents, to: a.myPeerID, samples: samples, mode: mode,
+                           executor: onNetworkThreads ? pair.b.taskExecutor : nil)
+    }
+
+    /// Runs `measureProbes` on a task (on `executor` when given) beside a watchdog, so that no
+    /// probe is waited for more than 5 s and lost unreliable ones are sent again.
+    static func probe(from session: MCSession, _ events: MCSession.Events, to peer: MCPeerID, samples: Int,
+                      mode: MCSessionSendDataMode, executor: (any TaskExecutor)?,
+                      stop: @escaping @Sendable () -> Bool = { false }) async -> [Double] {
         let outstanding = OutstandingProbe()
-        let measuring = Task(executorPreference: onNetworkThreads ? b.taskExecutor : nil) {
-            await measureProbes(b, bEvents, to: aPeer, samples: samples, mode: mode, outstanding: outstanding)
+        let measuring = Task(executorPreference: executor) {
+            await measureProbes(session, events, to: peer, samples: samples, mode: mode, outstanding: outstanding, stop: stop)
         }
         let watchdog = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(50))
-                guard let (probe, lost) = outstanding.overdue(timeout: .milliseconds(200)) else { continue }
-                if lost > samples / 10 {
+                switch outstanding.check(timeout: .milliseconds(200), deadline: .seconds(5), reliable: mode == .reliable, maximumLost: samples / 10) {
+                case .wait: continue
+                case .resend(let probe): try? session.send(probe, toPeers: [peer], with: mode)
+                case .giveUp:
                     measuring.cancel()
                     return
                 }
-                try? b.send(probe, toPeers: [aPeer], with: mode)
             }
         }
         defer { watchdog.cancel() }
