@@ -30,8 +30,9 @@ struct ImpairedLinkProcessTests {
         return url
     }
 
-    @Test(arguments: [1, 5, 20])
-    func aFileCrossesALossyLink(percent: Int) async throws {
+    /// Sends a 4 MiB file from alice to bob across links losing `percent` % each way; the
+    /// sender's result, and bob's program, still running or not.
+    static func sendAcrossLossyLink(percent: Int, _ body: (_ sent: (status: Int32, output: String), _ receiver: NamespacedDemo, _ inbox: URL, _ content: Data) async throws -> Void) async throws {
         let namespaces = try NetworkNamespaces(count: 2)
         let directory = try Self.scratch("loss\(percent)")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -40,11 +41,39 @@ struct ImpairedLinkProcessTests {
         for name in namespaces.names { try Self.impair(name, losing: percent) }
         let service = "mp-loss\(percent)"
         let receiver = try Apps.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "90"] + Apps.peer("bob", service) + Apps.trustCA)
+        defer { receiver.kill() }
         _ = await Apps.read(receiver, until: "waiting for files")
         let sent = try await Apps.run(namespaces, 0, ["send", file.path, "--to", "bob", "--timeout", "60"] + Apps.peer("alice", service) + Apps.trustCA, seconds: 120)
-        #expect(sent.status == 0, "\(percent) % loss: \(sent.output)")
-        #expect(await Apps.exitStatus(receiver, within: 30) == 0)
-        #expect(try Data(contentsOf: inbox.appendingPathComponent("lossy.bin")) == content)
+        try await body(sent, receiver, inbox, content)
+    }
+
+    @Test(arguments: [1, 5, 10])
+    func aFileCrossesALossyLink(percent: Int) async throws {
+        try await Self.sendAcrossLossyLink(percent: percent) { sent, receiver, inbox, content in
+            #expect(sent.status == 0, "\(percent) % loss: \(sent.output)")
+            #expect(await Apps.exitStatus(receiver, within: 30) == 0)
+            let arrived = try Data(contentsOf: inbox.appendingPathComponent("lossy.bin"))
+            #expect(arrived == content)
+        }
+    }
+
+    /// At 20 % loss each way TCP's retransmission timer, doubling from 200 ms, stalls a
+    /// connection for more than the 9 s dead-peer deadline whenever one segment is lost six times
+    /// running (0.2^6 for each of the ~3,000 segments: a few runs in a hundred). Then the
+    /// transfer must fail cleanly: status 7 and no file; otherwise the file arrives whole.
+    @Test func aFileCrossesAVeryLossyLinkOrFailsCleanly() async throws {
+        try await Self.sendAcrossLossyLink(percent: 20) { sent, receiver, inbox, content in
+            let delivered = inbox.appendingPathComponent("lossy.bin")
+            if sent.status == 0 {
+                #expect(await Apps.exitStatus(receiver, within: 30) == 0)
+                let arrived = try Data(contentsOf: delivered)
+                #expect(arrived == content)
+            } else {
+                #expect(sent.status == 7, "20 % loss: \(sent.output)")
+                #expect(sent.output.contains("the transfer failed: connectionLost"), "\(sent.output)")
+                #expect(!FileManager.default.fileExists(atPath: delivered.path))
+            }
+        }
     }
 
     @Test func aShortCutIsRiddenOutAndALongOneEndsTheTransferWithinTheDeadline() async throws {
