@@ -181,9 +181,7 @@ struct DatagramOverUDPTests {
     /// A burst is written in batches and flushed as it goes: datagrams queued together must not
     /// push the channel over its write-buffer mark and drop their own tail.
     @Test func aBurstOfLargeDatagramsIsNotDroppedByItsOwnBatch() async throws {
-        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
-        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        #expect(try await alice.connect(bob))
+        let (alice, bob) = try await Self.connectedPair()
         let count = 40
         for index in 0..<count {
             try bob.engine.sendUnreliable(ByteBuffer(repeating: UInt8(index), count: 8_192), to: [alice.peer.identifier])
@@ -192,6 +190,14 @@ struct DatagramOverUDPTests {
         #expect(Set(alice.messages(from: bob).map { $0.getInteger(at: $0.readerIndex, as: UInt8.self) }) == Set((0..<count).map(UInt8.init)))
         await alice.shutdown()
         await bob.shutdown()
+    }
+
+    /// Alice and Bob with certificates, connected over TLS.
+    static func connectedPair(segmentationOffload: Bool = true) async throws -> (alice: EngineProbe, bob: EngineProbe) {
+        let alice = try EngineProbe(name: "alice", identity: try pki.peer("alice"), segmentationOffload: segmentationOffload)
+        let bob = try EngineProbe(name: "bob", identity: try pki.peer("bob"), segmentationOffload: segmentationOffload)
+        try #require(try await alice.connect(bob))
+        return (alice, bob)
     }
 
     /// Queues `count` unreliable messages of `size` bytes (each starting with its index) from
@@ -216,9 +222,7 @@ struct DatagramOverUDPTests {
     /// the same burst goes one datagram at a time.
     @Test(arguments: [true, false])
     func aBurstIsSegmentedOnTheWayAndDeliveredDatagramByDatagram(offload: Bool) async throws {
-        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"), segmentationOffload: offload)
-        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"), segmentationOffload: offload)
-        #expect(try await alice.connect(bob))
+        let (alice, bob) = try await Self.connectedPair(segmentationOffload: offload)
         let count = 64
         try Self.burst(count, of: 1_200, from: bob, to: alice)
         #expect(try await eventually { alice.messages(from: bob).count == count })
@@ -241,9 +245,7 @@ struct DatagramOverUDPTests {
     /// and datagrams that long are not joined again. The socket stays open.
     @Test func aWriteTooLargeIsSentAgainDatagramByDatagram() async throws {
         try #require(System.supportsUDPSegmentationOffload)
-        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
-        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        #expect(try await alice.connect(bob))
+        let (alice, bob) = try await Self.connectedPair()
         try await bob.engine.eventLoop.submit { bob.engine.state.value.bytesPerSegmentedWrite = 80 * 1024 }.get()
         // Nine sealed datagrams of 8,228 bytes: 74,052 bytes in one write, more than UDP carries.
         try Self.burst(9, of: 8_192, from: bob, to: alice)
@@ -264,9 +266,7 @@ struct DatagramOverUDPTests {
     /// which arrive.
     @Test func refusedSegmentationFallsBackToSingleDatagrams() async throws {
         try #require(System.supportsUDPSegmentationOffload)
-        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"))
-        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"))
-        #expect(try await alice.connect(bob))
+        let (alice, bob) = try await Self.connectedPair()
         try await bob.engine.eventLoop.submit { bob.engine.state.value.segmentsPerWrite = 300 }.get()
         for refusal in 1...DatagramSegmentation.refusalsBeforeGivingUp {
             // Two writes of 300 datagrams of 76 bytes (22,800 bytes each, but more segments than any

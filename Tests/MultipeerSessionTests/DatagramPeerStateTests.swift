@@ -14,6 +14,13 @@ final class SharedKeys {
         keys[name] = key
         return key
     }
+
+    /// Derivations asked for through `countedKey` (one side's), so a test can count them.
+    var derivations = 0
+    func countedKey(_ direction: DatagramDirection, _ epoch: UInt32) -> SecureBytes? {
+        derivations += 1
+        return key(direction, epoch)
+    }
 }
 
 @Suite("Datagram state: sealing, replay, epochs (docs/PROTOCOL.md §8)")
@@ -152,24 +159,20 @@ struct DatagramPeerStateTests {
         limits.epochCounterLimit = 4
         limits.failureLimit = 3
         let keys = SharedKeys()
-        var derivations = 0
-        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits) { direction, epoch in
-            derivations += 1
-            return keys.key(direction, epoch)
-        }
+        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits, keySource: keys.countedKey)
         var dialer = DatagramPeerState(isEncrypted: true, weAreDialer: true, peerReceiverID: 22, limits: limits, keySource: keys.key)
         let all = try (0..<16).map { try sealed(&dialer, ByteBuffer(string: "\($0)")) }
-        derivations = 0
+        keys.derivations = 0
         #expect(Self.deliver(all[12], to: &listener) == .message(ByteBuffer(string: "12")))  // epoch 3, from 0
-        #expect(derivations == 1)
+        #expect(keys.derivations == 1)
         #expect(Self.deliver(all[9], to: &listener) == .message(ByteBuffer(string: "9")))  // epoch 2, now previous
-        #expect(derivations == 2)
+        #expect(keys.derivations == 2)
         var outcomes: [DatagramPeerState.Received] = []
         for counter in 100..<103 {
             outcomes.append(Self.deliver(Self.forged(receiverID: 22, epoch: 2, counter: UInt64(counter)), to: &listener))
         }
         #expect(outcomes == [.dropped, .dropped, .integrityLimitReached])
-        #expect(derivations == 2)
+        #expect(keys.derivations == 2)
     }
 
     /// A forger alternating later epochs costs one key derivation per datagram, moves nothing,
@@ -178,18 +181,14 @@ struct DatagramPeerStateTests {
         var limits = DatagramPeerState.Limits()
         limits.failureLimit = 10
         let keys = SharedKeys()
-        var derivations = 0
-        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits) { direction, epoch in
-            derivations += 1
-            return keys.key(direction, epoch)
-        }
+        var listener = DatagramPeerState(isEncrypted: true, weAreDialer: false, peerReceiverID: 11, limits: limits, keySource: keys.countedKey)
         var dialer = DatagramPeerState(isEncrypted: true, weAreDialer: true, peerReceiverID: 22, keySource: keys.key)
-        derivations = 0
+        keys.derivations = 0
         var outcomes: [DatagramPeerState.Received] = []
         for index in 0..<10 {
             outcomes.append(Self.deliver(Self.forged(receiverID: 22, epoch: UInt32(1 + index % 2) * 1000, counter: UInt64(index)), to: &listener))
         }
-        #expect(derivations == 10)
+        #expect(keys.derivations == 10)
         #expect(outcomes.dropLast().allSatisfy { $0 == .dropped })
         #expect(outcomes.last == .integrityLimitReached)
         // The genuine epoch 0 still opens: the forgeries changed no epoch.
