@@ -40,6 +40,9 @@ public final class TLSEngine {
     fileprivate var inbound = CircularBuffer<ByteBuffer>(initialCapacity: 4)
     /// Ciphertext OpenSSL wrote, waiting for `takeOutbound()`.
     fileprivate var outbound = ByteBuffer()
+    /// Plaintext written with `coalescing`, held to share a record with the writes after it.
+    /// Always newer than anything in `outbound`; sealed before any other write, or by `sealHeld()`.
+    private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
     /// anew for every frame of a bulk transfer. Dropped as soon as traffic turns small.
@@ -173,10 +176,23 @@ public final class TLSEngine {
     /// payload without copying it.
     /// Give `head` room for the start of the body and pass it with `consume`: the body's first
     /// bytes are then staged in it without another allocation.
-    public func write(head: consuming ByteBuffer, body: ByteBuffer) throws(SecurityError) {
+    /// With `coalescing`, a write that fits in one record is held instead, so that a burst of
+    /// small frames becomes one record: OpenSSL's cost per record is far above its cost per byte
+    /// for them. Held bytes are sealed, in order, before any later write and by `sealHeld()`,
+    /// which the caller owes before it takes the outbound bytes to send them.
+    public func write(head: consuming ByteBuffer, body: ByteBuffer, coalescing: Bool = false) throws(SecurityError) {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
         var staged = consume head
         let total = staged.readableBytes + body.readableBytes
+        if coalescing, total <= Self.maximumRecordPlaintext - held.readableBytes {
+            hold(consume staged, body)
+            return
+        }
+        try sealHeld()
+        if coalescing, total <= Self.maximumRecordPlaintext {
+            hold(consume staged, body)
+            return
+        }
         let records = (total + Self.maximumRecordPlaintext - 1) / Self.maximumRecordPlaintext
         prepareOutbound(for: total + records * Self.recordOverhead)
         var body = body
@@ -189,6 +205,29 @@ public final class TLSEngine {
             try writeRecords(staged)
         }
         try writeRecords(body)
+    }
+
+    /// Seals what `write(head:body:coalescing:)` held; the records appear in `takeOutbound()`.
+    public func sealHeld() throws(SecurityError) {
+        guard held.readableBytes > 0 else { return }
+        let plaintext = held
+        held = ByteBuffer()
+        prepareOutbound(for: plaintext.readableBytes + Self.recordOverhead)
+        try writeRecords(plaintext)
+    }
+
+    /// Plaintext bytes held for coalescing.
+    public var heldByteCount: Int { held.readableBytes }
+
+    private func hold(_ head: consuming ByteBuffer, _ body: ByteBuffer) {
+        if held.readableBytes == 0 {
+            held = head  // a lone frame costs no copy; its head has room for its body
+        } else {
+            // A second frame: room for a whole record at once, not a regrowth per frame.
+            held.reserveCapacity(minimumWritableBytes: Self.maximumRecordPlaintext - held.readableBytes)
+            held.writeImmutableBuffer(head)
+        }
+        held.writeImmutableBuffer(body)
     }
 
     private func writeRecords(_ plaintext: ByteBuffer) throws(SecurityError) {
@@ -251,6 +290,7 @@ public final class TLSEngine {
 
     /// Queues close_notify.
     public func close() {
+        try? sealHeld()  // held frames go ahead of close_notify; a failure here ends the connection anyway
         if isHandshakeComplete { _ = SSL_shutdown(ssl) }
         OpenSSLErrors.clear()
     }

@@ -313,3 +313,75 @@ struct KeepaliveTests {
         #expect(try EmbeddedPair.events(pair.dialer).compactMap(\.closeError) == [ConnectionError(.peerUnresponsive)])
     }
 }
+
+@Suite("ConnectionHandler: frames written between flushes share TLS records")
+struct WriteCoalescingTests {
+    static func flushed(_ channel: EmbeddedChannel) throws -> [ByteBuffer] {
+        var wire: [ByteBuffer] = []
+        while let bytes = try channel.readOutbound(as: ByteBuffer.self) { wire.append(bytes) }
+        return wire
+    }
+
+    /// TLS records in `wire`, by their 5-byte headers.
+    static func recordCount(_ wire: [ByteBuffer]) -> Int {
+        var count = 0
+        for var bytes in wire {
+            while bytes.readableBytes >= 5 {
+                let length = Int(bytes.getInteger(at: bytes.readerIndex + 3, as: UInt16.self)!)
+                bytes.moveReaderIndex(forwardBy: min(5 + length, bytes.readableBytes))
+                count += 1
+            }
+        }
+        return count
+    }
+
+    static func connectedPair() throws -> EmbeddedPair {
+        let pki = ConnectionHandlerTests.pki
+        let pair = try EmbeddedPair(dialerIdentity: try pki.peer("alice"), listenerIdentity: try pki.peer("bob"))
+        try pair.activate()
+        #expect(try EmbeddedPair.events(pair.dialer).contains { $0.isEstablished })
+        #expect(try EmbeddedPair.events(pair.listenerChannel).contains { $0.isEstablished })
+        return pair
+    }
+
+    @Test func aBurstCostsTwoRecordsAndArrivesInOrder() throws {
+        let pair = try Self.connectedPair()
+        for index in 0..<50 {
+            pair.dialer.write(Frame.message(ByteBuffer(repeating: UInt8(index), count: 64), isEnd: true), promise: nil)
+        }
+        #expect(try pair.dialer.readOutbound(as: ByteBuffer.self) == nil)  // nothing before the flush
+        pair.dialer.flush()
+        let wire = try Self.flushed(pair.dialer)
+        // The first frame is sealed as it is written; the other 49 wait for the flush together.
+        #expect(Self.recordCount(wire) == 2)
+        for bytes in wire { try pair.listenerChannel.writeInbound(bytes) }
+        let payloads = try EmbeddedPair.events(pair.listenerChannel).compactMap { event -> [UInt8]? in
+            guard case .frame(.message(let payload, true)) = event else { return nil }
+            return Array(payload.readableBytesView)
+        }
+        #expect(payloads == (0..<50).map { [UInt8](repeating: UInt8($0), count: 64) })
+    }
+
+    @Test func aLoneFrameIsSealedAtOnceAsBefore() throws {
+        let pair = try Self.connectedPair()
+        try pair.dialer.writeOutbound(Frame.message(ByteBuffer(string: "alone"), isEnd: true))
+        #expect(Self.recordCount(try Self.flushed(pair.dialer)) == 1)
+    }
+
+    /// A control reply the handler sends on its own (PONG) seals the held frames ahead of it.
+    @Test func aReplyBetweenWriteAndFlushKeepsTheOrder() throws {
+        let pair = try Self.connectedPair()
+        pair.dialer.write(Frame.message(ByteBuffer(string: "one"), isEnd: true), promise: nil)
+        pair.dialer.write(Frame.message(ByteBuffer(string: "two"), isEnd: true), promise: nil)
+        try pair.listenerChannel.writeOutbound(Frame.ping(7))
+        try pair.pump()  // the dialer answers the PING: its PONG goes out with what it held
+        pair.dialer.write(Frame.message(ByteBuffer(string: "three"), isEnd: true), promise: nil)
+        pair.dialer.flush()
+        try pair.pump()
+        let messages = try EmbeddedPair.events(pair.listenerChannel).compactMap { event -> String? in
+            guard case .frame(.message(let payload, true)) = event else { return nil }
+            return String(buffer: payload)
+        }
+        #expect(messages == ["one", "two", "three"])
+    }
+}

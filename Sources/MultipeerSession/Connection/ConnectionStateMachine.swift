@@ -277,7 +277,9 @@ public struct ConnectionStateMachine {
 
     /// Seals an application frame. Only once connected. Channel frames are checked against the
     /// channel rules (docs/PROTOCOL.md §7.6) and update the table; one that breaks them is refused.
-    public mutating func send(_ frame: Frame) throws(SendRefusal) -> [ConnectionAction] {
+    /// With `coalescing`, a small frame may be held to share a TLS record with the frames sent
+    /// after it; `flushHeld()` then owes its bytes before the connection is flushed.
+    public mutating func send(_ frame: Frame, coalescing: Bool = false) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
         switch frame.type {
         case .hello, .trust, .invitation, .invitationResponse, .pong, .pairingCommit, .pairingNonce:
@@ -288,11 +290,24 @@ public struct ConnectionStateMachine {
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
             try channels.sending(frame)
         }
-        let sealed = try session.transport.seal(frame)
+        let isRefusal: Bool
+        if case .streamReset(_, .refused) = frame { isRefusal = true } else { isRefusal = false }
+        // A refusal's bytes are counted below, so it is never held.
+        let sealed = try session.transport.seal(frame, coalescing: coalescing && !isRefusal)
         // A refusal answers the peer's open: a peer that opens faster than it reads must not
         // grow our memory with them (the handler stops reading past its reply backlog).
-        if case .streamReset(_, .refused) = frame { replyByteCount += sealed.reduce(0) { $0 + $1.readableBytes } }
+        if isRefusal { replyByteCount += sealed.reduce(0) { $0 + $1.readableBytes } }
         return sealed.map(ConnectionAction.send)
+    }
+
+    /// The bytes of frames `send(_:coalescing:)` held, sealed now. A TLS failure ends the connection.
+    public mutating func flushHeld() -> [ConnectionAction] {
+        guard case .connected(let session, _) = state else { return [] }
+        do {
+            return try session.transport.sealHeld().map(ConnectionAction.send)
+        } catch {
+            return fail(ConnectionError(.tls(error)))
+        }
     }
 
     // MARK: Negotiation and TLS

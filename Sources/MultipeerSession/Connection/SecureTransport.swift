@@ -19,7 +19,9 @@ enum SecureTransport {
     /// A frame in, bytes for the socket out, in order (none when TLS has nothing to send yet). A
     /// bulk payload is never copied into an encoded frame first: under TLS it is sealed in place,
     /// in the clear it follows its head as its own buffer.
-    func seal(_ frame: Frame) throws(SendRefusal) -> [ByteBuffer] {
+    /// With `coalescing`, TLS may hold a small frame to share a record with the next ones; the
+    /// caller then owes `sealHeld()` before the connection is flushed.
+    func seal(_ frame: Frame, coalescing: Bool = false) throws(SendRefusal) -> [ByteBuffer] {
         let gathers = !isEncrypted && frame.payloadLength >= Self.plaintextGatherThreshold
         // One allocation per frame: the head has room for what follows it in its buffer (the
         // whole payload in the clear unless it is gathered, the first record's worth under TLS).
@@ -39,7 +41,7 @@ enum SecureTransport {
             return [head]
         case .tls(let engine):
             do {
-                try engine.write(head: consume head, body: body ?? ByteBuffer())
+                try engine.write(head: consume head, body: body ?? ByteBuffer(), coalescing: coalescing)
             } catch {
                 throw .tls(error)
             }
@@ -92,6 +94,13 @@ enum SecureTransport {
             case .success(.bytes), .success(.wouldBlock): return .needMore
             }
         }
+    }
+
+    /// The records of frames held for coalescing, and anything else waiting to go.
+    func sealHeld() throws(SecurityError) -> [ByteBuffer] {
+        guard case .tls(let engine) = self else { return [] }
+        try engine.sealHeld()
+        return engine.takeOutbound().map { [$0] } ?? []
     }
 
     /// Anything the engine wants to send on its own (KeyUpdate answers, close_notify).

@@ -78,6 +78,10 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private var readsHeldForReplies = false
     private var readsHeldForReceiver = false
     private var readPending = false
+    /// Frames written since the last flush. The first is sealed at once; TLS holds the rest to
+    /// share records, so a burst of small frames costs a record or two rather than one each.
+    private var writesSinceFlush = 0
+    private var holdsFrames = false
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
     static let replyBacklogLimit = 64 * 1024
     /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
@@ -161,18 +165,32 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         do {
             var pending: ByteBuffer?
-            for case .send(let bytes) in try machine.send(unwrapOutboundIn(data)) {
+            let coalescing = writesSinceFlush > 0
+            writesSinceFlush += 1
+            holdsFrames = holdsFrames || coalescing
+            for case .send(let bytes) in try machine.send(unwrapOutboundIn(data), coalescing: coalescing) {
                 if let earlier = pending { context.write(wrapOutboundOut(earlier), promise: nil) }
                 pending = bytes
             }
             if let last = pending {
                 context.write(wrapOutboundOut(last), promise: promise)
             } else {
-                promise?.succeed()  // nothing to write yet (TLS holds it for the next record)
+                promise?.succeed()  // nothing to write yet: TLS holds it until the flush
             }
         } catch {
             promise?.fail(error)
         }
+    }
+
+    /// Frames held to share TLS records are sealed and written here.
+    public func flush(context: ChannelHandlerContext) {
+        writesSinceFlush = 0
+        if holdsFrames {
+            holdsFrames = false
+            let held = machine.flushHeld()
+            if !held.isEmpty { return perform(held, context: context) }  // it flushes what it writes
+        }
+        context.flush()
     }
 
     public func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
