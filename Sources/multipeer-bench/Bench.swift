@@ -31,7 +31,7 @@ struct Bench: ParsableCommand {
     @Option(help: "Run one scenario once, to count its instructions (scripts/bench-instructions): \(InstructionProbe.allCases.map(\.rawValue).joined(separator: ", ")).")
     var probe: String?
 
-    @Option(help: "The probe's size: MiB for bulk, round trips for the others (1 to 4096).")
+    @Option(help: "The probe's size: MiB for bulk, bursts of 100 for small messages, round trips or datagrams for the others (1 to 4096).")
     var probeSize = 16
 
     func validate() throws {

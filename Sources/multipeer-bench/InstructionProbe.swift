@@ -12,6 +12,10 @@ enum InstructionProbe: String, CaseIterable {
     /// 1,200 B unreliable messages, sealed, received on the network thread; paced so that
     /// none is lost (a lost one would not be counted on the receiving side).
     case datagrams = "datagrams-1200"
+    /// 64 B reliable messages in bursts of 100, each burst sent once the previous one arrived;
+    /// the size counts bursts. Encrypted and not, for what TLS costs small messages.
+    case smallRequired = "small-required"
+    case smallNone = "small-none"
     /// Sessions connected: mutual TLS, trust callbacks, both sides `connected`.
     case establishment = "establishment"
     /// The floors, from Baselines: OpenSSL's TLS 1.3 alone, raw TCP, and a raw TCP ping-pong.
@@ -38,7 +42,12 @@ enum InstructionProbe: String, CaseIterable {
             await pair.close()
         case .datagrams:
             let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
-            try await Self.pacedDatagrams(pair, count: size)
+            try await Self.paced(pair, count: size, size: 1200, mode: .unreliable, batch: 16)
+            await pair.close()
+        case .smallRequired, .smallNone:
+            let encrypted = self == .smallRequired
+            let pair = try await SessionPair.connect(preference: encrypted ? .required : .none, identities: encrypted ? (pki.a, pki.b) : nil)
+            try await Self.paced(pair, count: size * 100, size: 64, mode: .reliable, batch: 100)
             await pair.close()
         case .establishment:
             _ = try await Scenarios.establishments(count: size, identities: (pki.a, pki.b), anchor: pki.root)
@@ -53,9 +62,9 @@ enum InstructionProbe: String, CaseIterable {
         }
     }
 
-    /// Sends `count` datagrams in batches of 16, each once the previous one arrived (no polling,
-    /// which callgrind would count); a batch that does not arrive within 10 s ends the probe.
-    private static func pacedDatagrams(_ pair: SessionPair, count: Int) async throws {
+    /// Sends `count` messages in batches, each once the previous one arrived (no polling, which
+    /// callgrind would count); a batch that does not arrive within 10 s ends the probe.
+    private static func paced(_ pair: SessionPair, count: Int, size: Int, mode: MCSessionSendDataMode, batch: Int) async throws {
         let (arrivals, arrived) = AsyncStream.makeStream(of: Int.self)
         let events = pair.aEvents
         let receiver = Task(executorPreference: pair.a.taskExecutor) {
@@ -63,15 +72,15 @@ enum InstructionProbe: String, CaseIterable {
             for await event in events {
                 guard case .dataReceived = event else { continue }
                 received += 1
-                if received % 16 == 0 || received == count { arrived.yield(received) }
+                if received % batch == 0 || received == count { arrived.yield(received) }
             }
         }
         defer { receiver.cancel() }
-        let message = Data(repeating: 0x5A, count: 1200)
+        let message = Data(repeating: 0x5A, count: size)
         var iterator = arrivals.makeAsyncIterator()
-        for batch in stride(from: 0, to: count, by: 16) {
-            for _ in batch..<min(batch + 16, count) {
-                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .unreliable)
+        for first in stride(from: 0, to: count, by: batch) {
+            for _ in first..<min(first + batch, count) {
+                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: mode)
             }
             let timeout = Task {
                 try await Task.sleep(for: .seconds(10))
@@ -80,7 +89,7 @@ enum InstructionProbe: String, CaseIterable {
             let reached = await iterator.next()
             timeout.cancel()
             guard let reached, reached >= 0 else {
-                print("datagrams: a batch did not arrive; the count is off")
+                print("\(mode == .reliable ? "messages" : "datagrams"): a batch did not arrive; the count is off")
                 return
             }
         }
