@@ -40,8 +40,9 @@ public final class TLSEngine {
     fileprivate var inbound = CircularBuffer<ByteBuffer>(initialCapacity: 4)
     /// Ciphertext OpenSSL wrote, waiting for `takeOutbound()`.
     fileprivate var outbound = ByteBuffer()
-    /// Plaintext written with `coalescing`, held to share a record with the writes after it.
-    /// Always newer than anything in `outbound`; sealed before any other write, or by `sealHeld()`.
+    /// Plaintext written with `coalescing`, held to share a record with the writes after it;
+    /// sealed before any other write, or by `sealHeld()`. (A KeyUpdate answer OpenSSL writes
+    /// while reading may go out ahead of it: a handshake message, not application data.)
     private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero

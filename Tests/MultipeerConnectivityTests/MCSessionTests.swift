@@ -60,6 +60,26 @@ struct MCSessionTests {
         dialer.connectPeer(listener.myPeerID, withNearbyConnectionData: data)
     }
 
+    /// An empty reliable message adds no payload bytes; it still goes out at once, not at the
+    /// next flush some other traffic makes (keepalive set far off, so only the fix can pass).
+    @Test func anEmptyMessageIsSentAtOnce() async throws {
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.keepaliveInterval = .seconds(60)
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: configuration)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try Self.pki.peer("bob"), configuration: configuration)
+        let events = bob.events()
+        try await Self.connect(alice, to: bob)
+        #expect(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
+        try alice.send(Data(), toPeers: [bob.myPeerID], with: .reliable)
+        let received = try await firstMatch(in: events, seconds: 10) { event -> Data? in
+            if case .dataReceived(let data, _) = event { return data }
+            return nil
+        }
+        #expect(received.isEmpty)
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
     @Test func appleShapedSessionsConnectAuthenticateAndExchangeData() async throws {
         let aliceIdentity = try Self.pki.peer("alice")
         let bobIdentity = try Self.pki.peer("bob")

@@ -344,12 +344,18 @@ struct WriteCoalescingTests {
         return pair
     }
 
+    static func messages(_ channel: EmbeddedChannel) throws -> [String] {
+        try EmbeddedPair.events(channel).compactMap { event -> String? in
+            guard case .frame(.message(let payload, true)) = event else { return nil }
+            return String(buffer: payload)
+        }
+    }
+
     @Test func aBurstCostsTwoRecordsAndArrivesInOrder() throws {
         let pair = try Self.connectedPair()
         for index in 0..<50 {
             pair.dialer.write(Frame.message(ByteBuffer(repeating: UInt8(index), count: 64), isEnd: true), promise: nil)
         }
-        #expect(try pair.dialer.readOutbound(as: ByteBuffer.self) == nil)  // nothing before the flush
         pair.dialer.flush()
         let wire = try Self.flushed(pair.dialer)
         // The first frame is sealed as it is written; the other 49 wait for the flush together.
@@ -362,26 +368,86 @@ struct WriteCoalescingTests {
         #expect(payloads == (0..<50).map { [UInt8](repeating: UInt8($0), count: 64) })
     }
 
-    @Test func aLoneFrameIsSealedAtOnceAsBefore() throws {
+    /// What reaches the channel from the handler, flushed or not: a lone frame goes down at once,
+    /// the frames after it only at the flush.
+    @Test func aLoneFrameIsSealedAtOnceAndTheNextWaitForTheFlush() throws {
         let pair = try Self.connectedPair()
-        try pair.dialer.writeOutbound(Frame.message(ByteBuffer(string: "alone"), isEnd: true))
-        #expect(Self.recordCount(try Self.flushed(pair.dialer)) == 1)
+        let recorder = WriteRecorder()
+        try pair.dialer.pipeline.syncOperations.addHandler(recorder, position: .first)
+        pair.dialer.write(Frame.message(ByteBuffer(string: "alone"), isEnd: true), promise: nil)
+        #expect(recorder.writes == 1)
+        pair.dialer.write(Frame.message(ByteBuffer(string: "next"), isEnd: true), promise: nil)
+        pair.dialer.write(Frame.message(ByteBuffer(string: "and next"), isEnd: true), promise: nil)
+        #expect(recorder.writes == 1)
+        pair.dialer.flush()
+        #expect(recorder.writes == 2)
+        let wire = try Self.flushed(pair.dialer)
+        #expect(Self.recordCount(wire) == 2)
+        for bytes in wire { try pair.listenerChannel.writeInbound(bytes) }
+        #expect(try Self.messages(pair.listenerChannel) == ["alone", "next", "and next"])
     }
 
-    /// A control reply the handler sends on its own (PONG) seals the held frames ahead of it.
-    @Test func aReplyBetweenWriteAndFlushKeepsTheOrder() throws {
+    /// A control reply the handler sends on its own (PONG) seals the held frames ahead of it
+    /// and takes them out with it, before the application's flush.
+    @Test func aReplyTakesHeldFramesOutAheadOfIt() throws {
         let pair = try Self.connectedPair()
         pair.dialer.write(Frame.message(ByteBuffer(string: "one"), isEnd: true), promise: nil)
         pair.dialer.write(Frame.message(ByteBuffer(string: "two"), isEnd: true), promise: nil)
         try pair.listenerChannel.writeOutbound(Frame.ping(7))
-        try pair.pump()  // the dialer answers the PING: its PONG goes out with what it held
+        try pair.pump()
+        #expect(try Self.messages(pair.listenerChannel) == ["one", "two"])
         pair.dialer.write(Frame.message(ByteBuffer(string: "three"), isEnd: true), promise: nil)
         pair.dialer.flush()
         try pair.pump()
-        let messages = try EmbeddedPair.events(pair.listenerChannel).compactMap { event -> String? in
-            guard case .frame(.message(let payload, true)) = event else { return nil }
-            return String(buffer: payload)
+        #expect(try Self.messages(pair.listenerChannel) == ["three"])
+    }
+
+    /// One read that delivers a frame and asks for a reply: the reply was sealed while reading,
+    /// before whatever the frame's receiver writes at once, so it must also go out first, or the
+    /// peer meets a TLS record out of sequence and the connection fails.
+    @Test func aReplySealedWhileReadingGoesOutBeforeWhatTheReceiverWritesAtOnce() throws {
+        let pair = try Self.connectedPair()
+        try pair.dialer.pipeline.syncOperations.addHandler(ImmediateAnswer())
+        pair.listenerChannel.write(Frame.message(ByteBuffer(string: "trigger"), isEnd: true), promise: nil)
+        pair.listenerChannel.write(Frame.ping(9), promise: nil)
+        pair.listenerChannel.flush()
+        // Both records in one read, so one pass of the dialer's state machine meets both.
+        var joined = ByteBuffer()
+        for var bytes in try Self.flushed(pair.listenerChannel) { joined.writeBuffer(&bytes) }
+        try pair.dialer.writeInbound(joined)
+        try pair.pump()
+        let events = try EmbeddedPair.events(pair.listenerChannel)
+        #expect(!events.contains { $0.closeError != nil }, "\(events)")
+        #expect(events.contains {
+            if case .frame(.message(let payload, true)) = $0 { return String(buffer: payload) == "answer" }
+            return false
+        })
+        #expect(pair.listenerChannel.isActive && pair.dialer.isActive)
+    }
+}
+
+/// Counts the writes that reach the channel from the handlers above it.
+final class WriteRecorder: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+    private(set) var writes = 0
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        writes += 1
+        context.write(data, promise: promise)
+    }
+}
+
+/// Answers MESSAGE "trigger" from inside channelRead, at once, as the session engine answers
+/// some frames (a window update pumps queued data) while the handler is still performing.
+final class ImmediateAnswer: ChannelInboundHandler {
+    typealias InboundIn = ConnectionEvent
+    typealias InboundOut = ConnectionEvent
+    typealias OutboundOut = Frame
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .frame(.message(let payload, true)) = unwrapInboundIn(data), String(buffer: payload) == "trigger" {
+            context.writeAndFlush(wrapOutboundOut(.message(ByteBuffer(string: "answer"), isEnd: true)), promise: nil)
         }
-        #expect(messages == ["one", "two", "three"])
+        context.fireChannelRead(data)
     }
 }

@@ -292,12 +292,13 @@ public struct ConnectionStateMachine {
         }
         let isRefusal: Bool
         if case .streamReset(_, .refused) = frame { isRefusal = true } else { isRefusal = false }
-        // A refusal's bytes are counted below, so it is never held.
-        let sealed = try session.transport.seal(frame, coalescing: coalescing && !isRefusal)
         // A refusal answers the peer's open: a peer that opens faster than it reads must not
-        // grow our memory with them (the handler stops reading past its reply backlog).
+        // grow our memory with them (the handler stops reading past its reply backlog). So its
+        // bytes are counted, apart from what TLS held before it, and it is never held itself.
+        let held = isRefusal ? sealHeld(session.transport) : []
+        let sealed = try session.transport.seal(frame, coalescing: coalescing && !isRefusal)
         if isRefusal { replyByteCount += sealed.reduce(0) { $0 + $1.readableBytes } }
-        return sealed.map(ConnectionAction.send)
+        return held + sealed.map(ConnectionAction.send)
     }
 
     /// The bytes of frames `send(_:coalescing:)` held, sealed now. A TLS failure ends the connection.
@@ -632,9 +633,16 @@ public struct ConnectionStateMachine {
     }
 
     private mutating func reply(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
+        // Frames the application had TLS hold go out first, and are not part of the reply.
+        let held = sealHeld(transport)
         let actions = sendFrame(frame, over: transport)
         for case .send(let bytes) in actions { replyByteCount += bytes.readableBytes }
-        return actions
+        return held + actions
+    }
+
+    /// What TLS holds for coalescing, sealed now; a TLS failure surfaces on the next read.
+    private func sealHeld(_ transport: SecureTransport) -> [ConnectionAction] {
+        ((try? transport.sealHeld()) ?? []).map(ConnectionAction.send)
     }
 
     private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {

@@ -161,7 +161,8 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         context.fireChannelInactive()
     }
 
-    /// The promise completes when the frame's last bytes are written to the socket (or fail).
+    /// The promise completes when the frame's bytes are handed to the channel (or fail); at once
+    /// for a frame TLS holds to share a record, whose bytes follow at the flush.
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         do {
             var pending: ByteBuffer?
@@ -268,9 +269,19 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     private func perform(_ actions: [ConnectionAction], context: ChannelHandlerContext, closing: Bool = true) {
         var wrote = false
-        for action in actions {
+        // Bytes first: every record here was sealed before any event below is fired, and what
+        // an event's handler writes at once is sealed after them, so it must follow them out
+        // (TLS numbers records; a peer cannot open them out of order). Up to a close, which
+        // ends the bytes that may go.
+        let firstClose = actions.firstIndex { if case .close = $0 { true } else { false } } ?? actions.endIndex
+        for case .send(let bytes) in actions[..<firstClose] {
+            context.write(wrapOutboundOut(bytes), promise: nil)
+            wrote = true
+        }
+        for (index, action) in actions.enumerated() {
             switch action {
             case .send(let bytes):
+                guard index > firstClose else { continue }  // written above
                 context.write(wrapOutboundOut(bytes), promise: nil)
                 wrote = true
             case .evaluateTrust(let request):

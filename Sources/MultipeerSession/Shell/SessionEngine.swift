@@ -184,6 +184,7 @@ public final class SessionEngine: Sendable {
                         // Nothing waits and the socket takes more: straight to the channel.
                         for frame in frames { channel.write(frame, promise: nil) }
                         link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
+                        link.hasUnflushedWrites = true  // also for empty messages, which add no bytes
                     } else {
                         link.outbound.append(contentsOf: frames)
                     }
@@ -257,7 +258,10 @@ public final class SessionEngine: Sendable {
         defer { link.pumping = false }
         var released = link.writtenUnflushed
         link.writtenUnflushed = 0
-        if released > 0 { channel.flush() }
+        if link.hasUnflushedWrites {
+            link.hasUnflushedWrites = false
+            channel.flush()
+        }
         while !link.outbound.isEmpty {
             var wrote = false
             while channel.isWritable, let frame = link.outbound.popFirst() {
@@ -740,8 +744,9 @@ final class EngineState {
         var member: WirePeerID?
         /// Reliable frames waiting for the socket to take them (bounded by the send budget).
         var outbound = CircularBuffer<Frame>()
-        /// Bytes written straight to the channel (the queue was empty) and not yet flushed.
+        /// Payload bytes written straight to the channel (the queue was empty) and not yet flushed.
         var writtenUnflushed = 0
+        var hasUnflushedWrites = false
         var pumping = false
         var receiveBudget: ReceiveBudget?
         var weAreDialer = false
