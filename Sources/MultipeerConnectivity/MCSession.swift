@@ -332,8 +332,9 @@ public final class MCSession: NSObject, @unchecked Sendable {
         let certificates = request.certificateChain?.map(SecCertificate.init)
         pairingCodes.withLock { $0[request.peer.identifier] = request.pairingCode }
         let decide: @Sendable (Bool) -> Void = { [weak self] accepted in
-            answer(accepted)
+            // The decision is in the event stream before the answer can make the peer connected.
             self?.emit(.certificateDecided(peer, certificates: certificates, accepted: accepted))
+            answer(accepted)
         }
         if let evaluator = trustEvaluator.withLock({ $0 }) {
             let trustRequest = MCTrustRequest(
