@@ -73,13 +73,18 @@ struct Bench: ParsableCommand {
         print("multipeer-bench \(quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; \(CryptoRuntime.openSSLVersion)")
 
         if wants("bulk") {
-            let tls = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b, anchor: pki.root) / 1e6 }) }
-            let tcp = baseline { Stats((0..<plan.repetitions).map { _ in Baselines.tcpBulk(bytes: plan.bulkBytes) / 1e6 }) }
+            var tlsRates: [Double] = []
+            var tcpRates: [Double] = []
             var rates: [Double] = []
             var plainRates: [Double] = []
             var peaks: [Double] = []
-            // Encrypted and plaintext pairs alternate, so drift on a shared machine hits both alike.
+            // Each repetition runs the baselines, then the encrypted and the plaintext pair, so
+            // drift on a shared machine hits all of them alike; ratios are taken per repetition.
             for _ in 0..<plan.repetitions {
+                if !noBaselines {
+                    tlsRates.append(Baselines.tlsBulk(bytes: plan.bulkBytes, server: pki.a, client: pki.b, anchor: pki.root) / 1e6)
+                    tcpRates.append(Baselines.tcpBulk(bytes: plan.bulkBytes) / 1e6)
+                }
                 let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
                 let (rate, peak) = try await Scenarios.bulk(pair, bytes: plan.bulkBytes)
                 rates.append(rate / 1e6)
@@ -90,31 +95,40 @@ struct Bench: ParsableCommand {
                 await plain.close()
             }
             let library = Stats(rates)
-            let ratio = tls.map { library.median / $0.median }
+            let tls = noBaselines ? nil : Stats(tlsRates)
+            let tlsRatios = noBaselines ? nil : pairedRatios(rates, tlsRates)
             results.append(Result(scenario: "1 reliable bulk, 1 MiB messages (\(plan.bulkBytes >> 20) MiB)", unit: "MB/s", library: library,
-                                  baselineName: "OpenSSL TLS 1.3, 16 KiB records", baseline: tls, ratio: ratio,
-                                  target: ">= 0.9", met: ratio.map { $0 >= 0.9 },
-                                  note: tcp.map { String(format: "raw TCP: %.0f MB/s", $0.median) }))
+                                  baselineName: "OpenSSL TLS 1.3, 16 KiB records", baseline: tls, ratio: tlsRatios?.median,
+                                  target: ">= 0.9", met: tlsRatios.map { $0.median >= 0.9 },
+                                  note: noBaselines ? nil : String(format: "raw TCP: %.0f MB/s", Stats(tcpRates).median), ratios: tlsRatios))
             let plain = Stats(plainRates)
+            let plainRatios = pairedRatios(rates, plainRates)
             results.append(Result(scenario: "1 reliable bulk, encrypted against plaintext (.required / .none)", unit: "MB/s", library: library,
-                                  baselineName: "the library with encryption .none", baseline: plain, ratio: library.median / plain.median,
-                                  target: ">= 0.9 (encryption costs < 10 %)", met: library.median / plain.median >= 0.9, note: nil))
+                                  baselineName: "the library with encryption .none", baseline: plain, ratio: plainRatios.median,
+                                  target: ">= 0.9 (encryption costs < 10 %)", met: plainRatios.median >= 0.9, note: nil, ratios: plainRatios))
             let peak = Stats(peaks)
             results.append(Result(scenario: "7 peak RSS growth while sending \(plan.bulkBytes >> 20) MiB", unit: "MiB", library: peak,
                                   baselineName: nil, baseline: nil, ratio: nil, target: "< 64 MiB", met: peak.median < 64, note: nil))
         }
 
         if wants("small") {
-            for preference in [MCEncryptionPreference.required, .none] {
-                var rates: [Double] = []
-                for _ in 0..<plan.repetitions {
+            var rates: [MCEncryptionPreference: [Double]] = [.required: [], .none: []]
+            // Encrypted and plaintext alternate, so drift hits both alike.
+            for _ in 0..<plan.repetitions {
+                for preference in [MCEncryptionPreference.required, .none] {
                     let pair = try await SessionPair.connect(preference: preference, identities: preference == .required ? (pki.a, pki.b) : nil)
-                    rates.append(try await Scenarios.smallMessages(pair, count: plan.smallMessages))
+                    rates[preference, default: []].append(try await Scenarios.smallMessages(pair, count: plan.smallMessages))
                     await pair.close()
                 }
-                results.append(Result(scenario: "2 reliable 64 B messages, \(preference == .required ? "required" : "none")", unit: "msg/s",
-                                      library: Stats(rates), baselineName: nil, baseline: nil, ratio: nil, target: "report", met: nil, note: nil))
             }
+            for preference in [MCEncryptionPreference.required, .none] {
+                results.append(Result(scenario: "2 reliable 64 B messages, \(preference == .required ? "required" : "none")", unit: "msg/s",
+                                      library: Stats(rates[preference] ?? []), baselineName: nil, baseline: nil, ratio: nil, target: "report", met: nil, note: nil))
+            }
+            let ratios = pairedRatios(rates[.required] ?? [], rates[.none] ?? [])
+            results.append(Result(scenario: "2 reliable 64 B messages, encrypted against plaintext", unit: "msg/s",
+                                  library: Stats(rates[.required] ?? []), baselineName: "the library with encryption .none",
+                                  baseline: Stats(rates[.none] ?? []), ratio: ratios.median, target: "report", met: nil, note: nil, ratios: ratios))
         }
 
         if wants("latency") {
@@ -142,44 +156,54 @@ struct Bench: ParsableCommand {
 
         if wants("datagrams") {
             for size in [64, 1200] {
-                let baselines = baseline { (0..<plan.repetitions).map { _ in Baselines.udp(count: plan.datagrams, size: size) } }
-                let udp = baselines.map { Stats($0.map(\.rate)) }
-                // The receiver takes its events from an ordinary task, or on its network thread.
-                for onNetworkThread in [false, true] {
-                    var rates: [Double] = []
-                    var losses: [Double] = []
-                    var duplicates = 0
-                    for _ in 0..<plan.repetitions {
+                var baselines: [(rate: Double, loss: Double)] = []
+                var rates: [Bool: [Double]] = [false: [], true: []]
+                var losses: [Bool: [Double]] = [false: [], true: []]
+                var duplicates: [Bool: Int] = [false: 0, true: 0]
+                // Each repetition runs raw UDP, then the library with the receiver's events taken
+                // from an ordinary task and on its network thread; ratios are taken per repetition.
+                for _ in 0..<plan.repetitions {
+                    if !noBaselines { baselines.append(Baselines.udp(count: plan.datagrams, size: size)) }
+                    for onNetworkThread in [false, true] {
                         let pair = try await SessionPair.connect(preference: .required, identities: (pki.a, pki.b))
                         let outcome = try await Scenarios.datagrams(pair, count: plan.datagrams, size: size, onNetworkThread: onNetworkThread)
-                        rates.append(outcome.rate)
-                        losses.append(outcome.loss)
-                        duplicates += outcome.duplicates
+                        rates[onNetworkThread, default: []].append(outcome.rate)
+                        losses[onNetworkThread, default: []].append(outcome.loss)
+                        duplicates[onNetworkThread, default: 0] += outcome.duplicates
                         await pair.close()
                     }
-                    let library = Stats(rates)
-                    let ratio = udp.map { library.median / $0.median }
+                }
+                let udp = noBaselines ? nil : Stats(baselines.map(\.rate))
+                for onNetworkThread in [false, true] {
+                    let library = Stats(rates[onNetworkThread] ?? [])
+                    let ratios = noBaselines ? nil : pairedRatios(rates[onNetworkThread] ?? [], baselines.map(\.rate))
+                    let seen = duplicates[onNetworkThread] ?? 0
                     let path = onNetworkThread ? ", network thread" : ", events task"
                     results.append(Result(scenario: "4 unreliable \(size) B datagrams delivered\(path)", unit: "pkt/s", library: library,
-                                          baselineName: "raw UDP", baseline: udp, ratio: ratio,
+                                          baselineName: "raw UDP", baseline: udp, ratio: ratios?.median,
                                           target: size == 1200 ? ">= 0.8, no duplicates" : "report",
-                                          met: size == 1200 ? ratio.map { $0 >= 0.8 && duplicates == 0 } : nil,
-                                          note: String(format: "loss %.1f%% (UDP %.1f%%), duplicates %d", Stats(losses).median * 100,
-                                                       Stats(baselines?.map(\.loss) ?? []).median * 100, duplicates)))
+                                          met: size == 1200 ? ratios.map { $0.median >= 0.8 && seen == 0 } : nil,
+                                          note: String(format: "loss %.1f%% (UDP %.1f%%), duplicates %d", Stats(losses[onNetworkThread] ?? []).median * 100,
+                                                       Stats(baselines.map(\.loss)).median * 100, seen),
+                                          ratios: ratios))
                 }
             }
         }
 
         if wants("establishment") {
-            let handshakes = try baseline { Stats(try (0..<plan.repetitions).map { _ in try Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b, anchor: pki.root) }) }
+            var handshakes: [Double] = []
             var rates: [Double] = []
             for _ in 0..<plan.repetitions {
+                if !noBaselines {
+                    handshakes.append(try Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b, anchor: pki.root))
+                }
                 rates.append(try await Scenarios.establishments(count: plan.establishments, identities: (pki.a, pki.b), anchor: pki.root))
             }
             let library = Stats(rates)
+            let ratios = noBaselines ? nil : pairedRatios(rates, handshakes)
             results.append(Result(scenario: "5 session establishment (mutual TLS, trust, connected)", unit: "per s", library: library,
-                                  baselineName: "OpenSSL mutual-auth handshakes", baseline: handshakes, ratio: handshakes.map { library.median / $0.median },
-                                  target: ">= 0.6", met: handshakes.map { library.median / $0.median >= 0.6 }, note: nil))
+                                  baselineName: "OpenSSL mutual-auth handshakes", baseline: noBaselines ? nil : Stats(handshakes), ratio: ratios?.median,
+                                  target: ">= 0.6", met: ratios.map { $0.median >= 0.6 }, note: nil, ratios: ratios))
         }
 
         if wants("channels") {
@@ -328,6 +352,7 @@ enum Report {
             Swift.print(pad(result.scenario, 58) + pad(library, 16) + pad(baseline, 16) + pad(ratio, 8) + pad(result.target, 24) + met)
             var details = String(format: "    spread %.0f%%", result.library.spread * 100)
             if let name = result.baselineName { details += "; baseline: \(name)" }
+            if let ratios = result.ratios { details += String(format: "; ratio per repetition %.2f–%.2f", ratios.min, ratios.max) }
             if let note = result.note { details += "; \(note)" }
             Swift.print(details)
         }

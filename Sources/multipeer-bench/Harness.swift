@@ -60,6 +60,14 @@ struct Result: Codable {
     let target: String
     let met: Bool?
     let note: String?
+    /// The ratio in each repetition, where the baseline ran beside the library's run (so drift
+    /// on a shared machine hits both alike); `ratio` is then their median.
+    var ratios: Stats? = nil
+}
+
+/// Each repetition's library figure over the baseline measured next to it.
+func pairedRatios(_ library: [Double], _ baseline: [Double]) -> Stats {
+    Stats(zip(library, baseline).map { $1 > 0 ? $0 / $1 : 0 })
 }
 
 enum Clock {
