@@ -220,6 +220,9 @@ public final class TLSEngine {
     /// Plaintext bytes held for coalescing.
     public var heldByteCount: Int { held.readableBytes }
 
+    /// Ciphertext waiting for `takeOutbound()`.
+    public var outboundByteCount: Int { outbound.readableBytes }
+
     private func hold(_ head: consuming ByteBuffer, _ body: ByteBuffer) {
         if held.readableBytes == 0 {
             held = head  // a lone frame costs no copy; its head has room for its body

@@ -294,11 +294,12 @@ public struct ConnectionStateMachine {
         if case .streamReset(_, .refused) = frame { isRefusal = true } else { isRefusal = false }
         // A refusal answers the peer's open: a peer that opens faster than it reads must not
         // grow our memory with them (the handler stops reading past its reply backlog). So its
-        // bytes are counted, apart from what TLS held before it, and it is never held itself.
-        let held = isRefusal ? sealHeld(session.transport) : []
+        // bytes are counted, apart from those queued before it (frames TLS held), and it is
+        // never held itself. The held frames stay queued, to go out with it or with what follows.
+        let queuedBefore = isRefusal ? ((try? session.transport.sealHeldKeepingQueued()) ?? 0) : 0
         let sealed = try session.transport.seal(frame, coalescing: coalescing && !isRefusal)
-        if isRefusal { replyByteCount += sealed.reduce(0) { $0 + $1.readableBytes } }
-        return held + sealed.map(ConnectionAction.send)
+        if isRefusal { replyByteCount += max(0, sealed.reduce(0) { $0 + $1.readableBytes } - queuedBefore) }
+        return sealed.map(ConnectionAction.send)
     }
 
     /// The bytes of frames `send(_:coalescing:)` held, sealed now. A TLS failure ends the connection.

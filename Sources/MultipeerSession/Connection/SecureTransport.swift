@@ -103,6 +103,14 @@ enum SecureTransport {
         return engine.takeOutbound().map { [$0] } ?? []
     }
 
+    /// Seals what TLS holds but leaves it queued with the bytes already waiting, whose count
+    /// it returns (0 in the clear).
+    func sealHeldKeepingQueued() throws(SecurityError) -> Int {
+        guard case .tls(let engine) = self else { return 0 }
+        try engine.sealHeld()
+        return engine.outboundByteCount
+    }
+
     /// Anything the engine wants to send on its own (KeyUpdate answers, close_notify).
     func pendingOutput() -> ByteBuffer? {
         if case .tls(let engine) = self { return engine.takeOutbound() }

@@ -217,7 +217,14 @@ public final class SessionEngine: Sendable {
             for batch in batcher.takeAll() { write(batch, on: udp) }
             udp.flush()
         }
-        for (id, link) in touched { pump(link, peer: id) }
+        for (id, link) in touched {
+            pump(link, peer: id)
+            // A pump already running (or a peer not yet a member) left direct writes unflushed.
+            if link.hasUnflushedWrites, let channel = link.channel {
+                link.hasUnflushedWrites = false
+                channel.flush()
+            }
+        }
     }
 
     /// Writes a batch of datagrams for one address: alone, or for the kernel to cut into its
