@@ -64,7 +64,9 @@ enum ConnectionOp: UInt8, CaseIterable {
     case peerUnresponsive
     case transportClosed
     case disconnect
-    /// A frame from fuzz-chosen fields through `send(_:)`.
+    /// A frame from fuzz-chosen fields through `send(_:coalescing:)`: every second one may be
+    /// held by TLS, as the connection handler asks after a burst's first frame, until a
+    /// `deliverAll` or the end flushes it (replies in between seal it ahead of themselves).
     case send
     case counterpartTrustDecided
     case counterpartSend
@@ -199,6 +201,9 @@ struct ConnectionHarness {
     mutating func perform(_ op: ConnectionOp, _ input: inout FuzzInput) {
         switch op {
         case .deliverAll:
+            // The shells flush what TLS held before their bytes move on.
+            apply(machine.flushHeld())
+            applyCounterpart(counterpart.flushHeld())
             deliver(pending.readableBytes)
         case .deliverSome:
             deliver(Int(input.byte()) + 1)
@@ -228,7 +233,7 @@ struct ConnectionHarness {
             apply(machine.disconnect(reason: GoodbyeReason(rawValue: UInt16(input.byte()))))
         case .send:
             guard let frame = builder.frame(&input) else { return }
-            if let actions = Self.send(frame, on: &machine, observer: mine) {
+            if let actions = Self.send(frame, on: &machine, observer: mine, coalescing: sentByMachine.count % 2 == 1) {
                 sentByMachine.append(frame)
                 apply(actions)
             }
@@ -238,7 +243,7 @@ struct ConnectionHarness {
             applyCounterpart(counterpart.trustDecided(accepted: accepted))
         case .counterpartSend:
             guard let frame = counterpartBuilder.frame(&input) else { return }
-            if let actions = Self.send(frame, on: &counterpart, observer: theirs) {
+            if let actions = Self.send(frame, on: &counterpart, observer: theirs, coalescing: sentByCounterpart.count % 2 == 1) {
                 sentByCounterpart.append(frame)
                 applyCounterpart(actions)
             }
@@ -262,10 +267,12 @@ struct ConnectionHarness {
     }
 
     /// `send(_:)` must refuse exactly when the machine is not connected. The actions, if it sent.
-    static func send(_ frame: Frame, on machine: inout ConnectionStateMachine, observer: MachineObserver) -> [ConnectionAction]? {
+    static func send(
+        _ frame: Frame, on machine: inout ConnectionStateMachine, observer: MachineObserver, coalescing: Bool
+    ) -> [ConnectionAction]? {
         let connected = observer.established && !observer.closed
         do {
-            let actions = try machine.send(frame)
+            let actions = try machine.send(frame, coalescing: coalescing)
             precondition(connected, "\(observer.name): send(_:) accepted a frame while not connected")
             return actions
         } catch .notConnected {
@@ -306,6 +313,8 @@ struct ConnectionHarness {
     }
 
     mutating func finish() {
+        apply(machine.flushHeld())
+        applyCounterpart(counterpart.flushHeld())
         // The counterpart only ever receives what the machine sent, so this holds whatever was injected.
         precondition(
             Self.isDelivery(theirs.delivered, of: sentByMachine, complete: false),
