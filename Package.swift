@@ -167,7 +167,7 @@ let package = Package(
         .executableTarget(name: "fuzz-dns-message", dependencies: ["DNSFuzzChecks"], path: "Fuzz/Sources/fuzz-dns-message"),
         .target(
             name: "MultipeerTestSupport",
-            dependencies: ["MultipeerCrypto"],
+            dependencies: ["MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/MultipeerTestSupport"
         ),
         .testTarget(

@@ -3,19 +3,11 @@ import MultipeerTestSupport
 import NIOCore
 import Testing
 
-/// The lengths of the TLS records in `wire` (every one application data, TLS 1.2 on the outside).
-func recordLengths(_ wire: ByteBuffer) -> [Int] {
-    var rest = wire
-    var lengths: [Int] = []
-    while let type = rest.readInteger(as: UInt8.self), let version = rest.readInteger(as: UInt16.self),
-        let length = rest.readInteger(as: UInt16.self)
-    {
-        #expect(type == 23 && version == 0x0303)
-        lengths.append(Int(length))
-        rest.moveReaderIndex(forwardBy: min(Int(length), rest.readableBytes))
-    }
-    #expect(rest.readableBytes == 0)
-    return lengths
+/// The lengths of the TLS records in `wire`; fails the test when they do not parse.
+func recordLengths(_ wire: ByteBuffer, sourceLocation: SourceLocation = #_sourceLocation) -> [Int] {
+    let lengths = TLSRecords.lengths(in: [wire])
+    #expect(lengths != nil, "not whole application-data records", sourceLocation: sourceLocation)
+    return lengths ?? []
 }
 
 @Suite("TLS engine: small frames share records")
