@@ -392,6 +392,22 @@ struct WriteCoalescingTests {
         #expect(try Self.messages(pair.listenerChannel) == ["three"])
     }
 
+    /// Closing says GOODBYE after the frames TLS held, not ahead of them.
+    @Test func closingSendsHeldFramesAheadOfGoodbye() throws {
+        let pair = try Self.connectedPair()
+        pair.dialer.write(Frame.message(ByteBuffer(string: "first"), isEnd: true), promise: nil)
+        pair.dialer.write(Frame.message(ByteBuffer(string: "held"), isEnd: true), promise: nil)
+        _ = pair.dialer.close()
+        try pair.pump()
+        let events = try EmbeddedPair.events(pair.listenerChannel)
+        let messages = events.compactMap { event -> String? in
+            guard case .frame(.message(let payload, true)) = event else { return nil }
+            return String(buffer: payload)
+        }
+        #expect(messages == ["first", "held"])
+        #expect(events.contains { $0.closeError?.code == .peerSaidGoodbye })
+    }
+
     /// One read that delivers a frame and asks for a reply: the reply was sealed while reading,
     /// before whatever the frame's receiver writes at once, so it must also go out first, or the
     /// peer meets a TLS record out of sequence and the connection fails.
@@ -427,16 +443,24 @@ final class WriteRecorder: ChannelOutboundHandler {
     }
 }
 
-/// Answers MESSAGE "trigger" from inside channelRead, at once, as the session engine answers
-/// some frames (a window update pumps queued data) while the handler is still performing.
+/// Answers a MESSAGE "trigger…" with "answer…" from inside channelRead, at once, as the session
+/// engine answers some frames (a window update pumps queued data) while the handler is still
+/// performing. `written` hears each answer as it is written.
 final class ImmediateAnswer: ChannelInboundHandler {
     typealias InboundIn = ConnectionEvent
     typealias InboundOut = ConnectionEvent
     typealias OutboundOut = Frame
+    private let written: (String) -> Void
+
+    init(written: @escaping (String) -> Void = { _ in }) { self.written = written }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .frame(.message(let payload, true)) = unwrapInboundIn(data), String(buffer: payload) == "trigger" {
-            context.writeAndFlush(wrapOutboundOut(.message(ByteBuffer(string: "answer"), isEnd: true)), promise: nil)
+        if case .frame(.message(let payload, true)) = unwrapInboundIn(data), let text = payload.getString(at: payload.readerIndex, length: payload.readableBytes),
+            text.hasPrefix("trigger")
+        {
+            let answer = "answer" + text.dropFirst("trigger".count)
+            written(answer)
+            context.writeAndFlush(wrapOutboundOut(.message(ByteBuffer(string: answer), isEnd: true)), promise: nil)
         }
         context.fireChannelRead(data)
     }
