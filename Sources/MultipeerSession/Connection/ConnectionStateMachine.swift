@@ -293,13 +293,13 @@ public struct ConnectionStateMachine {
         let isRefusal: Bool
         if case .streamReset(_, .refused) = frame { isRefusal = true } else { isRefusal = false }
         // A refusal answers the peer's open: a peer that opens faster than it reads must not
-        // grow our memory with them (the handler stops reading past its reply backlog). So its
-        // bytes are counted, apart from those queued before it (frames TLS held), and it is
-        // never held itself. The held frames stay queued, to go out with it or with what follows.
-        let queuedBefore = isRefusal ? ((try? session.transport.sealHeldKeepingQueued()) ?? 0) : 0
-        let sealed = try session.transport.seal(frame, coalescing: coalescing && !isRefusal)
-        if isRefusal { replyByteCount += max(0, sealed.reduce(0) { $0 + $1.readableBytes } - queuedBefore) }
-        return sealed.map(ConnectionAction.send)
+        // grow our memory with them (the handler stops reading past its reply backlog). So it is
+        // counted as a reply, and never held.
+        guard isRefusal else { return try session.transport.seal(frame, coalescing: coalescing).map(ConnectionAction.send) }
+        let queuedBefore = queueHeld(session.transport)
+        let sealed = try session.transport.seal(frame).map(ConnectionAction.send)
+        countReply(sealed, queuedBefore: queuedBefore)
+        return sealed
     }
 
     /// The bytes of frames `send(_:coalescing:)` held, sealed now. A TLS failure ends the connection.
@@ -634,16 +634,23 @@ public struct ConnectionStateMachine {
     }
 
     private mutating func reply(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {
-        // Frames the application had TLS hold go out first, and are not part of the reply.
-        let held = sealHeld(transport)
+        let queuedBefore = queueHeld(transport)
         let actions = sendFrame(frame, over: transport)
-        for case .send(let bytes) in actions { replyByteCount += bytes.readableBytes }
-        return held + actions
+        countReply(actions, queuedBefore: queuedBefore)
+        return actions
     }
 
-    /// What TLS holds for coalescing, sealed now; a TLS failure surfaces on the next read.
-    private func sealHeld(_ transport: SecureTransport) -> [ConnectionAction] {
-        ((try? transport.sealHeld()) ?? []).map(ConnectionAction.send)
+    /// Seals what TLS holds for coalescing, so it goes out ahead of a reply, and returns the bytes
+    /// then queued: the application's, not the reply's. A TLS failure surfaces on the next read.
+    private func queueHeld(_ transport: SecureTransport) -> Int {
+        (try? transport.sealHeldKeepingQueued()) ?? 0
+    }
+
+    /// Counts a reply's own bytes towards the backlog the peer provoked, not what was queued before it.
+    private mutating func countReply(_ actions: [ConnectionAction], queuedBefore: Int) {
+        var sent = 0
+        for case .send(let bytes) in actions { sent += bytes.readableBytes }
+        replyByteCount += max(0, sent - queuedBefore)
     }
 
     private func sendFrame(_ frame: Frame, over transport: SecureTransport) -> [ConnectionAction] {

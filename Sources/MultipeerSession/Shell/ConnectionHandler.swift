@@ -81,7 +81,6 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// Frames written since the last flush. The first is sealed at once; TLS holds the rest to
     /// share records, so a burst of small frames costs a record or two rather than one each.
     private var writesSinceFlush = 0
-    private var holdsFrames = false
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
     static let replyBacklogLimit = 64 * 1024
     /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
@@ -168,7 +167,6 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
             var pending: ByteBuffer?
             let coalescing = writesSinceFlush > 0
             writesSinceFlush += 1
-            holdsFrames = holdsFrames || coalescing
             for case .send(let bytes) in try machine.send(unwrapOutboundIn(data), coalescing: coalescing) {
                 if let earlier = pending { context.write(wrapOutboundOut(earlier), promise: nil) }
                 pending = bytes
@@ -185,9 +183,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     /// Frames held to share TLS records are sealed and written here.
     public func flush(context: ChannelHandlerContext) {
+        let holdsFrames = writesSinceFlush > 1
         writesSinceFlush = 0
         if holdsFrames {
-            holdsFrames = false
             let held = machine.flushHeld()
             if !held.isEmpty { return perform(held, context: context) }  // it flushes what it writes
         }
@@ -271,19 +269,15 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         var wrote = false
         // Bytes first: every record here was sealed before any event below is fired, and what
         // an event's handler writes at once is sealed after them, so it must follow them out
-        // (TLS numbers records; a peer cannot open them out of order). Up to a close, which
-        // ends the bytes that may go.
-        let firstClose = actions.firstIndex { if case .close = $0 { true } else { false } } ?? actions.endIndex
-        for case .send(let bytes) in actions[..<firstClose] {
+        // (TLS numbers records; a peer cannot open them out of order). A close comes last.
+        for case .send(let bytes) in actions {
             context.write(wrapOutboundOut(bytes), promise: nil)
             wrote = true
         }
-        for (index, action) in actions.enumerated() {
+        for action in actions {
             switch action {
-            case .send(let bytes):
-                guard index > firstClose else { continue }  // written above
-                context.write(wrapOutboundOut(bytes), promise: nil)
-                wrote = true
+            case .send:
+                continue  // written above
             case .evaluateTrust(let request):
                 askTrust(request, context: context)
             case .established(let connection):

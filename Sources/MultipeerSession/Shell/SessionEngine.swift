@@ -218,12 +218,12 @@ public final class SessionEngine: Sendable {
             udp.flush()
         }
         for (id, link) in touched {
-            pump(link, peer: id)
-            // A pump already running (or a peer not yet a member) left direct writes unflushed.
+            // Direct writes go out whatever pump does (it may already be running, and returns).
             if link.hasUnflushedWrites, let channel = link.channel {
                 link.hasUnflushedWrites = false
                 channel.flush()
             }
+            pump(link, peer: id)
         }
     }
 
@@ -265,10 +265,6 @@ public final class SessionEngine: Sendable {
         defer { link.pumping = false }
         var released = link.writtenUnflushed
         link.writtenUnflushed = 0
-        if link.hasUnflushedWrites {
-            link.hasUnflushedWrites = false
-            channel.flush()
-        }
         while !link.outbound.isEmpty {
             var wrote = false
             while channel.isWritable, let frame = link.outbound.popFirst() {
