@@ -3,7 +3,8 @@ import CMultipeerShims
 import MultipeerWire
 
 /// OpenSSL contexts for one session: TLS 1.3 only, X25519 or P-256 key exchange, security level 2,
-/// ALPN `mpcp/1`, no tickets, and certificate chains accepted at the TLS layer because the trust
+/// ALPN `mpcp/1`, no tickets (so no record is sealed under the traffic keys before the engine takes
+/// them over), and certificate chains accepted at the TLS layer because the trust
 /// decision is the application's, after the handshake (docs/PROTOCOL.md §5, §7.3). TLS itself
 /// still proves possession of the leaf's key, which must meet the security level.
 public final class TLSContext: @unchecked Sendable {
@@ -71,6 +72,8 @@ public final class TLSContext: @unchecked Sendable {
         // but not a weak leaf key.
         SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
         SSL_CTX_set_cert_verify_callback(context, acceptChainWithStrongLeafKey, nil)
+        // The engine protects application records itself, with the traffic secrets this hands it.
+        SSL_CTX_set_keylog_callback(context, captureTrafficSecret)
         return context
     }
 }

@@ -7,8 +7,10 @@ import NIOCore
 /// `takeOutbound()`, plaintext goes in with `write(_:)` and comes out of `read(into:)`. It knows
 /// nothing of channels or pipelines; the caller moves bytes.
 ///
-/// OpenSSL reads records straight out of the received buffers and writes them straight into the
-/// outbound buffer (a callback BIO), so no memory BIO copies or regrows them on the way.
+/// OpenSSL runs the handshake, reading straight out of the received buffers and writing straight
+/// into the outbound buffer (a callback BIO). After it, `TLSRecordLayer` seals and opens records
+/// with the traffic secrets the handshake derived: OpenSSL's record layer cost several times the
+/// cipher's own work on small records, and extra copies of every byte on large ones.
 ///
 /// Not thread-safe: one engine belongs to one connection's event loop.
 public final class TLSEngine {
@@ -36,13 +38,17 @@ public final class TLSEngine {
     public let role: Role
     private let context: TLSContext
     private let ssl: OpaquePointer
-    /// Received ciphertext that OpenSSL has not read yet, oldest first.
-    fileprivate var inbound = CircularBuffer<ByteBuffer>(initialCapacity: 4)
-    /// Ciphertext OpenSSL wrote, waiting for `takeOutbound()`.
+    /// Received ciphertext not read yet, oldest first.
+    fileprivate var inbound = CiphertextQueue()
+    /// Ciphertext waiting for `takeOutbound()`.
     fileprivate var outbound = ByteBuffer()
+    /// The handshake's application traffic secrets, until the record layer takes them.
+    private let secrets = TLSTrafficSecretCapture()
+    /// Protects application data once the handshake is complete.
+    private var records: TLSRecordLayer?
     /// Plaintext written with `coalescing`, held to share a record with the writes after it;
-    /// sealed before any other write, or by `sealHeld()`. (A KeyUpdate answer OpenSSL writes
-    /// while reading may go out ahead of it: a handshake message, not application data.)
+    /// sealed before any other write, or by `sealHeld()`. (A KeyUpdate answered while reading
+    /// may go out ahead of it: a handshake message, not application data.)
     private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
@@ -54,12 +60,11 @@ public final class TLSEngine {
 
     /// A KeyUpdate is sent before this many records have been sealed under one key (RFC 8446 §5.5).
     public let recordsPerKeyUpdate: UInt64
-    private var recordsSinceKeyUpdate: UInt64 = 0
     /// KeyUpdates this side started because of its record limit.
-    public private(set) var keyUpdatesInitiated = 0
+    public var keyUpdatesInitiated: Int { records?.keyUpdatesInitiated ?? 0 }
     /// All KeyUpdate messages sent, including answers to the peer's requests.
-    public private(set) var keyUpdatesSent = 0
-    public private(set) var keyUpdatesReceived = 0
+    public var keyUpdatesSent: Int { records?.keyUpdatesSent ?? 0 }
+    public var keyUpdatesReceived: Int { records?.keyUpdatesReceived ?? 0 }
     public private(set) var isHandshakeComplete = false
 
     public static let maximumRecordPlaintext = 16_384
@@ -82,6 +87,7 @@ public final class TLSEngine {
             throw SecurityError.openSSL(.internalError, "BIO_new failed")
         }
         SSL_set_bio(ssl, bio, bio)  // the SSL now owns the BIO
+        try secrets.attach(to: ssl)
         switch role {
         case .client:
             SSL_set_connect_state(ssl)
@@ -91,19 +97,17 @@ public final class TLSEngine {
         case .server:
             SSL_set_accept_state(ssl)
         }
-        SSL_set_msg_callback(ssl, countKeyUpdates)
-        _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, Unmanaged.passUnretained(self).toOpaque())
     }
 
     deinit { SSL_free(ssl) }
 
-    /// Ciphertext from the network. Kept, not copied, until OpenSSL reads it.
+    /// Ciphertext from the network. Kept, not copied, until it is read.
     public func receive(_ bytes: ByteBuffer) {
-        if bytes.readableBytes > 0 { inbound.append(bytes) }
+        inbound.append(bytes)
     }
 
-    /// Received ciphertext not yet consumed by OpenSSL.
-    public var bufferedInboundByteCount: Int { inbound.reduce(0) { $0 + $1.readableBytes } }
+    /// Received ciphertext not yet read.
+    public var bufferedInboundByteCount: Int { inbound.byteCount }
 
     /// Ciphertext for the network, if any is waiting.
     public func takeOutbound() -> ByteBuffer? {
@@ -140,7 +144,7 @@ public final class TLSEngine {
     }
 
     fileprivate func fillFromInbound(_ destination: UnsafeMutableRawBufferPointer) -> Int {
-        inbound.readBytes(into: destination)
+        inbound.read(into: destination)
     }
 
     fileprivate func appendOutbound(_ bytes: UnsafeRawBufferPointer) {
@@ -156,6 +160,7 @@ public final class TLSEngine {
             guard negotiatedALPN == WireLimits.alpnProtocol else {
                 throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
             }
+            try startRecordLayer()
             isHandshakeComplete = true
             return .complete
         }
@@ -167,23 +172,40 @@ public final class TLSEngine {
         }
     }
 
+    /// Hands record protection over from OpenSSL. OpenSSL reads one record at a time and sends no
+    /// session tickets, so neither side has sealed or opened a record under the application
+    /// traffic keys yet: both sequence numbers start at zero.
+    private func startRecordLayer() throws(SecurityError) {
+        defer { secrets.clear() }
+        guard SSL_has_pending(ssl) == 0 else {
+            throw SecurityError(.internalError, "OpenSSL read past the end of the handshake")
+        }
+        guard let cipher = SSL_get_current_cipher(ssl), let suite = TLSCipherSuite(protocolID: SSL_CIPHER_get_protocol_id(cipher)) else {
+            throw SecurityError(.tlsHandshakeFailed, "a cipher suite this engine does not protect records with")
+        }
+        guard let client = secrets.client, let server = secrets.server else {
+            throw SecurityError(.internalError, "the handshake's traffic secrets were not captured")
+        }
+        records = try TLSRecordLayer(
+            suite: suite, role: role, clientSecret: client, serverSecret: server, recordsPerKeyUpdate: recordsPerKeyUpdate)
+    }
+
     /// Seals `plaintext`; the records appear in `takeOutbound()`.
     public func write(_ plaintext: ByteBuffer) throws(SecurityError) {
         try write(head: plaintext, body: ByteBuffer())
     }
 
-    /// Seals `head` followed by `body` as one byte stream. Records are cut from `body` in place;
-    /// only the head and the start of the body share a staging copy, so a caller can frame a large
-    /// payload without copying it.
-    /// Give `head` room for the start of the body and pass it with `consume`: the body's first
-    /// bytes are then staged in it without another allocation.
+    /// Seals `head` followed by `body` as one byte stream. Records are sealed from `head` and
+    /// `body` in place, so a caller can frame a large payload without copying it.
     /// With `coalescing`, a write that fits in one record is held instead, so that a burst of
-    /// small frames becomes one record: OpenSSL's cost per record is far above its cost per byte
+    /// small frames becomes one record: a record's fixed cost is far above its cost per byte
     /// for them. Held bytes are sealed, in order, before any later write and by `sealHeld()`,
-    /// which the caller owes before it takes the outbound bytes to send them.
+    /// which the caller owes before it takes the outbound bytes to send them. Give a head that
+    /// may be held room for its body and pass it with `consume`: the body is then copied behind
+    /// it without another allocation.
     public func write(head: consuming ByteBuffer, body: ByteBuffer, coalescing: Bool = false) throws(SecurityError) {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
-        var staged = consume head
+        let staged = consume head
         let total = staged.readableBytes + body.readableBytes
         if coalescing, total <= Self.maximumRecordPlaintext - held.readableBytes {
             hold(consume staged, body)
@@ -199,11 +221,12 @@ public final class TLSEngine {
         var body = body
         if staged.readableBytes > 0 {
             if staged.readableBytes < Self.maximumRecordPlaintext, body.readableBytes > 0 {
-                let taken = min(body.readableBytes, Self.maximumRecordPlaintext - staged.readableBytes)
-                var slice = body.readSlice(length: taken)!
-                staged.writeBuffer(&slice)
+                // The head and the start of the body share the first record, sealed from both in place.
+                let slice = body.readSlice(length: min(body.readableBytes, Self.maximumRecordPlaintext - staged.readableBytes))!
+                try sealRecord(staged, slice)
+            } else {
+                try writeRecords(staged)
             }
-            try writeRecords(staged)
         }
         try writeRecords(body)
     }
@@ -237,40 +260,26 @@ public final class TLSEngine {
     private func writeRecords(_ plaintext: ByteBuffer) throws(SecurityError) {
         var remaining = plaintext
         while remaining.readableBytes > 0 {
-            OpenSSLErrors.clear()  // a failure then reports its own errors, not another caller's
-            if recordsSinceKeyUpdate >= recordsPerKeyUpdate {
-                guard SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) == 1 else {
-                    throw SecurityError.openSSL(.tlsFailure, "KeyUpdate failed")
-                }
-                recordsSinceKeyUpdate = 0
-                keyUpdatesInitiated += 1
-            }
-            // One record at a time, so the key-update count stays exact.
-            let chunk = min(remaining.readableBytes, Self.maximumRecordPlaintext)
-            var written = 0
-            let ok = remaining.withUnsafeReadableBytes { raw in
-                SSL_write_ex(ssl, raw.baseAddress, chunk, &written) == 1
-            }
-            guard ok, written == chunk else { throw SecurityError.openSSL(.tlsFailure, "TLS write failed") }
-            remaining.moveReaderIndex(forwardBy: chunk)
-            recordsSinceKeyUpdate += 1
+            try sealRecord(remaining.readSlice(length: min(remaining.readableBytes, Self.maximumRecordPlaintext))!, ByteBuffer())
         }
+    }
+
+    /// Seals one record from `first` followed by `second`.
+    private func sealRecord(_ first: ByteBuffer, _ second: ByteBuffer) throws(SecurityError) {
+        guard let records else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
+        var outcome: Result<Void, SecurityError> = .success(())
+        first.withUnsafeReadableBytes { head in
+            second.withUnsafeReadableBytes { tail in
+                outcome = Result { () throws(SecurityError) in try records.sealApplicationData(head, tail, into: &outbound) }
+            }
+        }
+        try outcome.get()
     }
 
     /// Opens received records into `destination`, as far as it reaches.
     public func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> ReadStatus {
-        guard isHandshakeComplete, destination.count > 0 else { return .wouldBlock }
-        var read = 0
-        OpenSSLErrors.clear()  // else another caller's error turns wouldBlock or close into a failure
-        if SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1 { return .bytes(read) }
-        switch SSL_get_error(ssl, 0) {
-        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
-            return .wouldBlock
-        case SSL_ERROR_ZERO_RETURN:
-            return .closed
-        default:
-            throw SecurityError.openSSL(.tlsFailure, "TLS read failed")
-        }
+        guard let records, destination.count > 0 else { return .wouldBlock }
+        return try records.read(from: &inbound, into: destination, output: &outbound)
     }
 
     /// Opens whatever complete records have arrived, into a new buffer.
@@ -295,8 +304,7 @@ public final class TLSEngine {
     /// Queues close_notify.
     public func close() {
         try? sealHeld()  // held frames go ahead of close_notify; a failure here ends the connection anyway
-        if isHandshakeComplete { _ = SSL_shutdown(ssl) }
-        OpenSSLErrors.clear()
+        records?.sealCloseNotify(into: &outbound)
     }
 
     /// The peer's certificate chain, leaf first; empty if it presented none.
@@ -343,9 +351,6 @@ public final class TLSEngine {
         return key
     }
 
-    fileprivate func noteKeyUpdate(sent: Bool) {
-        if sent { keyUpdatesSent += 1 } else { keyUpdatesReceived += 1 }
-    }
 }
 
 private let engineBIOWrite: mp_bio_write_callback = { context, data, length in
@@ -356,15 +361,4 @@ private let engineBIOWrite: mp_bio_write_callback = { context, data, length in
 private let engineBIORead: mp_bio_read_callback = { context, data, length in
     guard let context, let data else { return 0 }
     return Unmanaged<TLSEngine>.fromOpaque(context).takeUnretainedValue().fillFromInbound(UnsafeMutableRawBufferPointer(start: data, count: length))
-}
-
-/// Counts KeyUpdate handshake messages in both directions, so tests can see rekeying happen.
-private func countKeyUpdates(
-    _ writeP: Int32, _ version: Int32, _ contentType: Int32, _ buffer: UnsafeRawPointer?, _ length: Int,
-    _ ssl: OpaquePointer?, _ argument: UnsafeMutableRawPointer?
-) {
-    guard contentType == SSL3_RT_HANDSHAKE, length > 0, let buffer, let argument,
-        buffer.load(as: UInt8.self) == UInt8(SSL3_MT_KEY_UPDATE)
-    else { return }
-    Unmanaged<TLSEngine>.fromOpaque(argument).takeUnretainedValue().noteKeyUpdate(sent: writeP == 1)
 }

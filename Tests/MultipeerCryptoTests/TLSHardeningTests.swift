@@ -18,12 +18,16 @@ final class RawTLSPeer {
     /// Ciphertext the SSL wrote.
     private let outgoing: OpaquePointer
 
-    init(role: TLSEngine.Role, groups: String? = nil, certificate: Certificate? = nil, key: OpaquePointer? = nil) throws {
+    init(
+        role: TLSEngine.Role, groups: String? = nil, certificate: Certificate? = nil, key: OpaquePointer? = nil,
+        cipherSuite: String? = nil, tickets: Int = 0
+    ) throws {
         context = try #require(SSL_CTX_new(TLS_method()))
         // Level 0, so that this side can offer what the library must refuse.
         SSL_CTX_set_security_level(context, 0)
         try #require(mp_SSL_CTX_set_min_proto_version(context, TLS1_3_VERSION) == 1)
-        try #require(SSL_CTX_set_num_tickets(context, 0) == 1)
+        try #require(SSL_CTX_set_num_tickets(context, tickets) == 1)
+        if let cipherSuite { try #require(SSL_CTX_set_ciphersuites(context, cipherSuite) == 1) }
         if let groups { try #require(mp_SSL_CTX_set1_groups_list(context, groups) == 1, "groups \(groups)") }
         if let certificate, let key {
             try #require(SSL_CTX_use_certificate(context, certificate.x509) == 1)
@@ -66,6 +70,31 @@ final class RawTLSPeer {
         var buffer = ByteBuffer()
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: pending) { Int(max(0, BIO_read(outgoing, $0.baseAddress, Int32(pending)))) }
         return buffer
+    }
+
+    /// Writes application data (OpenSSL's own record layer), and any KeyUpdate it owes first.
+    func write(_ bytes: [UInt8]) throws {
+        var written = 0
+        if bytes.isEmpty { return }
+        try #require(SSL_write_ex(ssl, bytes, bytes.count, &written) == 1 && written == bytes.count)
+    }
+
+    /// Reads all application data that has arrived; nil once the peer closed.
+    func read() throws -> [UInt8]? {
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            var count = 0
+            if SSL_read_ex(ssl, &chunk, chunk.count, &count) == 1 {
+                received += chunk[..<count]
+                continue
+            }
+            let error = SSL_get_error(ssl, 0)
+            ERR_clear_error()
+            if error == SSL_ERROR_ZERO_RETURN { return received.isEmpty ? nil : received }
+            try #require(error == SSL_ERROR_WANT_READ, "SSL_read failed: \(error)")
+            return received
+        }
     }
 
     /// The NID of the key exchange group used.

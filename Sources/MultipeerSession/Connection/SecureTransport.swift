@@ -24,8 +24,14 @@ enum SecureTransport {
     func seal(_ frame: Frame, coalescing: Bool = false) throws(SendRefusal) -> [ByteBuffer] {
         let gathers = !isEncrypted && frame.payloadLength >= Self.plaintextGatherThreshold
         // One allocation per frame: the head has room for what follows it in its buffer (the
-        // whole payload in the clear unless it is gathered, the first record's worth under TLS).
-        let following = isEncrypted ? min(frame.payloadLength, TLSEngine.maximumRecordPlaintext) : gathers ? 0 : frame.payloadLength
+        // whole payload in the clear unless it is gathered; under TLS only a payload that may be
+        // held for a shared record, since records are sealed from head and body in place).
+        let following: Int
+        if isEncrypted {
+            following = coalescing && frame.payloadLength <= TLSEngine.maximumRecordPlaintext ? frame.payloadLength : 0
+        } else {
+            following = gathers ? 0 : frame.payloadLength
+        }
         var head = ByteBufferAllocator().buffer(capacity: WireLimits.frameHeaderLength + following)
         let body: ByteBuffer?
         do {

@@ -1,0 +1,303 @@
+@testable import MultipeerCrypto
+import NIOCore
+import Testing
+
+/// A record layer with random traffic secrets, and the peer's keys, so that tests can forge any
+/// record the peer could send and open what the layer sends back.
+final class ForgingPeer {
+    let layer: TLSRecordLayer
+    /// Seals as the peer.
+    let forger: TLSRecordProtection
+    /// Opens what the layer seals.
+    let opener: TLSRecordProtection
+    var inbound = CiphertextQueue()
+    /// What the layer wrote (answers, alerts, data).
+    var output = ByteBuffer()
+
+    init(role: TLSEngine.Role = .server, suite: TLSCipherSuite = .aes128GCMSHA256, recordsPerKeyUpdate: UInt64 = 1 << 24) throws {
+        let client = SecureBytes(randomCount: suite.hashLength)
+        let server = SecureBytes(randomCount: suite.hashLength)
+        layer = try TLSRecordLayer(suite: suite, role: role, clientSecret: client, serverSecret: server, recordsPerKeyUpdate: recordsPerKeyUpdate)
+        forger = try TLSRecordProtection(suite: suite, secret: role == .server ? client : server, sealing: true)
+        opener = try TLSRecordProtection(suite: suite, secret: role == .server ? server : client, sealing: false)
+    }
+
+    /// One record as the peer would seal it. With `type` 0 the content carries its own type and padding.
+    func forge(_ type: UInt8, _ content: [UInt8]) throws -> ByteBuffer {
+        var record = ByteBuffer()
+        try content.withUnsafeBytes { try forger.seal(contentType: type, $0, into: &record) }
+        return record
+    }
+
+    /// A KeyUpdate as the peer sends it: sealed under its current key, which then moves on.
+    func forgeKeyUpdate(requesting: Bool) throws -> ByteBuffer {
+        let record = try forge(22, [24, 0, 0, 1, requesting ? 1 : 0])
+        try forger.update()
+        return record
+    }
+
+    func deliver(_ bytes: ByteBuffer) { inbound.append(bytes) }
+
+    /// Reads until nothing more is waiting, `capacity` bytes at a time.
+    func readAll(capacity: Int = 65_536) throws(SecurityError) -> (data: [UInt8], closed: Bool) {
+        var data: [UInt8] = []
+        var destination = [UInt8](repeating: 0, count: capacity)
+        while true {
+            var outcome = Result<TLSEngine.ReadStatus, SecurityError>.success(.wouldBlock)
+            destination.withUnsafeMutableBytes { raw in
+                outcome = Result { () throws(SecurityError) in try layer.read(from: &inbound, into: raw, output: &output) }
+            }
+            let status = try outcome.get()
+            switch status {
+            case .bytes(let count): data += destination[..<count]
+            case .wouldBlock: return (data, false)
+            case .closed: return (data, true)
+            }
+        }
+    }
+
+    /// Opens every record the layer wrote, following its KeyUpdates.
+    func replies() throws -> [(type: UInt8, content: [UInt8])] {
+        var opened: [(type: UInt8, content: [UInt8])] = []
+        while output.readableBytes > 0 {
+            let length = Int(try #require(output.getInteger(at: output.readerIndex + 3, as: UInt16.self)))
+            let bytes = output.readBytes(length: 5 + length)
+            let record = try #require(bytes)
+            var plaintext = [UInt8](repeating: 0, count: length)
+            let innerLength = record.withUnsafeBytes { raw in plaintext.withUnsafeMutableBytes { opener.open(raw, into: $0.baseAddress!) } }
+            let inner = try #require(innerLength)
+            let content = Array(plaintext[..<inner]).reversed().drop { $0 == 0 }.reversed()
+            let type = try #require(content.last)
+            opened.append((type, Array(content.dropLast())))
+            if type == 22, content.first == 24 { try opener.update() }
+        }
+        return opened
+    }
+}
+
+@Suite("TLS record layer: records a hostile peer could send")
+struct TLSRecordLayerTests {
+    private func expectFailure(_ peer: ForgingPeer, containing reason: String, alert: UInt8?) throws {
+        #expect {
+            _ = try peer.readAll()
+        } throws: { error in
+            "\(error)".contains(reason)
+        }
+        let replies = try peer.replies()
+        if let alert {
+            #expect(replies.map(\.type) == [21])
+            #expect(replies.first?.content == [2, alert])
+        } else {
+            #expect(replies.isEmpty)
+        }
+        // The failure sticks: nothing more is read from this connection.
+        peer.deliver(try peer.forge(23, Array("later".utf8)))
+        #expect(throws: SecurityError.self) { _ = try peer.readAll() }
+    }
+
+    @Test func paddingAfterTheContentTypeIsRemoved() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(0, Array("hi".utf8) + [23, 0, 0, 0]))
+        #expect(try peer.readAll().data == Array("hi".utf8))
+    }
+
+    @Test func emptyApplicationDataRecordsAreSkipped() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(23, []))
+        peer.deliver(try peer.forge(23, Array("a".utf8)))
+        #expect(try peer.readAll().data == Array("a".utf8))
+    }
+
+    @Test func aRecordOfPaddingAloneIsRefused() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(0, [0, 0, 0]))
+        try expectFailure(peer, containing: "no content type", alert: TLSRecordLayer.Alert.unexpectedMessage)
+    }
+
+    @Test func contentOver16KiBIsRefusedWithinTheCiphertextLimit() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(0, [UInt8](repeating: 7, count: 16_385) + [23]))
+        try expectFailure(peer, containing: "16385 bytes of content", alert: TLSRecordLayer.Alert.recordOverflow)
+    }
+
+    @Test(arguments: [5, 11, 28])
+    func aTamperedRecordFails(flippedOffset: Int) throws {
+        let peer = try ForgingPeer()
+        var record = try peer.forge(23, Array("payload".utf8))
+        let byte = try #require(record.getInteger(at: flippedOffset, as: UInt8.self))
+        record.setInteger(byte ^ 1, at: flippedOffset)
+        peer.deliver(record)
+        try expectFailure(peer, containing: "failed to authenticate", alert: TLSRecordLayer.Alert.badRecordMAC)
+    }
+
+    @Test func aKeyUpdateMovesTheReadKeyAndOldKeyRecordsFail() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(23, Array("one".utf8)))
+        peer.deliver(try peer.forgeKeyUpdate(requesting: false))
+        peer.deliver(try peer.forge(23, Array("two".utf8)))
+        #expect(try peer.readAll().data == Array("onetwo".utf8))
+        #expect(peer.layer.keyUpdatesReceived == 1)
+        #expect(try peer.replies().isEmpty)  // not requested: no answer
+
+        // A record the peer seals under the key it had before its next KeyUpdate fails once
+        // the KeyUpdate has been read.
+        let before = try ForgingPeer()
+        var oldKey = ByteBuffer()
+        let update = try before.forge(22, [24, 0, 0, 1, 0])
+        try Array("old".utf8).withUnsafeBytes { try before.forger.seal(contentType: 23, $0, into: &oldKey) }
+        before.deliver(update)
+        before.deliver(oldKey)
+        try expectFailure(before, containing: "failed to authenticate", alert: TLSRecordLayer.Alert.badRecordMAC)
+    }
+
+    @Test func aKeyUpdateMustEndItsRecord() throws {
+        let peer = try ForgingPeer(role: .client)
+        peer.deliver(try peer.forge(22, [24, 0, 0, 1, 0] + [4, 0, 0, 0]))
+        try expectFailure(peer, containing: "after a KeyUpdate", alert: TLSRecordLayer.Alert.unexpectedMessage)
+    }
+
+    @Test(arguments: [
+        ([24, 0, 0, 1, 2] as [UInt8], "KeyUpdate request 2", TLSRecordLayer.Alert.illegalParameter),
+        ([24, 0, 0, 2, 0, 0], "KeyUpdate of 2 bytes", TLSRecordLayer.Alert.decodeError),
+        ([13, 0, 0, 1, 0], "handshake message 13", TLSRecordLayer.Alert.unexpectedMessage),
+        ([4, 0, 0, 1, 0], "handshake message 4", TLSRecordLayer.Alert.unexpectedMessage),  // a ticket, sent to a server
+    ])
+    func malformedOrUnexpectedHandshakeMessagesAreRefused(message: [UInt8], reason: String, alert: UInt8) throws {
+        let peer = try ForgingPeer(role: .server)
+        peer.deliver(try peer.forge(22, message))
+        try expectFailure(peer, containing: reason, alert: alert)
+    }
+
+    @Test func aFloodOfRequestedKeyUpdatesGetsOneAnswer() throws {
+        let peer = try ForgingPeer()
+        var flood = ByteBuffer()
+        for _ in 0..<1_000 {
+            var record = try peer.forgeKeyUpdate(requesting: true)
+            flood.writeBuffer(&record)
+        }
+        peer.deliver(flood)
+        #expect(try peer.readAll().data.isEmpty)
+        #expect(peer.layer.keyUpdatesReceived == 1_000)
+        #expect(peer.layer.keyUpdatesSent == 1)
+        let answer = try peer.replies()
+        #expect(answer.map(\.content) == [[24, 0, 0, 1, 0]])
+        // Both directions still work under the new keys.
+        try Array("after".utf8).withUnsafeBytes { try peer.layer.sealApplicationData($0, UnsafeRawBufferPointer(start: nil, count: 0), into: &peer.output) }
+        #expect(try peer.replies().map(\.content) == [Array("after".utf8)])
+        peer.deliver(try peer.forge(23, Array("still".utf8)))
+        #expect(try peer.readAll().data == Array("still".utf8))
+    }
+
+    @Test func ticketsAreDroppedEvenWhenSplitAcrossRecords() throws {
+        let peer = try ForgingPeer(role: .client)
+        let ticket: [UInt8] = [4, 0, 1, 44] + [UInt8](repeating: 9, count: 300)
+        peer.deliver(try peer.forge(22, Array(ticket[..<2])))
+        peer.deliver(try peer.forge(22, Array(ticket[2..<100])))
+        peer.deliver(try peer.forge(22, Array(ticket[100...]) + ticket))  // the rest, and a second whole ticket
+        peer.deliver(try peer.forge(23, Array("data".utf8)))
+        #expect(try peer.readAll().data == Array("data".utf8))
+    }
+
+    @Test func aPostHandshakeMessageOverTheLimitIsRefusedFromItsHeader() throws {
+        let peer = try ForgingPeer(role: .client)
+        let length = TLSRecordLayer.maximumHandshakeMessageLength + 1
+        peer.deliver(try peer.forge(22, [4, UInt8(length >> 16), UInt8((length >> 8) & 0xff), UInt8(length & 0xff)]))
+        try expectFailure(peer, containing: "message of \(length) bytes", alert: TLSRecordLayer.Alert.unexpectedMessage)
+    }
+
+    @Test func applicationDataInsideAHandshakeMessageIsRefused() throws {
+        let peer = try ForgingPeer(role: .client)
+        peer.deliver(try peer.forge(22, [4, 0, 1, 0, 1, 2]))
+        peer.deliver(try peer.forge(23, Array("x".utf8)))
+        try expectFailure(peer, containing: "inside a handshake message", alert: TLSRecordLayer.Alert.unexpectedMessage)
+    }
+
+    @Test func closeNotifyEndsReadingForGood() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(23, Array("last".utf8)))
+        peer.deliver(try peer.forge(21, [1, 0]))
+        peer.deliver(try peer.forge(23, Array("ignored".utf8)))
+        let first = try peer.readAll()
+        #expect(first.data == Array("last".utf8))
+        #expect(first.closed)
+        peer.deliver(try peer.forge(23, Array("also ignored".utf8)))
+        #expect(try peer.readAll() == ([], true))
+    }
+
+    @Test func userCanceledIsNotAnEnd() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(21, [1, 90]))
+        peer.deliver(try peer.forge(23, Array("more".utf8)))
+        #expect(try peer.readAll() == (Array("more".utf8), false))
+    }
+
+    @Test func aFatalAlertFailsReadingAndGetsNoAlertBack() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(21, [2, 40]))
+        try expectFailure(peer, containing: "alert 40", alert: nil)
+    }
+
+    @Test(arguments: [
+        ([21, 1, 0, 0] as [UInt8], 21 as UInt8, "alert record of 3 bytes"),
+        ([], 22, "empty handshake record"),
+        ([1], 20, "content type 20"),
+        ([1], 99, "content type 99"),
+    ])
+    func malformedContentIsRefused(content: [UInt8], type: UInt8, reason: String) throws {
+        let peer = try ForgingPeer()
+        // For the alert, type 0 lets the content carry its own type after three bytes.
+        let record = type == 21 ? try peer.forge(0, Array(content.dropFirst()) + [21]) : try peer.forge(type, content)
+        peer.deliver(record)
+        let alert = type == 21 ? TLSRecordLayer.Alert.decodeError : TLSRecordLayer.Alert.unexpectedMessage
+        try expectFailure(peer, containing: reason, alert: alert)
+    }
+
+    @Test(arguments: [
+        ([22, 3, 3, 0, 20] as [UInt8], "record type 22", TLSRecordLayer.Alert.unexpectedMessage),
+        ([23, 3, 1, 0, 20], "record version 3.1", TLSRecordLayer.Alert.decodeError),
+        ([23, 3, 3, 0x41, 0x01], "a record of 16641 bytes", TLSRecordLayer.Alert.recordOverflow),
+        ([23, 3, 3, 0, 16], "a record of 16 bytes", TLSRecordLayer.Alert.decodeError),
+    ])
+    func badHeadersFailBeforeTheirBodiesArrive(header: [UInt8], reason: String, alert: UInt8) throws {
+        let peer = try ForgingPeer()
+        peer.deliver(ByteBuffer(bytes: header))
+        try expectFailure(peer, containing: reason, alert: alert)
+    }
+
+    @Test(arguments: [1, 7, 16_384])
+    func recordsSplitAnywhereReadTheSame(capacity: Int) throws {
+        let peer = try ForgingPeer()
+        let contents: [[UInt8]] = [[1], [UInt8](repeating: 2, count: 16_384), (0..<500).map { UInt8($0 & 0xff) }]
+        var wire = ByteBuffer()
+        for content in contents {
+            var record = try peer.forge(23, content)
+            wire.writeBuffer(&record)
+        }
+        // One byte per received buffer: headers and bodies are joined from many pieces.
+        while let byte = wire.readSlice(length: 1) { peer.deliver(byte) }
+        #expect(try peer.readAll(capacity: capacity).data == contents.flatMap { $0 })
+        #expect(peer.inbound.byteCount == 0)
+    }
+
+    @Test(arguments: [TLSCipherSuite.aes128GCMSHA256, .aes256GCMSHA384, .chacha20Poly1305SHA256])
+    func everySuiteSealsWhatTheOtherSideOpens(suite: TLSCipherSuite) throws {
+        let peer = try ForgingPeer(suite: suite, recordsPerKeyUpdate: 2)
+        for index in 0..<5 {
+            try [UInt8(index)].withUnsafeBytes { try peer.layer.sealApplicationData($0, UnsafeRawBufferPointer(start: nil, count: 0), into: &peer.output) }
+        }
+        let replies = try peer.replies()
+        #expect(replies.filter { $0.type == 23 }.map(\.content) == (0..<5).map { [UInt8($0)] })
+        #expect(replies.filter { $0.type == 22 }.map(\.content) == [[24, 0, 0, 1, 1], [24, 0, 0, 1, 1]])
+        #expect(peer.layer.keyUpdatesInitiated == 2)
+    }
+
+    @Test func writesAfterCloseNotifyAreRefused() throws {
+        let peer = try ForgingPeer()
+        peer.layer.sealCloseNotify(into: &peer.output)
+        peer.layer.sealCloseNotify(into: &peer.output)  // once only
+        #expect(try peer.replies().map(\.content) == [[1, 0]])
+        #expect(throws: SecurityError.self) {
+            try [1].withUnsafeBytes { try peer.layer.sealApplicationData($0, UnsafeRawBufferPointer(start: nil, count: 0), into: &peer.output) }
+        }
+    }
+}
