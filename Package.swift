@@ -159,6 +159,7 @@ let package = Package(
         .executableTarget(name: "fuzz-connection", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-connection"),
         .executableTarget(
             name: "fuzz-channel-endpoints", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-channel-endpoints"),
+        .executableTarget(name: "fuzz-tls-records", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-tls-records"),
         .target(
             name: "DNSFuzzChecks",
             dependencies: ["MultipeerDNS", .product(name: "NIOCore", package: "swift-nio")],

@@ -7,7 +7,7 @@ import Testing
 /// checks the fuzzers run; and each seed still reaches the state it is named for.
 @Suite("Session fuzz corpus replay")
 struct SessionFuzzCorpusTests {
-    static let targets = ["fuzz-datagram", "fuzz-connection", "fuzz-channel-endpoints"]
+    static let targets = ["fuzz-datagram", "fuzz-connection", "fuzz-channel-endpoints", "fuzz-tls-records"]
 
     static func inputs(of target: String) throws -> [URL] {
         try ["Corpus", "Regressions"].flatMap { folder in
@@ -31,6 +31,7 @@ struct SessionFuzzCorpusTests {
                 switch target {
                 case "fuzz-datagram": SessionFuzzChecks.checkDatagram(bytes)
                 case "fuzz-connection": SessionFuzzChecks.checkConnection(bytes)
+                case "fuzz-tls-records": SessionFuzzChecks.checkTLSRecords(bytes)
                 default: SessionFuzzChecks.checkChannelEndpoint(bytes)
                 }
             }
@@ -53,6 +54,21 @@ struct SessionFuzzCorpusTests {
         let ahead = try run("sealed-next-epoch-from-a-sender-ahead")
         #expect(ahead.epoch == 2 && ahead.accepted == 4)
         #expect(try run("sealed-raw-datagram").dropped == 1)
+    }
+
+    @Test func tlsRecordSeedsReachTheirStates() throws {
+        func run(_ name: String) throws -> TLSRecordRun {
+            try Self.seed("fuzz-tls-records", name).withUnsafeBytes { SessionFuzzChecks.checkTLSRecords($0) }
+        }
+        #expect(try run("data-in-pieces") == TLSRecordRun(delivered: 5 + 16_384 + 3))
+        // Two KeyUpdates read; one answer, then the layer's own before its 3rd and 5th record.
+        #expect(try run("key-updates-both-ways") == TLSRecordRun(delivered: 2, sentAndOpened: 5 * 64, keyUpdatesReceived: 2, keyUpdatesSent: 3))
+        #expect(try run("padding-and-tickets-to-a-client") == TLSRecordRun(delivered: 4))
+        #expect(try run("forged-after-close-notify") == TLSRecordRun(delivered: 1, closed: true))
+        #expect(try run("tampered-record-fails") == TLSRecordRun(failed: true))
+        #expect(try run("fatal-alert-fails") == TLSRecordRun(failed: true))
+        #expect(try run("oversized-content-fails") == TLSRecordRun(failed: true))
+        #expect(try run("layer-sends-then-closes") == TLSRecordRun(sentAndOpened: 64))
     }
 
     @Test func channelEndpointSeedsReachTheirStates() throws {
