@@ -8,10 +8,25 @@ package struct CiphertextQueue {
 
     package init() {}
 
+    /// Past this many buffers they are joined into one: a peer that trickles a record a byte per
+    /// segment would otherwise pin a received buffer, and its storage, per byte.
+    static let joinThreshold = 64
+
     package mutating func append(_ bytes: ByteBuffer) {
         guard bytes.readableBytes > 0 else { return }
         buffers.append(bytes)
         byteCount += bytes.readableBytes
+        if buffers.count >= Self.joinThreshold { join() }
+    }
+
+    /// The number of received buffers held (for tests).
+    var bufferCount: Int { buffers.count }
+
+    private mutating func join() {
+        var joined = ByteBufferAllocator().buffer(capacity: byteCount)
+        for var buffer in buffers { joined.writeBuffer(&buffer) }
+        buffers.removeAll(keepingCapacity: true)
+        buffers.append(joined)
     }
 
     /// Moves up to the destination's count of bytes into it; returns how many.

@@ -68,6 +68,9 @@ public final class TLSEngine {
     public private(set) var isHandshakeComplete = false
 
     public static let maximumRecordPlaintext = 16_384
+    /// The most plaintext this side puts in one record: 16 KiB, or less when a client
+    /// negotiated max_fragment_length (RFC 6066), which OpenSSL's server accepts.
+    public private(set) var recordLimit = TLSEngine.maximumRecordPlaintext
     /// Bytes a TLS 1.3 record adds to its plaintext: header, content type, AEAD tag.
     static let recordOverhead = 5 + 1 + 16
 
@@ -157,10 +160,15 @@ public final class TLSEngine {
         OpenSSLErrors.clear()  // SSL_get_error reads the whole thread queue, stale entries too
         let result = SSL_do_handshake(ssl)
         if result == 1 {
-            guard negotiatedALPN == WireLimits.alpnProtocol else {
-                throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
+            do throws(SecurityError) {
+                guard negotiatedALPN == WireLimits.alpnProtocol else {
+                    throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
+                }
+                try startRecordLayer()
+            } catch {
+                secrets.clear()
+                throw error
             }
-            try startRecordLayer()
             isHandshakeComplete = true
             return .complete
         }
@@ -168,6 +176,7 @@ public final class TLSEngine {
         case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
             return .inProgress
         default:
+            secrets.clear()  // a handshake can fail after its traffic secrets were derived
             throw SecurityError.openSSL(.tlsHandshakeFailed, "TLS handshake failed")
         }
     }
@@ -188,6 +197,10 @@ public final class TLSEngine {
         }
         records = try TLSRecordLayer(
             suite: suite, role: role, clientSecret: client, serverSecret: server, recordsPerKeyUpdate: recordsPerKeyUpdate)
+        // Modes 1-4 are 512, 1,024, 2,048 and 4,096 bytes; 0 is none.
+        if let session = SSL_get_session(ssl), case let mode = SSL_SESSION_get_max_fragment_length(session), (1...4).contains(mode) {
+            recordLimit = 256 << Int(mode)
+        }
     }
 
     /// Seals `plaintext`; the records appear in `takeOutbound()`.
@@ -204,25 +217,27 @@ public final class TLSEngine {
     /// may be held room for its body and pass it with `consume`: the body is then copied behind
     /// it without another allocation.
     public func write(head: consuming ByteBuffer, body: ByteBuffer, coalescing: Bool = false) throws(SecurityError) {
-        guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
+        guard let records else { throw SecurityError(.tlsFailure, "write before the handshake completed") }
+        // Refused here, not when held bytes are sealed, so that no write is taken and then lost.
+        guard records.acceptsWrites else { throw SecurityError(.tlsFailure, "write after close_notify or a failure") }
         let staged = consume head
         let total = staged.readableBytes + body.readableBytes
-        if coalescing, total <= Self.maximumRecordPlaintext - held.readableBytes {
+        if coalescing, total <= recordLimit - held.readableBytes {
             hold(consume staged, body)
             return
         }
         try sealHeld()
-        if coalescing, total <= Self.maximumRecordPlaintext {
+        if coalescing, total <= recordLimit {
             hold(consume staged, body)
             return
         }
-        let records = (total + Self.maximumRecordPlaintext - 1) / Self.maximumRecordPlaintext
-        prepareOutbound(for: total + records * Self.recordOverhead)
+        let recordCount = (total + recordLimit - 1) / recordLimit
+        prepareOutbound(for: total + recordCount * Self.recordOverhead)
         var body = body
         if staged.readableBytes > 0 {
-            if staged.readableBytes < Self.maximumRecordPlaintext, body.readableBytes > 0 {
+            if staged.readableBytes < recordLimit, body.readableBytes > 0 {
                 // The head and the start of the body share the first record, sealed from both in place.
-                let slice = body.readSlice(length: min(body.readableBytes, Self.maximumRecordPlaintext - staged.readableBytes))!
+                let slice = body.readSlice(length: min(body.readableBytes, recordLimit - staged.readableBytes))!
                 try sealRecord(staged, slice)
             } else {
                 try writeRecords(staged)
@@ -251,7 +266,7 @@ public final class TLSEngine {
             held = head  // a lone frame costs no copy; its head has room for its body
         } else {
             // A second frame: room for a whole record at once, not a regrowth per frame.
-            held.reserveCapacity(minimumWritableBytes: Self.maximumRecordPlaintext - held.readableBytes)
+            held.reserveCapacity(minimumWritableBytes: recordLimit - held.readableBytes)
             held.writeImmutableBuffer(head)
         }
         held.writeImmutableBuffer(body)
@@ -260,7 +275,7 @@ public final class TLSEngine {
     private func writeRecords(_ plaintext: ByteBuffer) throws(SecurityError) {
         var remaining = plaintext
         while remaining.readableBytes > 0 {
-            try sealRecord(remaining.readSlice(length: min(remaining.readableBytes, Self.maximumRecordPlaintext))!, ByteBuffer())
+            try sealRecord(remaining.readSlice(length: min(remaining.readableBytes, recordLimit))!, ByteBuffer())
         }
     }
 

@@ -11,6 +11,10 @@ package final class TLSRecordLayer {
     /// Post-handshake handshake messages are held until whole, up to this size. A session ticket
     /// is the only large one a peer may send, and real ones are a few hundred bytes.
     package static let maximumHandshakeMessageLength = 65_536
+    /// Records in a row that carry no application data (KeyUpdates, tickets, empty records,
+    /// user_canceled) before the peer is cut off: each costs work and yields nothing. OpenSSL
+    /// allows 32 empty records in a row.
+    package static let maximumRecordsWithoutData = 32
 
     private enum ContentType {
         static let alert: UInt8 = 21
@@ -52,8 +56,12 @@ package final class TLSRecordLayer {
     private var joined = ByteBuffer()
     /// Post-handshake handshake messages, until whole.
     private var handshakeMessages = ByteBuffer()
-    /// The peer asked for a KeyUpdate in return; one answers any number of requests (§4.6.3).
+    /// The peer asked for a KeyUpdate in return. It goes out ahead of the next application data
+    /// (§4.6.3), so one answers any number of requests, and a peer that sends requests but never
+    /// reads cannot make this side write.
     private var owesKeyUpdate = false
+    private var recordsWithoutData = 0
+    /// The first failure, reading or writing; every later call fails with it.
     private var failure: SecurityError?
     package private(set) var peerClosed = false
     package private(set) var closeNotifySent = false
@@ -73,18 +81,31 @@ package final class TLSRecordLayer {
 
     // MARK: Sealing
 
+    /// False once close_notify is sent or anything failed.
+    package var acceptsWrites: Bool { !closeNotifySent && failure == nil }
+
     /// Seals one record of application data (at most 16 KiB, in one or two pieces), preceded by
     /// a KeyUpdate when one is owed or the record limit is reached.
     package func sealApplicationData(_ content: UnsafeRawBufferPointer, _ more: UnsafeRawBufferPointer, into output: inout ByteBuffer) throws(SecurityError) {
         guard !closeNotifySent else { throw SecurityError(.tlsFailure, "write after close_notify") }
         if let failure { throw failure }
-        try answerKeyUpdateIfOwed(into: &output)
-        if recordsSinceKeyUpdate >= recordsPerKeyUpdate {
-            try sendKeyUpdate(requestingOne: true, into: &output)
-            keyUpdatesInitiated += 1
+        do {
+            if owesKeyUpdate {
+                owesKeyUpdate = false
+                try sendKeyUpdate(requestingOne: false, into: &output)
+            }
+            if recordsSinceKeyUpdate >= recordsPerKeyUpdate {
+                try sendKeyUpdate(requestingOne: true, into: &output)
+                keyUpdatesInitiated += 1
+            }
+            try writer.seal(contentType: ContentType.applicationData, content, more, into: &output)
+            recordsSinceKeyUpdate += 1
+        } catch {
+            // A KeyUpdate sealed but not applied, or a record missing from the sequence: the
+            // connection cannot go on.
+            failure = error
+            throw error
         }
-        try writer.seal(contentType: ContentType.applicationData, content, more, into: &output)
-        recordsSinceKeyUpdate += 1
     }
 
     /// Queues close_notify, once.
@@ -98,12 +119,6 @@ package final class TLSRecordLayer {
         // Level: warning for close_notify, fatal otherwise (§6: the level is otherwise ignored).
         let alert: [UInt8] = [description == Alert.closeNotify ? 1 : 2, description]
         alert.withUnsafeBytes { try? writer.seal(contentType: ContentType.alert, $0, into: &output) }
-    }
-
-    private func answerKeyUpdateIfOwed(into output: inout ByteBuffer) throws(SecurityError) {
-        guard owesKeyUpdate, !closeNotifySent else { return }
-        owesKeyUpdate = false
-        try sendKeyUpdate(requestingOne: false, into: &output)
     }
 
     private func sendKeyUpdate(requestingOne: Bool, into output: inout ByteBuffer) throws(SecurityError) {
@@ -121,15 +136,13 @@ package final class TLSRecordLayer {
     // MARK: Opening
 
     /// Opens received records into `destination` until application data fills some of it or
-    /// no whole record is left. A KeyUpdate the peer asked for is sealed into `output`.
+    /// no whole record is left. `output` gets a fatal alert when the peer's records fail.
     package func read(
         from inbound: inout CiphertextQueue, into destination: UnsafeMutableRawBufferPointer, output: inout ByteBuffer
     ) throws(SecurityError) -> TLSEngine.ReadStatus {
         if let failure { throw failure }
         do {
-            let status = try openRecords(from: &inbound, into: destination)
-            try answerKeyUpdateIfOwed(into: &output)
-            return status
+            return try openRecords(from: &inbound, into: destination)
         } catch let violation as Violation {
             let error = SecurityError(.tlsFailure, violation.reason)
             failure = error
@@ -165,6 +178,15 @@ package final class TLSRecordLayer {
                 }
                 content = try joined.withUnsafeReadableBytes { record in
                     try open(record, direct: direct, destination: destination)
+                }
+            }
+            if content.type == ContentType.applicationData, content.length > 0 {
+                recordsWithoutData = 0
+            } else {
+                recordsWithoutData += 1
+                guard recordsWithoutData <= Self.maximumRecordsWithoutData else {
+                    throw Violation(
+                        alert: Alert.unexpectedMessage, reason: "more than \(Self.maximumRecordsWithoutData) records in a row without application data")
                 }
             }
             switch content.type {

@@ -115,8 +115,8 @@ package final class TLSRecordProtection {
 
     /// Opens the record `record` (header and body) into `output`, which has room for the body
     /// less its tag and may be the body itself. Returns the inner plaintext's length (content,
-    /// type, padding), or nil when the record does not authenticate; `output` then holds nothing
-    /// to use.
+    /// type, padding), or nil when the record does not authenticate; `output` is then wiped, so no
+    /// unauthenticated plaintext stays in the caller's memory.
     package func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) -> Int? {
         precondition(!sealing, "opening with a sealing key")
         let innerLength = record.count - Self.headerLength - Self.tagLength
@@ -131,7 +131,11 @@ package final class TLSRecordProtection {
             EVP_DecryptUpdate(context, plaintext, &count, body, Int32(innerLength)) == 1, Int(count) == innerLength,
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_SET_TAG, Int32(Self.tagLength), UnsafeMutablePointer(mutating: body + innerLength)) == 1,
             EVP_DecryptFinal_ex(context, plaintext + innerLength, &count) == 1
-        else { return nil }
+        else {
+            // The cipher wrote its output before the tag was checked.
+            SecureBytes.wipe(UnsafeMutableRawBufferPointer(start: output, count: innerLength))
+            return nil
+        }
         sequence += 1
         return innerLength
     }

@@ -40,6 +40,9 @@ final class ChildPeer: @unchecked Sendable {
     /// SIGKILL: a child of the test process inherits its blocked signals, SIGTERM among them.
     func stop() { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
+    /// Freezes the child (SIGSTOP): it reads nothing more until it is killed.
+    func pause() { if process.isRunning { kill(process.processIdentifier, SIGSTOP) } }
+
     /// Resident memory of the child in KiB, from /proc.
     var residentKiB: Int? {
         guard let handle = FileHandle(forReadingAtPath: "/proc/\(process.processIdentifier)/status"),

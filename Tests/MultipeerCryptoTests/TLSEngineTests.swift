@@ -195,15 +195,16 @@ struct TLSEngineTests {
         // Client: 40 records at 3 per key, a KeyUpdate before records 4, 7, ... 40.
         #expect(pair.client.keyUpdatesInitiated == 13)
         #expect(pair.server.keyUpdatesReceived == 13)
-        // Each request is answered while reading, and the answer renews the server's key, so
-        // its one record per round never reaches the limit under one key.
+        // Each request is answered ahead of the server's next record, and the answer renews its
+        // key, so its one record per round never reaches the limit under one key.
         #expect(pair.server.keyUpdatesSent == 13)
         #expect(pair.server.keyUpdatesInitiated == 0)
         #expect(pair.client.keyUpdatesReceived == 13)
         #expect(pair.client.keyUpdatesSent == 13)
 
         // Alone, the server reaches its limit: one ack under the key it has, then 10 records
-        // need KeyUpdates before the 3rd, 6th and 9th. The client answers each.
+        // need KeyUpdates before the 3rd, 6th and 9th. The client reads all three requests
+        // before it writes again, so one answer covers them (RFC 8446 §4.6.3).
         var acks: [UInt8] = []
         for index in 0..<10 { try pair.server.write(ByteBuffer(bytes: [UInt8(index)])) }
         pair.pump()
@@ -212,11 +213,24 @@ struct TLSEngineTests {
         #expect(acks == Array(0..<10))
         #expect(pair.server.keyUpdatesInitiated == 3)
         #expect(pair.client.keyUpdatesReceived == 16)
-        #expect(pair.client.keyUpdatesSent == 16)
+        #expect(pair.client.keyUpdatesSent == 13)  // nothing is written while reading
         try pair.client.write(ByteBuffer(string: "after"))
         pair.pump()
         #expect(try pair.read(pair.server) == Array("after".utf8))
-        #expect(pair.server.keyUpdatesReceived == 16)
+        #expect(pair.client.keyUpdatesSent == 14)
+        #expect(pair.server.keyUpdatesReceived == 14)
+    }
+
+    /// A write after close is refused at once, even one that would only be held: it would never
+    /// be sent.
+    @Test func writesAfterCloseAreRefusedEvenWhenTheyWouldBeHeld() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        pair.client.close()
+        #expect(throws: SecurityError.self) {
+            try pair.client.write(head: ByteBuffer(string: "late"), body: ByteBuffer(), coalescing: true)
+        }
+        #expect(pair.client.heldByteCount == 0)
     }
 
     @Test func garbageFailsTheHandshakeWithATypedError() throws {

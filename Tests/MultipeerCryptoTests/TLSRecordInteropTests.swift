@@ -64,8 +64,9 @@ struct TLSRecordInteropTests {
         let answeredBefore = engine.keyUpdatesSent
         #expect(SSL_key_update(raw.ssl, SSL_KEY_UPDATE_REQUESTED) == 1)
         #expect(try rawSends([7], from: raw, to: engine) == .plaintext(ByteBuffer(bytes: [7])))
-        #expect(engine.keyUpdatesSent == answeredBefore + 1)
+        #expect(engine.keyUpdatesSent == answeredBefore)  // answered ahead of its next record
         #expect(try engineSends([8], from: engine, to: raw) == [8])
+        #expect(engine.keyUpdatesSent == answeredBefore + 1)
 
         // close_notify from the engine ends OpenSSL's reading...
         engine.close()
@@ -84,16 +85,37 @@ struct TLSRecordInteropTests {
         #expect(try engineSends(Array("reply".utf8), from: engine, to: raw) == Array("reply".utf8))
     }
 
-    @Test func aFloodOfOpenSSLKeyUpdatesGetsOneAnswer() throws {
+    @Test func manyOpenSSLKeyUpdatesGetOneAnswer() throws {
         let (engine, raw) = try connect(engineRole: .server, suite: "TLS_AES_128_GCM_SHA256")
-        for _ in 0..<200 {
+        for _ in 0..<TLSRecordLayer.maximumRecordsWithoutData - 1 {
             #expect(SSL_key_update(raw.ssl, SSL_KEY_UPDATE_REQUESTED) == 1)
             #expect(SSL_do_handshake(raw.ssl) == 1)  // sends it now
         }
         #expect(try rawSends([1], from: raw, to: engine) == .plaintext(ByteBuffer(bytes: [1])))
-        #expect(engine.keyUpdatesReceived == 200)
-        #expect(engine.keyUpdatesSent == 1)
+        #expect(engine.keyUpdatesReceived == TLSRecordLayer.maximumRecordsWithoutData - 1)
         #expect(try engineSends([2], from: engine, to: raw) == [2])
+        #expect(engine.keyUpdatesSent == 1)
+    }
+
+    /// A client may negotiate max_fragment_length (RFC 6066), which OpenSSL's server accepts;
+    /// the engine then seals no record larger than it, coalesced frames included.
+    @Test(arguments: [(UInt8(1), 512), (2, 1_024), (3, 2_048), (4, 4_096)])
+    func aClientsMaxFragmentLengthIsHonoured(mode: UInt8, limit: Int) throws {
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server)
+        let raw = try RawTLSPeer(role: .client, cipherSuite: "TLS_AES_128_GCM_SHA256")
+        #expect(SSL_set_tlsext_max_fragment_length(raw.ssl, mode) == 1)
+        let outcome = raw.handshake(with: engine)
+        try #require(outcome.engineError == nil && outcome.raw == .complete)
+        #expect(engine.recordLimit == limit)
+        let large = Self.payload(10_000, seed: 3)
+        try engine.write(ByteBuffer(bytes: large))
+        for index in 0..<20 { try engine.write(head: ByteBuffer(bytes: [UInt8](repeating: UInt8(index), count: 100)), body: ByteBuffer(), coalescing: true) }
+        try engine.sealHeld()
+        let wire = try #require(engine.takeOutbound())
+        let lengths = try #require(TLSRecords.lengths(in: [wire]))
+        #expect(lengths.allSatisfy { $0 <= limit + 17 })
+        raw.receive(wire)
+        #expect(try raw.read() == large + (0..<20).flatMap { [UInt8](repeating: UInt8($0), count: 100) })
     }
 
     /// The client's first record often arrives in the same read as its Finished: OpenSSL must

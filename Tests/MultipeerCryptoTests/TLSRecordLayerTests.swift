@@ -168,24 +168,65 @@ struct TLSRecordLayerTests {
         try expectFailure(peer, containing: reason, alert: alert)
     }
 
-    @Test func aFloodOfRequestedKeyUpdatesGetsOneAnswer() throws {
+    /// Requests, even each behind data of its own, make the layer write nothing while it reads:
+    /// a peer that never reads cannot grow what this side has to send. One answer goes ahead of
+    /// the layer's next record.
+    @Test func requestedKeyUpdatesAreAnsweredOnceAheadOfTheNextRecord() throws {
         let peer = try ForgingPeer()
-        var flood = ByteBuffer()
-        for _ in 0..<1_000 {
-            var record = try peer.forgeKeyUpdate(requesting: true)
-            flood.writeBuffer(&record)
+        var stream = ByteBuffer()
+        for index in 0..<100 {
+            var request = try peer.forgeKeyUpdate(requesting: true)
+            stream.writeBuffer(&request)
+            var data = try peer.forge(23, [UInt8(index)])
+            stream.writeBuffer(&data)
         }
-        peer.deliver(flood)
-        #expect(try peer.readAll().data.isEmpty)
-        #expect(peer.layer.keyUpdatesReceived == 1_000)
-        #expect(peer.layer.keyUpdatesSent == 1)
-        let answer = try peer.replies()
-        #expect(answer.map(\.content) == [[24, 0, 0, 1, 0]])
-        // Both directions still work under the new keys.
+        peer.deliver(stream)
+        #expect(try peer.readAll().data == (0..<100).map { UInt8($0) })
+        #expect(peer.layer.keyUpdatesReceived == 100)
+        #expect(peer.output.readableBytes == 0)
         try Array("after".utf8).withUnsafeBytes { try peer.layer.sealApplicationData($0, UnsafeRawBufferPointer(start: nil, count: 0), into: &peer.output) }
-        #expect(try peer.replies().map(\.content) == [Array("after".utf8)])
+        #expect(peer.layer.keyUpdatesSent == 1)
+        #expect(try peer.replies().map(\.content) == [[24, 0, 0, 1, 0], Array("after".utf8)])
         peer.deliver(try peer.forge(23, Array("still".utf8)))
         #expect(try peer.readAll().data == Array("still".utf8))
+    }
+
+    @Test(arguments: ["KeyUpdate", "empty", "ticket", "user_canceled"])
+    func recordsWithoutDataAreCutOffPastTheLimit(kind: String) throws {
+        let peer = try ForgingPeer(role: .client)
+        func useless() throws -> ByteBuffer {
+            switch kind {
+            case "KeyUpdate": try peer.forgeKeyUpdate(requesting: false)
+            case "empty": try peer.forge(23, [])
+            case "ticket": try peer.forge(22, [4, 0, 0, 1, 0])
+            default: try peer.forge(21, [1, 90])
+            }
+        }
+        // Up to the limit, and data resets the count...
+        for _ in 0..<TLSRecordLayer.maximumRecordsWithoutData { peer.deliver(try useless()) }
+        peer.deliver(try peer.forge(23, [1]))
+        for _ in 0..<TLSRecordLayer.maximumRecordsWithoutData { peer.deliver(try useless()) }
+        #expect(try peer.readAll().data == [1])
+        // ...but one more in a row ends the connection.
+        peer.deliver(try useless())
+        try expectFailure(peer, containing: "records in a row without application data", alert: TLSRecordLayer.Alert.unexpectedMessage)
+    }
+
+    /// The cipher writes its output before it checks the tag; a record that fails must leave
+    /// none of that in the caller's buffer.
+    @Test func aForgedRecordLeavesNoPlaintextInTheCallersBuffer() throws {
+        let peer = try ForgingPeer()
+        var record = try peer.forge(23, [UInt8](repeating: 0x41, count: 64))
+        let last = record.writerIndex - 1
+        record.setInteger(record.getInteger(at: last, as: UInt8.self)! ^ 1, at: last)
+        peer.deliver(record)
+        var destination = [UInt8](repeating: 0xEE, count: 1_000)
+        var failed = false
+        destination.withUnsafeMutableBytes { raw in
+            do { _ = try peer.layer.read(from: &peer.inbound, into: raw, output: &peer.output) } catch { failed = true }
+        }
+        #expect(failed)
+        #expect(!destination.contains(0x41))
     }
 
     @Test func ticketsAreDroppedEvenWhenSplitAcrossRecords() throws {
@@ -273,8 +314,12 @@ struct TLSRecordLayerTests {
             var record = try peer.forge(23, content)
             wire.writeBuffer(&record)
         }
-        // One byte per received buffer: headers and bodies are joined from many pieces.
-        while let byte = wire.readSlice(length: 1) { peer.deliver(byte) }
+        // One byte per received buffer: headers and bodies are joined from many pieces, and the
+        // queue joins its buffers rather than keep one per byte.
+        while let byte = wire.readSlice(length: 1) {
+            peer.deliver(byte)
+            #expect(peer.inbound.bufferCount < CiphertextQueue.joinThreshold)
+        }
         #expect(try peer.readAll(capacity: capacity).data == contents.flatMap { $0 })
         #expect(peer.inbound.byteCount == 0)
     }

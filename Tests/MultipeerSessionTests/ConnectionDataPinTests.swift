@@ -60,6 +60,9 @@ struct ConnectionDataPinTests {
         // close_notify and nothing before it: a GOODBYE or any other frame would have ended the
         // listener with the peer's reason or a violation.
         #expect(pair.listenerSide.closedWith == ConnectionError(.connectionClosed))
+        // The listener answers with its own close_notify (RFC 8446 §6.1): a record of an alert's
+        // two bytes, its type and the tag.
+        #expect(Array(pair.wireFromListener.suffix(24).prefix(5)) == [23, 3, 3, 0, 19])
     }
 
     /// A pinned listener that negotiates plaintext (an attacker rewrote its preamble) would

@@ -430,8 +430,8 @@ public struct ConnectionStateMachine {
             } catch {
                 return actions + fail(error)
             }
-            // Reading may make TLS answer on its own (a requested KeyUpdate).
-            if let pending = transport.pendingOutput() { actions.append(.send(pending)) }
+            // Reading makes TLS write nothing (KeyUpdate answers go ahead of the next send); a
+            // fatal alert goes out with the close that follows a failure.
             switch next {
             case .needMore:
                 // Give back, once per batch, the connection window that dropped data used (§7.6).
@@ -440,9 +440,8 @@ public struct ConnectionStateMachine {
                 }
                 return actions
             case .closed:
-                state = .closed
-                actions.append(.close(ConnectionError(.connectionClosed)))
-                return actions
+                // close_notify is answered with ours (RFC 8446 §6.1).
+                return actions + closeTransport(transport, ConnectionError(.connectionClosed))
             case .frame(let frame):
                 actions += handle(frame)
                 if isClosed { return actions }

@@ -116,10 +116,4 @@ enum SecureTransport {
         try engine.sealHeld()
         return engine.outboundByteCount
     }
-
-    /// Anything the engine wants to send on its own (KeyUpdate answers, close_notify).
-    func pendingOutput() -> ByteBuffer? {
-        if case .tls(let engine) = self { return engine.takeOutbound() }
-        return nil
-    }
 }
