@@ -5,8 +5,9 @@ import NIOCore
 /// tickets a server may send (ignored: the library never resumes), and alerts.
 ///
 /// Records are opened straight from the received buffers into the caller's buffer, and sealed
-/// straight from the caller's bytes into the outbound buffer: no copy on either side beyond the
-/// cipher's own pass, and none of OpenSSL's per-record machinery around it.
+/// straight from the caller's bytes into the outbound buffer: no copy beyond the cipher's own
+/// pass (but for a record split across received buffers, or larger than the caller's buffer,
+/// copied once), and none of OpenSSL's per-record machinery around it.
 package final class TLSRecordLayer {
     /// Post-handshake handshake messages are held until whole, up to this size. A session ticket
     /// is the only large one a peer may send, and real ones are a few hundred bytes.
