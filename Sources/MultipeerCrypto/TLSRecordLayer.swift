@@ -180,6 +180,7 @@ package final class TLSRecordLayer {
                 content = try joined.withUnsafeReadableBytes { record in
                     try open(record, direct: direct, destination: destination)
                 }
+                Self.release(&joined)
             }
             if content.type == ContentType.applicationData, content.length > 0 {
                 recordsWithoutData = 0
@@ -215,8 +216,19 @@ package final class TLSRecordLayer {
             destination.baseAddress!.copyMemory(from: raw.baseAddress!, byteCount: count)
             return count
         }
+        if opened.readableBytes == 0 { Self.release(&opened) }
         return count
     }
+
+    /// Scratch buffers this large are dropped once used, so an idle connection holds none.
+    private static let retainedScratchCapacity = 4_096
+
+    private static func release(_ buffer: inout ByteBuffer) {
+        if buffer.capacity > retainedScratchCapacity { buffer = ByteBuffer() } else { buffer.clear() }
+    }
+
+    /// Bytes of scratch storage held between reads (for tests).
+    var scratchCapacity: Int { opened.capacity + joined.capacity + handshakeMessages.capacity }
 
     /// The next record's body length once it has wholly arrived, after checking its header.
     private func nextRecordLength(in inbound: CiphertextQueue) throws -> Int? {
@@ -316,7 +328,7 @@ package final class TLSRecordLayer {
                 throw Violation(alert: Alert.unexpectedMessage, reason: "handshake message \(type) after the handshake")
             }
         }
-        if handshakeMessages.readableBytes == 0 { handshakeMessages.clear() } else { handshakeMessages.discardReadBytes() }
+        if handshakeMessages.readableBytes == 0 { Self.release(&handshakeMessages) } else { handshakeMessages.discardReadBytes() }
     }
 
     private func handleAlert(_ content: UnsafeRawBufferPointer) throws {
