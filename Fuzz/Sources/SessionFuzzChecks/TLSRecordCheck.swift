@@ -199,8 +199,10 @@ struct TLSRecordHarness {
             case .success(.bytes(let count)):
                 precondition(!run.failed && !run.closed, "data read after a failure or close_notify")
                 precondition(count > 0 && count <= capacity, "a read of \(count) bytes into \(capacity)")
+                // Only the new bytes are compared: a script that reads a byte at a time stays linear.
+                let start = delivered.count
+                precondition(start + count <= forged.count && forged[start..<(start + count)].elementsEqual(destination[..<count]), "read bytes the peer did not send")
                 delivered += destination[..<count]
-                precondition(delivered.count <= forged.count && delivered[...] == forged[..<delivered.count], "read bytes the peer did not send")
                 continue
             case .success(.wouldBlock):
                 precondition(!run.failed && !run.closed, "a read after a failure or close_notify did not say so")
@@ -230,8 +232,9 @@ struct TLSRecordHarness {
             let content = Array(plaintext[..<(inner - 1)])
             switch type {
             case 23:
+                let start = opened.count
+                precondition(start + content.count <= sent.count && sent[start..<(start + content.count)].elementsEqual(content), "the layer sent bytes it was not given")
                 opened += content
-                precondition(opened.count <= sent.count && opened[...] == sent[..<opened.count], "the layer sent bytes it was not given")
             case 22:
                 precondition(content.count == 5 && content[..<4] == [24, 0, 0, 1] && content[4] <= 1, "the layer sent a handshake message other than KeyUpdate")
                 try! opener.update()
@@ -244,6 +247,6 @@ struct TLSRecordHarness {
             }
         }
         run.sentAndOpened = opened.count
-        precondition(opened == sent, "the layer held back data it sealed")
+        precondition(opened.count == sent.count, "the layer held back data it sealed")
     }
 }
