@@ -47,8 +47,7 @@ public final class TLSEngine {
     /// Protects application data once the handshake is complete.
     private var records: TLSRecordLayer?
     /// Plaintext written with `coalescing`, held to share a record with the writes after it;
-    /// sealed before any other write, or by `sealHeld()`. (A KeyUpdate answered while reading
-    /// may go out ahead of it: a handshake message, not application data.)
+    /// sealed before any other write, or by `sealHeld()`.
     private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
