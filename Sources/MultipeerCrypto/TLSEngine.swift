@@ -64,14 +64,14 @@ public final class TLSEngine {
     /// All KeyUpdate messages sent, including answers to the peer's requests.
     public var keyUpdatesSent: Int { records?.keyUpdatesSent ?? 0 }
     public var keyUpdatesReceived: Int { records?.keyUpdatesReceived ?? 0 }
-    public private(set) var isHandshakeComplete = false
+    public var isHandshakeComplete: Bool { records != nil }
 
     public static let maximumRecordPlaintext = 16_384
     /// The most plaintext this side puts in one record: 16 KiB, or less when a client
     /// negotiated max_fragment_length (RFC 6066), which OpenSSL's server accepts.
     public private(set) var recordLimit = TLSEngine.maximumRecordPlaintext
     /// Bytes a TLS 1.3 record adds to its plaintext: header, content type, AEAD tag.
-    static let recordOverhead = 5 + 1 + 16
+    static let recordOverhead = TLSRecordProtection.headerLength + 1 + TLSRecordProtection.tagLength
 
     public init(
         context: TLSContext, role: Role, recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
@@ -159,16 +159,11 @@ public final class TLSEngine {
         OpenSSLErrors.clear()  // SSL_get_error reads the whole thread queue, stale entries too
         let result = SSL_do_handshake(ssl)
         if result == 1 {
-            do throws(SecurityError) {
-                guard negotiatedALPN == WireLimits.alpnProtocol else {
-                    throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
-                }
-                try startRecordLayer()
-            } catch {
-                secrets.clear()
-                throw error
+            defer { secrets.clear() }  // the record layer holds its own keys now, or there is none
+            guard negotiatedALPN == WireLimits.alpnProtocol else {
+                throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
             }
-            isHandshakeComplete = true
+            try startRecordLayer()
             return .complete
         }
         switch SSL_get_error(ssl, result) {
@@ -184,7 +179,6 @@ public final class TLSEngine {
     /// session tickets, so neither side has sealed or opened a record under the application
     /// traffic keys yet: both sequence numbers start at zero.
     private func startRecordLayer() throws(SecurityError) {
-        defer { secrets.clear() }
         guard SSL_has_pending(ssl) == 0 else {
             throw SecurityError(.internalError, "OpenSSL read past the end of the handshake")
         }

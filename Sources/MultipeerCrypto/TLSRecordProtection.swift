@@ -10,7 +10,7 @@ package final class TLSRecordProtection {
     /// application_data, the outer type of every protected record.
     static let outerContentType: UInt8 = 23
     /// The largest record body RFC 8446 §5.2 allows: 16 KiB of content, its type, padding, tag.
-    package static let maximumCiphertextLength = 16_384 + 256
+    package static let maximumCiphertextLength = TLSEngine.maximumRecordPlaintext + 256
 
     let suite: TLSCipherSuite
     private let sealing: Bool

@@ -1,4 +1,5 @@
 import CMultipeerOpenSSL
+import MultipeerWire
 
 /// The two application traffic secrets of a handshake, taken from OpenSSL's key-log callback
 /// (OpenSSL 3.0 has no other way to hand them out), so that the engine protects records itself.
@@ -48,7 +49,7 @@ final class TLSTrafficSecretCapture {
         var valid = true
         let decoded = SecureBytes(count: hex.count / 2) { out in
             for index in 0..<out.count {
-                guard let high = nibble(hex[2 * index]), let low = nibble(hex[2 * index + 1]) else {
+                guard let high = HexDigits.value(hex[2 * index]), let low = HexDigits.value(hex[2 * index + 1]) else {
                     valid = false
                     return
                 }
@@ -56,15 +57,6 @@ final class TLSTrafficSecretCapture {
             }
         }
         return valid ? decoded : nil
-    }
-
-    private static func nibble(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }
 

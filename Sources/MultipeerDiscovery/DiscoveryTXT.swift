@@ -79,18 +79,9 @@ public enum DiscoveryTXT {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(16)
         for index in stride(from: 0, to: 32, by: 2) {
-            guard let high = nibble(utf8[index]), let low = nibble(utf8[index + 1]) else { return nil }
+            guard let high = HexDigits.value(utf8[index]), let low = HexDigits.value(utf8[index + 1]) else { return nil }
             bytes.append(high << 4 | low)
         }
         return Bytes16(bytes: bytes)
-    }
-
-    private static func nibble(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case 0x30...0x39: byte - 0x30
-        case 0x61...0x66: byte - 0x61 + 10
-        case 0x41...0x46: byte - 0x41 + 10
-        default: nil
-        }
     }
 }
