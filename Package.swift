@@ -135,7 +135,7 @@ let package = Package(
         // One session behind a line protocol (Interop/HARNESS.md), for peers written in other languages.
         .executableTarget(
             name: "interop-peer",
-            dependencies: ["MultipeerConnectivity", "MultipeerCrypto", "MultipeerDiscovery"]
+            dependencies: ["MultipeerConnectivity", "MultipeerCrypto", "MultipeerDiscovery", "MultipeerWire"]
         ),
         // libFuzzer targets (see Fuzz/README.md); a plain build links them as no-op executables.
         .target(

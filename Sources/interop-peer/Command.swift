@@ -1,5 +1,6 @@
 import Foundation
 import MultipeerConnectivity
+import MultipeerWire
 
 /// One line of standard input (Interop/HARNESS.md, "Input").
 enum Command {
@@ -135,20 +136,11 @@ enum Command {
         var bytes = Data(capacity: digits.count / 2)
         var index = 0
         while index < digits.count {
-            guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
+            guard let high = HexDigits.value(digits[index]), let low = HexDigits.value(digits[index + 1]) else { return nil }
             bytes.append(high << 4 | low)
             index += 2
         }
         return bytes
-    }
-
-    private static func nibble(_ digit: UInt8) -> UInt8? {
-        switch digit {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 
     /// Undoes `Format.name`; nil for a stray `%`, bad hex after it, or bytes that are not UTF-8.
@@ -158,7 +150,7 @@ enum Command {
         var index = 0
         while index < characters.count {
             if characters[index] == UInt8(ascii: "%") {
-                guard index + 2 < characters.count, let high = nibble(characters[index + 1]), let low = nibble(characters[index + 2])
+                guard index + 2 < characters.count, let high = HexDigits.value(characters[index + 1]), let low = HexDigits.value(characters[index + 2])
                 else { return nil }
                 bytes.append(high << 4 | low)
                 index += 3
