@@ -64,8 +64,8 @@ package final class TLSRecordLayer {
     private var recordsWithoutData = 0
     /// The first failure, reading or writing; every later call fails with it.
     private var failure: SecurityError?
-    package private(set) var peerClosed = false
-    package private(set) var closeNotifySent = false
+    private var peerClosed = false
+    private var closeNotifySent = false
 
     package private(set) var keyUpdatesInitiated = 0
     package private(set) var keyUpdatesSent = 0
