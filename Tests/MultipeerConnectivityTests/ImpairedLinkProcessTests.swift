@@ -61,14 +61,21 @@ struct ImpairedLinkProcessTests {
     /// connection for more than the 9 s dead-peer deadline whenever one segment is lost six times
     /// running (0.2^6 for each of the ~3,000 segments: a few runs in a hundred). Then the
     /// transfer must fail cleanly: status 7 and no file; otherwise the file arrives whole.
+    /// Discovery crosses the same link: an mDNS query and its answer both get through only 64 %
+    /// of the time, so now and then no answer arrives within the sender's 60 s, which must end
+    /// as cleanly (status 3, "no peer named bob", no file). It happened once in three full runs.
     @Test func aFileCrossesAVeryLossyLinkOrFailsCleanly() async throws {
         try await Self.sendAcrossLossyLink(percent: 20) { sent, receiver, inbox, content in
             let delivered = inbox.appendingPathComponent("lossy.bin")
-            if sent.status == 0 {
+            switch sent.status {
+            case 0:
                 #expect(await Apps.exitStatus(receiver, within: 30) == 0)
                 let arrived = try Data(contentsOf: delivered)
                 #expect(arrived == content)
-            } else {
+            case 3:
+                #expect(sent.output.contains("no peer named bob found within 60 s"), "\(sent.output)")
+                #expect(!FileManager.default.fileExists(atPath: delivered.path))
+            default:
                 #expect(sent.status == 7, "20 % loss: \(sent.output)")
                 #expect(sent.output.contains("the transfer failed: connectionLost"), "\(sent.output)")
                 #expect(!FileManager.default.fileExists(atPath: delivered.path))
