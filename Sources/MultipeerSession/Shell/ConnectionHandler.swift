@@ -82,6 +82,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// share records, so a burst of small frames costs a record or two rather than one each.
     private var writesSinceFlush = 0
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
+    /// The handler's own context while it is in a pipeline, so the engine can hand it frames
+    /// directly: through the pipeline each frame is boxed in an `NIOAny` and cast back.
+    private var ownContext: ChannelHandlerContext?
     static let replyBacklogLimit = 64 * 1024
     /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
     static let invitationAnswerGrace = TimeAmount.seconds(2)
@@ -110,7 +113,12 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     public var tlsEngine: TLSEngine? { machine.tlsEngine }
 
     public func handlerAdded(context: ChannelHandlerContext) {
+        ownContext = context
         if context.channel.isActive { start(context: context) }
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        ownContext = nil  // the context refers back to the handler
     }
 
     public func channelActive(context: ChannelHandlerContext) {
@@ -163,11 +171,31 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// The promise completes when the frame's bytes are handed to the channel (or fail); at once
     /// for a frame TLS holds to share a record, whose bytes follow at the flush.
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        write(unwrapOutboundIn(data), context: context, promise: promise)
+    }
+
+    /// `channel.write(frame)` without the pipeline, on the channel's loop; false once the handler
+    /// has left its pipeline, when the caller writes through the channel instead. No handler after
+    /// this one writes, so the frame takes the same path.
+    public func write(_ frame: Frame) -> Bool {
+        guard let context = ownContext else { return false }
+        write(frame, context: context, promise: nil)
+        return true
+    }
+
+    /// `channel.flush()` without the pipeline, like `write(_:)`.
+    public func flush() -> Bool {
+        guard let context = ownContext else { return false }
+        flush(context: context)
+        return true
+    }
+
+    private func write(_ frame: Frame, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         do {
             var pending: ByteBuffer?
             let coalescing = writesSinceFlush > 0
             writesSinceFlush += 1
-            for case .send(let bytes) in try machine.send(unwrapOutboundIn(data), coalescing: coalescing) {
+            for case .send(let bytes) in try machine.send(frame, coalescing: coalescing) {
                 if let earlier = pending { context.write(wrapOutboundOut(earlier), promise: nil) }
                 pending = bytes
             }

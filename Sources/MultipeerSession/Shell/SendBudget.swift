@@ -53,6 +53,14 @@ final class SendBudget: Sendable {
     /// message up to the protocol's limit can be sent.
     func reserve(_ bytes: Int, for peers: [Bytes16]) throws(Refusal) {
         let refusal = slots.withLock { slots -> Refusal? in
+            if peers.count == 1 {
+                // The common case, with one lookup.
+                guard let index = slots.index(forKey: peers[0]) else { return .notConnected(peers) }
+                let queued = slots.values[index].queued
+                guard queued == 0 || queued + bytes <= limitPerPeer else { return .full(peers) }
+                slots.values[index].queued = queued + bytes
+                return nil
+            }
             // Checked without building arrays first: this runs for every message sent.
             var fits = true
             for peer in peers {
@@ -71,11 +79,12 @@ final class SendBudget: Sendable {
     /// Bytes handed to the socket (or dropped with a closed link): room for more.
     func release(_ bytes: Int, for peer: Bytes16) {
         let waiters = slots.withLock { slots -> [UnsafeContinuation<Void, Never>] in
-            guard let queued = slots[peer]?.queued else { return [] }
-            slots[peer]?.queued = queued - bytes
-            guard queued - bytes <= limitPerPeer / 2, slots[peer]?.waiters.isEmpty == false else { return [] }
-            defer { slots[peer]?.waiters = [] }
-            return slots[peer]?.waiters ?? []
+            // One lookup: this runs for every message written.
+            guard let index = slots.index(forKey: peer) else { return [] }
+            slots.values[index].queued -= bytes
+            guard slots.values[index].queued <= limitPerPeer / 2, !slots.values[index].waiters.isEmpty else { return [] }
+            defer { slots.values[index].waiters = [] }
+            return slots.values[index].waiters
         }
         for waiter in waiters { waiter.resume() }
     }

@@ -168,7 +168,7 @@ public final class SessionEngine: Sendable {
     /// Moves everything queued onto the links, in order, and writes what each socket takes. On the loop.
     private func drainOutgoing() {
         let state = state.value
-        var touched: [LinkID: EngineState.Link] = [:]
+        var touched = TouchedLinks()
         var unflushedDatagramBytes = 0
         var batcher = DatagramBatcher(maximumSegments: state.segmentsPerWrite, maximumBytes: state.bytesPerSegmentedWrite)
         for item in outgoing.takeAll() {
@@ -182,13 +182,13 @@ public final class SessionEngine: Sendable {
                     }
                     if link.outbound.isEmpty, let channel = link.channel, channel.isWritable {
                         // Nothing waits and the socket takes more: straight to the channel.
-                        for frame in frames { channel.write(frame, promise: nil) }
+                        for frame in frames { link.write(frame, on: channel) }
                         link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
                         link.hasUnflushedWrites = true  // also for empty messages, which add no bytes
                     } else {
                         link.outbound.append(contentsOf: frames)
                     }
-                    touched[id] = link
+                    touched.insert(link, id: id)
                 }
             case .unreliable(let message, let peers):
                 guard let udp = state.datagramChannel else { continue }
@@ -217,11 +217,11 @@ public final class SessionEngine: Sendable {
             for batch in batcher.takeAll() { write(batch, on: udp) }
             udp.flush()
         }
-        for (id, link) in touched {
+        touched.forEach { id, link in
             // Direct writes go out whatever pump does (it may already be running, and returns).
             if link.hasUnflushedWrites, let channel = link.channel {
                 link.hasUnflushedWrites = false
-                channel.flush()
+                link.flush(channel)
             }
             pump(link, peer: id)
         }
@@ -268,12 +268,12 @@ public final class SessionEngine: Sendable {
         while !link.outbound.isEmpty {
             var wrote = false
             while channel.isWritable, let frame = link.outbound.popFirst() {
-                channel.write(frame, promise: nil)
+                link.write(frame, on: channel)
                 released += frame.payloadLength
                 wrote = true
             }
             guard wrote else { break }
-            channel.flush()  // may make the channel writable again at once
+            link.flush(channel)  // may make the channel writable again at once
         }
         if released > 0 { sendBudget.release(released, for: peer) }
         // Messages first: channel data goes only once none wait.
@@ -759,6 +759,15 @@ final class EngineState {
         var mux: LinkMultiplexer?
 
         init(channel: (any Channel)? = nil) { self.channel = channel }
+
+        /// Straight to the connection's handler when it is still in the pipeline (on the loop).
+        func write(_ frame: Frame, on channel: any Channel) {
+            if handler?.write(frame) != true { channel.write(frame, promise: nil) }
+        }
+
+        func flush(_ channel: any Channel) {
+            if handler?.flush() != true { channel.flush() }
+        }
     }
 
     let core: SessionCore
