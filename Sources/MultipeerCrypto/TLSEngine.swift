@@ -38,22 +38,25 @@ public final class TLSEngine {
     public let role: Role
     private let context: TLSContext
     private let ssl: OpaquePointer
+    // Exclusivity is unchecked on the per-record state here and in the record layer: an engine
+    // belongs to one connection on one event loop and is never entered re-entrantly, and the
+    // runtime's checks cost several hundred instructions per message (docs/PERFORMANCE.md).
     /// Received ciphertext not read yet, oldest first.
-    fileprivate var inbound = CiphertextQueue()
+    @exclusivity(unchecked) fileprivate var inbound = CiphertextQueue()
     /// Ciphertext waiting for `takeOutbound()`.
-    fileprivate var outbound = ByteBuffer()
+    @exclusivity(unchecked) fileprivate var outbound = ByteBuffer()
     /// The handshake's application traffic secrets, until the record layer takes them.
     private let secrets = TLSTrafficSecretCapture()
     /// Protects application data once the handshake is complete.
-    private var records: TLSRecordLayer?
+    @exclusivity(unchecked) private var records: TLSRecordLayer?
     /// Plaintext written with `coalescing`, held to share a record with the writes after it;
     /// sealed before any other write, or by `sealHeld()`.
-    private var held = ByteBuffer()
+    @exclusivity(unchecked) private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
     /// anew for every frame of a bulk transfer. Dropped as soon as traffic turns small.
     /// (An array: its elements are modified in place, so the uniqueness check sees one reference.)
-    private var handedOut: [ByteBuffer] = []
+    @exclusivity(unchecked) private var handedOut: [ByteBuffer] = []
     private static let recycledBufferLimit = 16
     private static let recycledBufferMinimum = 16_384
 

@@ -49,23 +49,24 @@ package final class TLSRecordLayer {
     private let reader: TLSRecordProtection
     private let writer: TLSRecordProtection
     let recordsPerKeyUpdate: UInt64
-    private var recordsSinceKeyUpdate: UInt64 = 0
+    @exclusivity(unchecked) private var recordsSinceKeyUpdate: UInt64 = 0
 
+    // Exclusivity unchecked on the mutable state: see TLSEngine.
     /// The opened content of a record that did not fit the caller's buffer.
-    private var opened = ByteBuffer()
+    @exclusivity(unchecked) private var opened = ByteBuffer()
     /// A record that arrived split across received buffers, joined to be opened.
-    private var joined = ByteBuffer()
+    @exclusivity(unchecked) private var joined = ByteBuffer()
     /// Post-handshake handshake messages, until whole.
-    private var handshakeMessages = ByteBuffer()
+    @exclusivity(unchecked) private var handshakeMessages = ByteBuffer()
     /// The peer asked for a KeyUpdate in return. It goes out ahead of the next application data
     /// (§4.6.3), so one answers any number of requests, and a peer that sends requests but never
     /// reads cannot make this side write.
-    private var owesKeyUpdate = false
-    private var recordsWithoutData = 0
+    @exclusivity(unchecked) private var owesKeyUpdate = false
+    @exclusivity(unchecked) private var recordsWithoutData = 0
     /// The first failure, reading or writing; every later call fails with it.
-    private var failure: SecurityError?
-    private var peerClosed = false
-    private var closeNotifySent = false
+    @exclusivity(unchecked) private var failure: SecurityError?
+    @exclusivity(unchecked) private var peerClosed = false
+    @exclusivity(unchecked) private var closeNotifySent = false
 
     package private(set) var keyUpdatesInitiated = 0
     package private(set) var keyUpdatesSent = 0

@@ -15,11 +15,12 @@ package final class TLSRecordProtection {
     let suite: TLSCipherSuite
     private let sealing: Bool
     private let context: OpaquePointer
-    private var secret: SecureBytes
+    // Exclusivity unchecked: see TLSEngine.
+    @exclusivity(unchecked) private var secret: SecureBytes
     /// The write or read IV; derived from the secret, so wiped with it.
     private let iv = UnsafeMutableRawBufferPointer.allocate(byteCount: TLSKeySchedule.ivLength, alignment: 16)
     /// Records sealed or opened under the current key.
-    private(set) var sequence: UInt64 = 0
+    @exclusivity(unchecked) private(set) var sequence: UInt64 = 0
 
     package init(suite: TLSCipherSuite, secret: SecureBytes, sealing: Bool) throws(SecurityError) {
         iv.initializeMemory(as: UInt8.self, repeating: 0)

@@ -58,7 +58,9 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// When no evaluator is given, every peer is accepted (Apple's behaviour without a certificate handler).
     public typealias TrustEvaluator = @Sendable (PeerTrustRequest, @escaping @Sendable (Bool) -> Void) -> Void
 
-    private var machine: ConnectionStateMachine
+    // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
+    // event loop and is never entered re-entrantly, and the checks cost time on every frame.
+    @exclusivity(unchecked) private var machine: ConnectionStateMachine
     private let trustEvaluator: TrustEvaluator?
     private let trustTimeout: TimeAmount
     private let handshakeTimeout: TimeAmount
@@ -69,22 +71,22 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     private var started = false
     private let keepalive: KeepalivePolicy?
     private var keepaliveTask: RepeatedTask?
-    private var lastReceived = NIODeadline.uptimeNanoseconds(0)
-    private var keepaliveClock: KeepaliveClock?
+    @exclusivity(unchecked) private var lastReceived = NIODeadline.uptimeNanoseconds(0)
+    @exclusivity(unchecked) private var keepaliveClock: KeepaliveClock?
     /// Answers (PONGs, refusals of channels, returned window) queued while the channel could not
     /// take them; past the limit we stop reading from a peer that asks faster than it reads, so
     /// its requests cannot grow our memory.
-    private var replyBacklog = 0
-    private var readsHeldForReplies = false
-    private var readsHeldForReceiver = false
-    private var readPending = false
+    @exclusivity(unchecked) private var replyBacklog = 0
+    @exclusivity(unchecked) private var readsHeldForReplies = false
+    @exclusivity(unchecked) private var readsHeldForReceiver = false
+    @exclusivity(unchecked) private var readPending = false
     /// Frames written since the last flush. The first is sealed at once; TLS holds the rest to
     /// share records, so a burst of small frames costs a record or two rather than one each.
-    private var writesSinceFlush = 0
+    @exclusivity(unchecked) private var writesSinceFlush = 0
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
     /// The handler's own context while it is in a pipeline, so the engine can hand it frames
     /// directly: through the pipeline each frame is boxed in an `NIOAny` and cast back.
-    private var ownContext: ChannelHandlerContext?
+    @exclusivity(unchecked) private var ownContext: ChannelHandlerContext?
     static let replyBacklogLimit = 64 * 1024
     /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
     static let invitationAnswerGrace = TimeAmount.seconds(2)

@@ -739,24 +739,25 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
 final class EngineState {
     /// The I/O side of one link; its protocol state is in the core.
     final class Link {
-        var channel: (any Channel)?
+        // Exclusivity unchecked: touched on the engine's loop only, for every message sent.
+        @exclusivity(unchecked) var channel: (any Channel)?
         /// The connection's handler, for its handshake progress when connections must be shed.
         /// Strong: the link goes when the connection closes, and weak references slow refcounting.
-        var handler: ConnectionHandler?
+        @exclusivity(unchecked) var handler: ConnectionHandler?
         /// The peer, once connected.
-        var member: WirePeerID?
+        @exclusivity(unchecked) var member: WirePeerID?
         /// Reliable frames waiting for the socket to take them (bounded by the send budget).
-        var outbound = CircularBuffer<Frame>()
+        @exclusivity(unchecked) var outbound = CircularBuffer<Frame>()
         /// Payload bytes written straight to the channel (the queue was empty) and not yet flushed.
-        var writtenUnflushed = 0
-        var hasUnflushedWrites = false
-        var pumping = false
-        var receiveBudget: ReceiveBudget?
-        var weAreDialer = false
+        @exclusivity(unchecked) var writtenUnflushed = 0
+        @exclusivity(unchecked) var hasUnflushedWrites = false
+        @exclusivity(unchecked) var pumping = false
+        @exclusivity(unchecked) var receiveBudget: ReceiveBudget?
+        @exclusivity(unchecked) var weAreDialer = false
         /// The peer's certificate fingerprint once connected; nil without an identity.
-        var peerFingerprint: [UInt8]?
+        @exclusivity(unchecked) var peerFingerprint: [UInt8]?
         /// Streams and resources, once connected.
-        var mux: LinkMultiplexer?
+        @exclusivity(unchecked) var mux: LinkMultiplexer?
 
         init(channel: (any Channel)? = nil) { self.channel = channel }
 
@@ -771,7 +772,7 @@ final class EngineState {
     }
 
     let core: SessionCore
-    var links: [LinkID: Link] = [:]
+    @exclusivity(unchecked) var links: [LinkID: Link] = [:]
     var listener: (any Channel)?
     var listenPort: Int?
     var listening: EventLoopFuture<Int>?
