@@ -91,6 +91,36 @@ struct ConnectionHandlerTests {
         #expect(String(buffer: payload) == "through NIO")
     }
 
+    /// The engine hands frames to the handler directly; they must take the same path as frames
+    /// written through the pipeline, in order with them, and stop once the handler is removed.
+    @Test func framesWrittenStraightToTheHandlerKeepTheirOrder() throws {
+        let pair = try EmbeddedPair(dialerIdentity: try Self.pki.peer("alice"), listenerIdentity: try Self.pki.peer("bob"))
+        let handler = try pair.dialer.pipeline.syncOperations.handler(type: ConnectionHandler.self)
+        try pair.activate()
+        #expect(try EmbeddedPair.events(pair.dialer).contains { $0.isEstablished })
+        _ = try EmbeddedPair.events(pair.listenerChannel)
+
+        for index in 0..<6 {
+            let frame = Frame.message(ByteBuffer(string: "frame \(index)"), isEnd: true)
+            if index.isMultiple(of: 2) {
+                #expect(handler.write(frame))
+            } else {
+                pair.dialer.write(frame, promise: nil)
+            }
+        }
+        #expect(handler.flush())
+        try pair.pump()
+        let payloads = try EmbeddedPair.events(pair.listenerChannel).compactMap { event -> String? in
+            if case .frame(.message(let payload, true)) = event { return String(buffer: payload) }
+            return nil
+        }
+        #expect(payloads == (0..<6).map { "frame \($0)" })
+
+        _ = try pair.dialer.pipeline.syncOperations.removeHandler(handler).wait()
+        #expect(!handler.write(Frame.message(ByteBuffer(string: "late"), isEnd: true)))
+        #expect(!handler.flush())
+    }
+
     @Test(arguments: HandshakeMatrixTests.cases)
     func everyPreferencePairThroughThePipeline(testCase: HandshakeMatrixTests.Case) throws {
         let pair = try EmbeddedPair(
