@@ -2,8 +2,19 @@ import Synchronization
 
 /// Sends queued from any thread and drained on the engine's event loop in batches, so a burst
 /// of sends costs one hop onto the loop and one flush per socket rather than one per message.
+/// Two arrays take turns (one filling, one being drained), so a drain allocates nothing.
 final class SendQueue<Item: Sendable>: Sendable {
-    private let state = Mutex<(items: [Item], drainScheduled: Bool)>(([], false))
+    private struct State {
+        var items: [Item] = []
+        /// The array the last drain emptied, kept for the next batch.
+        var spare: [Item] = []
+        var drainScheduled = false
+    }
+
+    /// A drained batch keeps its storage for reuse up to this many items.
+    static var reusedCapacity: Int { 1_024 }
+
+    private let state = Mutex(State())
 
     /// Queues an item; returns true when the caller must schedule a drain (none is pending).
     func enqueue(_ item: Item) -> Bool {
@@ -14,12 +25,25 @@ final class SendQueue<Item: Sendable>: Sendable {
         }
     }
 
-    /// Everything queued so far, oldest first; the next enqueue schedules a new drain.
+    /// Everything queued so far, oldest first; the next enqueue schedules a new drain. Hand the
+    /// batch back with `recycle` once done with it.
     func takeAll() -> [Item] {
         state.withLock { state in
             state.drainScheduled = false
-            defer { state.items.removeAll(keepingCapacity: true) }
-            return state.items
+            let taken = state.items
+            state.items = state.spare
+            state.spare = []
+            return taken
+        }
+    }
+
+    /// Keeps a drained batch's storage for a later one.
+    func recycle(_ batch: consuming [Item]) {
+        var emptied = batch
+        guard emptied.capacity <= Self.reusedCapacity else { return }
+        emptied.removeAll(keepingCapacity: true)
+        state.withLock { state in
+            if state.spare.capacity == 0 { state.spare = emptied }
         }
     }
 }

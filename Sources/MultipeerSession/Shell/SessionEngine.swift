@@ -171,7 +171,8 @@ public final class SessionEngine: Sendable {
         var touched = TouchedLinks()
         var unflushedDatagramBytes = 0
         var batcher = DatagramBatcher(maximumSegments: state.segmentsPerWrite, maximumBytes: state.bytesPerSegmentedWrite)
-        for item in outgoing.takeAll() {
+        let batch = outgoing.takeAll()
+        for item in batch {
             switch item {
             case .reliable(let frames, let peers):
                 for peer in peers {
@@ -212,6 +213,7 @@ public final class SessionEngine: Sendable {
                 }
             }
         }
+        outgoing.recycle(consume batch)
         // Datagrams first: pumping can run code that sends more, which must not overtake them.
         if let udp = state.datagramChannel, unflushedDatagramBytes + batcher.heldBytes > 0 {
             for batch in batcher.takeAll() { write(batch, on: udp) }
