@@ -443,7 +443,8 @@ public struct ConnectionStateMachine {
                 // close_notify is answered with ours (RFC 8446 §6.1).
                 return actions + closeTransport(transport, ConnectionError(.connectionClosed))
             case .frame(let frame):
-                actions += handle(frame)
+                // Adopted rather than appended when first: appending to an empty array allocates.
+                if actions.isEmpty { actions = handle(frame) } else { actions += handle(frame) }
                 if isClosed { return actions }
             }
         }
