@@ -294,9 +294,15 @@ extension Scenarios {
             }
         }
         defer { echoing.cancel() }
-        return await probe(from: pair.b, pair.bEvents, to: a.myPeerID, samples: samples, mode: mode,
-                           executor: onNetworkThreads ? pair.b.taskExecutor : nil)
+        // The first round trips after connecting are slower (cold caches, threads waking for the
+        // first time) and would weigh on a short run's median: they go uncounted, as in nio-ssl-bench.
+        let times = await probe(from: pair.b, pair.bEvents, to: a.myPeerID, samples: roundTripWarmUp + samples, mode: mode,
+                                executor: onNetworkThreads ? pair.b.taskExecutor : nil)
+        return Array(times.dropFirst(roundTripWarmUp))
     }
+
+    /// Round trips made before any is counted (the same in nio-ssl-bench).
+    static let roundTripWarmUp = 50
 
     /// Runs `measureProbes` on a task (on `executor` when given) beside a watchdog, so that no
     /// probe is waited for more than 5 s and lost unreliable ones are sent again.
