@@ -10,8 +10,9 @@ import Testing
 struct ImpairedLinkProcessTests {
     typealias Apps = TerminalAppScriptProcessTests
 
-    /// Drops `percent` % of what namespace `name` sends on mp0, at random (100: the link is cut).
-    static func impair(_ name: String, losing percent: Int) throws {
+    /// Drops `percent` % of what namespace `name` sends on mp0, at random (100: the link is cut);
+    /// with `tcpOnly`, only TCP segments, so discovery's multicast crosses intact.
+    static func impair(_ name: String, losing percent: Int, tcpOnly: Bool = false) throws {
         _ = try? NetworkNamespaces.ip(["netns", "exec", name, "nft", "delete", "table", "inet", "impair"])
         guard percent > 0 else { return }
         let nft = { (arguments: [String]) throws in _ = try NetworkNamespaces.ip(["netns", "exec", name, "nft"] + arguments) }
@@ -20,7 +21,8 @@ struct ImpairedLinkProcessTests {
         if percent >= 100 {
             try nft(["add", "rule", "inet", "impair", "out", "oifname", "mp0", "drop"])
         } else {
-            try nft(["add", "rule", "inet", "impair", "out", "oifname", "mp0", "numgen", "random", "mod", "100", "<", "\(percent)", "drop"])
+            let match = tcpOnly ? ["meta", "l4proto", "tcp"] : []
+            try nft(["add", "rule", "inet", "impair", "out", "oifname", "mp0"] + match + ["numgen", "random", "mod", "100", "<", "\(percent)", "drop"])
         }
     }
 
@@ -30,15 +32,15 @@ struct ImpairedLinkProcessTests {
         return url
     }
 
-    /// Sends a 4 MiB file from alice to bob across links losing `percent` % each way; the
-    /// sender's result, and bob's program, still running or not.
-    static func sendAcrossLossyLink(percent: Int, _ body: (_ sent: (status: Int32, output: String), _ receiver: NamespacedDemo, _ inbox: URL, _ content: Data) async throws -> Void) async throws {
+    /// Sends a 4 MiB file from alice to bob across links losing `percent` % each way (of TCP
+    /// alone with `tcpOnly`); the sender's result, and bob's program, still running or not.
+    static func sendAcrossLossyLink(percent: Int, tcpOnly: Bool = false, _ body: (_ sent: (status: Int32, output: String), _ receiver: NamespacedDemo, _ inbox: URL, _ content: Data) async throws -> Void) async throws {
         let namespaces = try NetworkNamespaces(count: 2)
         let directory = try Self.scratch("loss\(percent)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let inbox = directory.appendingPathComponent("inbox")
         let (file, content) = try Apps.file(directory, "lossy.bin", size: 4 << 20, seed: UInt64(percent))
-        for name in namespaces.names { try Self.impair(name, losing: percent) }
+        for name in namespaces.names { try Self.impair(name, losing: percent, tcpOnly: tcpOnly) }
         let service = "mp-loss\(percent)"
         let receiver = try Apps.start(namespaces, 1, ["receive", "--dir", inbox.path, "--timeout", "90"] + Apps.peer("bob", service) + Apps.trustCA)
         defer { receiver.kill() }
@@ -61,20 +63,18 @@ struct ImpairedLinkProcessTests {
     /// connection for more than the 9 s dead-peer deadline whenever one segment is lost six times
     /// running (0.2^6 for each of the ~3,000 segments: a few runs in a hundred). Then the
     /// transfer must fail cleanly: status 7 and no file; otherwise the file arrives whole.
-    /// Discovery crosses the same link: an mDNS query and its answer both get through only 64 %
-    /// of the time, so now and then no answer arrives within the sender's 60 s, which must end
-    /// as cleanly (status 3, "no peer named bob", no file). It happened once in three full runs.
+    /// Only TCP is impaired: at 20 % each way an mDNS query and its answer both got through only
+    /// 64 % of the time, and a sender that found no peer within its 60 s (once in three full
+    /// runs) never reached the transfer this test is about. Discovery over lossy links is the
+    /// 1–10 % tests' and the discovery suites' concern.
     @Test func aFileCrossesAVeryLossyLinkOrFailsCleanly() async throws {
-        try await Self.sendAcrossLossyLink(percent: 20) { sent, receiver, inbox, content in
+        try await Self.sendAcrossLossyLink(percent: 20, tcpOnly: true) { sent, receiver, inbox, content in
             let delivered = inbox.appendingPathComponent("lossy.bin")
             switch sent.status {
             case 0:
                 #expect(await Apps.exitStatus(receiver, within: 30) == 0)
                 let arrived = try Data(contentsOf: delivered)
                 #expect(arrived == content)
-            case 3:
-                #expect(sent.output.contains("no peer named bob found within 60 s"), "\(sent.output)")
-                #expect(!FileManager.default.fileExists(atPath: delivered.path))
             default:
                 #expect(sent.status == 7, "20 % loss: \(sent.output)")
                 #expect(sent.output.contains("the transfer failed: connectionLost"), "\(sent.output)")
