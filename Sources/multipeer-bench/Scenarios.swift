@@ -213,19 +213,20 @@ enum Scenarios {
 /// the round-trip times in microseconds of the probes that were not lost. Ends early when the
 /// peer goes or the task is cancelled (by the watchdog).
 func measureProbes(_ session: MCSession, _ events: MCSession.Events, to peer: MCPeerID, samples: Int,
-                   mode: MCSessionSendDataMode, outstanding: OutstandingProbe,
+                   mode: MCSessionSendDataMode, outstanding: OutstandingProbe, warmUp: Int = 0,
                    stop: @Sendable () -> Bool = { false }) async -> [Double] {
     var times: [Double] = []
     var iterator = events.makeAsyncIterator()
-    probing: for index in 0..<samples where !stop() {
-        let probe = withUnsafeBytes(of: UInt64(index)) { Data($0) } + Data(repeating: 0, count: 56)
+    // The first `warmUp` probes go uncounted.
+    probing: for index in -warmUp..<samples where !stop() {
+        let probe = withUnsafeBytes(of: Int64(index)) { Data($0) } + Data(repeating: 0, count: 56)
         let start = ContinuousClock.now
         outstanding.sent(probe, at: start)
         guard (try? session.send(probe, toPeers: [peer], with: mode)) != nil else { break }
         while let event = await iterator.next(isolation: #isolation) {
             switch event {
             case .dataReceived(let data, _) where data == probe:
-                if !outstanding.answered() { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
+                if !outstanding.answered(), index >= 0 { times.append(Baselines.seconds(ContinuousClock.now - start) * 1e6) }
                 continue probing
             case .peerStateChanged(_, .notConnected):
                 break probing
@@ -294,24 +295,23 @@ extension Scenarios {
             }
         }
         defer { echoing.cancel() }
-        // The first round trips after connecting are slower (cold caches, threads waking for the
-        // first time) and would weigh on a short run's median: they go uncounted, as in nio-ssl-bench.
-        let times = await probe(from: pair.b, pair.bEvents, to: a.myPeerID, samples: roundTripWarmUp + samples, mode: mode,
-                                executor: onNetworkThreads ? pair.b.taskExecutor : nil)
-        return Array(times.dropFirst(roundTripWarmUp))
+        return await probe(from: pair.b, pair.bEvents, to: a.myPeerID, samples: samples, mode: mode,
+                           executor: onNetworkThreads ? pair.b.taskExecutor : nil, warmUp: roundTripWarmUp)
     }
 
-    /// Round trips made before any is counted (the same in nio-ssl-bench).
+    /// Round trips made before any is counted: the first after connecting are slower (cold
+    /// caches, threads waking for the first time) and would weigh on a short run's median. The
+    /// same number as nio-ssl-bench's.
     static let roundTripWarmUp = 50
 
     /// Runs `measureProbes` on a task (on `executor` when given) beside a watchdog, so that no
     /// probe is waited for more than 5 s and lost unreliable ones are sent again.
     static func probe(from session: MCSession, _ events: MCSession.Events, to peer: MCPeerID, samples: Int,
-                      mode: MCSessionSendDataMode, executor: (any TaskExecutor)?,
+                      mode: MCSessionSendDataMode, executor: (any TaskExecutor)?, warmUp: Int = 0,
                       stop: @escaping @Sendable () -> Bool = { false }) async -> [Double] {
         let outstanding = OutstandingProbe()
         let measuring = Task(executorPreference: executor) {
-            await measureProbes(session, events, to: peer, samples: samples, mode: mode, outstanding: outstanding, stop: stop)
+            await measureProbes(session, events, to: peer, samples: samples, mode: mode, outstanding: outstanding, warmUp: warmUp, stop: stop)
         }
         let watchdog = Task {
             while !Task.isCancelled {
