@@ -12,7 +12,7 @@ package final class TLSRecordProtection {
     /// The largest record body RFC 8446 §5.2 allows: 16 KiB of content, its type, padding, tag.
     package static let maximumCiphertextLength = TLSEngine.maximumRecordPlaintext + 256
     /// Content up to this size is copied into the record and encrypted in one call.
-    static let gatheredContentLimit = 1_024
+    package static let gatheredContentLimit = 1_024
 
     let suite: TLSCipherSuite
     private let sealing: Bool
@@ -24,7 +24,12 @@ package final class TLSRecordProtection {
     /// Records sealed or opened under the current key.
     @exclusivity(unchecked) private(set) var sequence: UInt64 = 0
 
-    package init(suite: TLSCipherSuite, secret: SecureBytes, sealing: Bool) throws(SecurityError) {
+    /// Content up to this size is gathered: `gatheredContentLimit`, or what a test sets to
+    /// compare the two ways of sealing.
+    private let gatheringLimit: Int
+
+    package init(suite: TLSCipherSuite, secret: SecureBytes, sealing: Bool, gatheringLimit: Int = TLSRecordProtection.gatheredContentLimit) throws(SecurityError) {
+        self.gatheringLimit = gatheringLimit
         iv.initializeMemory(as: UInt8.self, repeating: 0)
         guard let context = EVP_CIPHER_CTX_new() else {
             iv.deallocate()
@@ -95,14 +100,18 @@ package final class TLSRecordProtection {
                 EVP_EncryptUpdate(context, nil, &count, record, Int32(Self.headerLength)) == 1
             else { return 0 }
             var offset = Self.headerLength
-            if contentLength <= Self.gatheredContentLimit {
+            if contentLength <= gatheringLimit {
                 // Small: gathered behind the header with its type and encrypted in place, one
                 // cipher call instead of three (each costs more than copying these bytes).
                 let inner = record + Self.headerLength
                 if let base = content.baseAddress { inner.update(from: base.assumingMemoryBound(to: UInt8.self), count: content.count) }
                 if let base = more.baseAddress { (inner + content.count).update(from: base.assumingMemoryBound(to: UInt8.self), count: more.count) }
                 inner[contentLength] = contentType
-                guard EVP_EncryptUpdate(context, inner, &count, inner, Int32(contentLength + 1)) == 1, Int(count) == contentLength + 1 else { return 0 }
+                guard EVP_EncryptUpdate(context, inner, &count, inner, Int32(contentLength + 1)) == 1, Int(count) == contentLength + 1 else {
+                    // Not committed to the buffer, but the plaintext copy must not stay in it.
+                    SecureBytes.wipe(UnsafeMutableRawBufferPointer(start: inner, count: contentLength + 1))
+                    return 0
+                }
                 offset += contentLength
             } else {
                 guard encrypt(content, to: record, at: &offset), encrypt(more, to: record, at: &offset),

@@ -60,7 +60,14 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
     // event loop and is never entered re-entrantly, and the checks cost time on every frame.
+    // The machine calls out while it reads (the admission callback, into the session engine), so
+    // debug builds, the tests', keep checking it: an action that came back to this handler from
+    // there would trap rather than overlap.
+    #if DEBUG
+    private var machine: ConnectionStateMachine
+    #else
     @exclusivity(unchecked) private var machine: ConnectionStateMachine
+    #endif
     private let trustEvaluator: TrustEvaluator?
     private let trustTimeout: TimeAmount
     private let handshakeTimeout: TimeAmount
@@ -179,15 +186,17 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// `channel.write(frame)` without the pipeline, on the channel's loop; false once the handler
     /// has left its pipeline, when the caller writes through the channel instead. No handler after
     /// this one writes, so the frame takes the same path.
-    public func write(_ frame: Frame) -> Bool {
+    package func write(_ frame: Frame) -> Bool {
         guard let context = ownContext else { return false }
+        assert(context.eventLoop.inEventLoop, "a frame written to a handler off its event loop")
         write(frame, context: context, promise: nil)
         return true
     }
 
     /// `channel.flush()` without the pipeline, like `write(_:)`.
-    public func flush() -> Bool {
+    package func flush() -> Bool {
         guard let context = ownContext else { return false }
+        assert(context.eventLoop.inEventLoop, "a handler flushed off its event loop")
         flush(context: context)
         return true
     }

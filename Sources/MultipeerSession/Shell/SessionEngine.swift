@@ -183,7 +183,7 @@ public final class SessionEngine: Sendable {
                     }
                     if link.outbound.isEmpty, let channel = link.channel, channel.isWritable {
                         // Nothing waits and the socket takes more: straight to the channel.
-                        for frame in frames { link.write(frame, on: channel) }
+                        for frame in frames { link.write(frame, orThrough: channel) }
                         link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
                         link.hasUnflushedWrites = true  // also for empty messages, which add no bytes
                     } else {
@@ -223,7 +223,7 @@ public final class SessionEngine: Sendable {
             // Direct writes go out whatever pump does (it may already be running, and returns).
             if link.hasUnflushedWrites, let channel = link.channel {
                 link.hasUnflushedWrites = false
-                link.flush(channel)
+                link.flush(orThrough: channel)
             }
             pump(link, peer: id)
         }
@@ -270,12 +270,12 @@ public final class SessionEngine: Sendable {
         while !link.outbound.isEmpty {
             var wrote = false
             while channel.isWritable, let frame = link.outbound.popFirst() {
-                link.write(frame, on: channel)
+                link.write(frame, orThrough: channel)
                 released += frame.payloadLength
                 wrote = true
             }
             guard wrote else { break }
-            link.flush(channel)  // may make the channel writable again at once
+            link.flush(orThrough: channel)  // may make the channel writable again at once
         }
         if released > 0 { sendBudget.release(released, for: peer) }
         // Messages first: channel data goes only once none wait.
@@ -743,8 +743,9 @@ final class EngineState {
     final class Link {
         // Exclusivity unchecked: touched on the engine's loop only, for every message sent.
         @exclusivity(unchecked) var channel: (any Channel)?
-        /// The connection's handler, for its handshake progress when connections must be shed.
-        /// Strong: the link goes when the connection closes, and weak references slow refcounting.
+        /// The connection's handler: every frame sent is handed to it, and its handshake progress
+        /// decides which connections are shed. Strong: the link goes when the connection closes,
+        /// and weak references slow refcounting.
         @exclusivity(unchecked) var handler: ConnectionHandler?
         /// The peer, once connected.
         @exclusivity(unchecked) var member: WirePeerID?
@@ -763,12 +764,13 @@ final class EngineState {
 
         init(channel: (any Channel)? = nil) { self.channel = channel }
 
-        /// Straight to the connection's handler when it is still in the pipeline (on the loop).
-        func write(_ frame: Frame, on channel: any Channel) {
+        /// Straight to the connection's handler while it is in the pipeline (on the loop), else
+        /// through `channel`, the link's own.
+        func write(_ frame: Frame, orThrough channel: any Channel) {
             if handler?.write(frame) != true { channel.write(frame, promise: nil) }
         }
 
-        func flush(_ channel: any Channel) {
+        func flush(orThrough channel: any Channel) {
             if handler?.flush() != true { channel.flush() }
         }
     }
