@@ -21,8 +21,10 @@ final class SessionCore {
         /// Set when its end must not be reported (a superseded duplicate).
         var closingSilently = false
         var receiverID: UInt32 = 0
-        var assembler = MessageAssembler()
-        var datagram: DatagramPeerState?
+        // Exclusivity unchecked: mutated for every message and datagram, on the engine's loop,
+        // by code that does not call back into the core.
+        @exclusivity(unchecked) var assembler = MessageAssembler()
+        @exclusivity(unchecked) var datagram: DatagramPeerState?
         var datagramAddress: SocketAddress?
 
         init(dialed: Bool, plan: DialPlan? = nil) {
@@ -34,9 +36,11 @@ final class SessionCore {
 
     let configuration: SessionCoreConfiguration
     private var random: any RandomNumberGenerator
-    private(set) var links: [LinkID: Link] = [:]
-    private var activeLink: [Bytes16: LinkID] = [:]
-    private var receiverIDs: [UInt32: LinkID] = [:]
+    // Exclusivity unchecked on the tables read for every message and datagram: the core is
+    // confined to its engine's loop, and nothing re-enters it while one of them is accessed.
+    @exclusivity(unchecked) private(set) var links: [LinkID: Link] = [:]
+    @exclusivity(unchecked) private var activeLink: [Bytes16: LinkID] = [:]
+    @exclusivity(unchecked) private var receiverIDs: [UInt32: LinkID] = [:]
     private var tokens = TokenTable()
     private var introductions = IntroductionLedger()
     private var reporter = PeerReporter()

@@ -25,15 +25,28 @@ final class SendBudget: Sendable {
 
     var peers: [WirePeerID] { slots.withLock { $0.values.map(\.peer) } }
 
-    func isConnected(_ peer: Bytes16) -> Bool { slots.withLock { $0[peer] != nil } }
-
     func queuedBytes(to peer: Bytes16) -> Int { slots.withLock { $0[peer]?.queued ?? 0 } }
 
     func add(_ peer: WirePeerID, acceptsDatagrams: Bool) {
         slots.withLock { $0[peer.identifier] = Slot(peer: peer, acceptsDatagrams: acceptsDatagrams) }
     }
 
-    func acceptsDatagrams(_ peer: Bytes16) -> Bool { slots.withLock { $0[peer]?.acceptsDatagrams ?? false } }
+    /// The peers a datagram cannot go to: those not connected, and those that announced no
+    /// datagram port. One lock and one lookup a peer, for every datagram sent.
+    func datagramRefusals(_ peers: [Bytes16]) -> (notConnected: [Bytes16], withoutDatagrams: [Bytes16]) {
+        slots.withLock { slots in
+            var notConnected: [Bytes16] = []
+            var withoutDatagrams: [Bytes16] = []
+            for peer in peers {
+                guard let slot = slots[peer] else {
+                    notConnected.append(peer)
+                    continue
+                }
+                if !slot.acceptsDatagrams { withoutDatagrams.append(peer) }
+            }
+            return (notConnected, withoutDatagrams)
+        }
+    }
 
     /// Forgets the peer; its waiting senders resume (and then find it gone).
     func remove(_ peer: Bytes16) {

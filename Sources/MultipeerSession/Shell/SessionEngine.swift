@@ -148,10 +148,9 @@ public final class SessionEngine: Sendable {
     public func sendUnreliable(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
         guard !peers.isEmpty else { throw .noPeers }
         guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
-        let unknown = peers.filter { !sendBudget.isConnected($0) }
-        guard unknown.isEmpty else { throw .notConnected(unknown) }
-        let withoutDatagrams = peers.filter { !sendBudget.acceptsDatagrams($0) }
-        guard withoutDatagrams.isEmpty else { throw .datagramsUnsupported(withoutDatagrams) }
+        let refused = sendBudget.datagramRefusals(peers)
+        guard refused.notConnected.isEmpty else { throw .notConnected(refused.notConnected) }
+        guard refused.withoutDatagrams.isEmpty else { throw .datagramsUnsupported(refused.withoutDatagrams) }
         enqueue(.unreliable(message, to: peers))
     }
 
