@@ -89,8 +89,7 @@ package final class TLSRecordLayer {
     /// Seals one record of application data (at most 16 KiB, in one or two pieces), preceded by
     /// a KeyUpdate when one is owed or the record limit is reached.
     package func sealApplicationData(_ content: UnsafeRawBufferPointer, _ more: UnsafeRawBufferPointer, into output: inout ByteBuffer) throws(SecurityError) {
-        guard !closeNotifySent else { throw SecurityError(.tlsFailure, "write after close_notify") }
-        if let failure { throw failure }
+        guard acceptsWrites else { throw failure ?? SecurityError(.tlsFailure, "write after close_notify") }
         do {
             if owesKeyUpdate {
                 owesKeyUpdate = false

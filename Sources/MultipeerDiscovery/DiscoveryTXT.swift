@@ -50,7 +50,7 @@ public enum DiscoveryTXT {
             guard seen.insert(key.lowercased()).inserted else { continue }
             guard let value = String(validating: string[(equals + 1)...], as: UTF8.self) else { continue }
             switch key.lowercased() {
-            case "mpcid": identifier = bytes16(fromHex: value)
+            case "mpcid": identifier = Bytes16(hex: value)
             case "mpcdn": displayName = value
             case "txtvers": continue
             default: info[key] = value
@@ -62,26 +62,6 @@ public enum DiscoveryTXT {
         return (peer, info)
     }
 
-    public static func hex(_ value: Bytes16) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
-        for byte in value.bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    static func bytes16(fromHex text: String) -> Bytes16? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count == 32 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(16)
-        for index in stride(from: 0, to: 32, by: 2) {
-            guard let high = HexDigits.value(utf8[index]), let low = HexDigits.value(utf8[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-        }
-        return Bytes16(bytes: bytes)
-    }
+    /// The identifier as the TXT record and instance names carry it: 32 lowercase hex digits.
+    public static func hex(_ value: Bytes16) -> String { value.description }
 }
