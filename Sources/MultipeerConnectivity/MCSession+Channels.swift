@@ -42,7 +42,7 @@ extension MCSession {
                 let stream = MCInputStream(reader: reader)
                 delegate.session(self, didReceive: stream, withName: reader.name, fromPeer: peer)
             }
-        } else if subscribers.withLock({ $0.contains(where: \.takesChannels) }) {
+        } else if subscribers.takeChannels {
             emit(.streamReceived(MCStreamReader(reader: reader), from: peer))
         } else {
             reader.cancel()  // nobody to read it: release the writer at once
@@ -176,7 +176,7 @@ extension MCSession {
         let peer = mcPeer(transfer.peer)
         let mapped = result.map { URL(fileURLWithPath: $0) }.mapError { MCError(transfer: $0) }
         let hasDelegate = delegateBox.value != nil
-        let hasSubscribers = subscribers.withLock { $0.contains(where: \.takesChannels) }
+        let hasSubscribers = subscribers.takeChannels
         emit(.resourceReceived(name: transfer.name, from: peer, result: mapped))
         guard hasDelegate else {
             // Nobody will take the file: do not leave it behind.

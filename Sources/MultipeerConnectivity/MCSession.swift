@@ -49,7 +49,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// or connected (dropped when they go notConnected): bounded by the app and the member limit.
     private let knownPeers = Mutex<(named: [Bytes16: MCPeerID], active: [Bytes16: MCPeerID])>(([:], [:]))
     /// Streams made by `events()`; an array so that each event takes a snapshot without allocating.
-    let subscribers = Mutex<[EventChannel]>([])
+    let subscribers: EventSubscribers
     private let evaluator = Mutex<CertificateEvaluator?>(nil)
     private let trustEvaluator = Mutex<(@Sendable (MCTrustRequest) async -> Bool)?>(nil)
     /// The pairing code of each peer's latest connection (docs/PROTOCOL.md §7.3), one per peer.
@@ -107,6 +107,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
         var engine: SessionEngine?
         var setupError: MCError?
         let events = EventSink()
+        let subscribers = EventSubscribers()
+        self.subscribers = subscribers
         do throws(MCError) {
             let identity = try SecurityIdentityArray.parse(securityIdentityArray)
             let tls: TLSContext
@@ -139,7 +141,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
                         resumeLifetime: TimeAmount(configuration.resumeLifetime)),
                     logger: configuration.logger),
                 eventLoop: eventLoop,
-                onEvent: { event in events.session?.handle(event) })
+                onEvent: { event in events.session?.handle(event) },
+                onReadPassEnded: { subscribers.readPassEnded() })
         } catch {
             setupError = error
         }
@@ -150,7 +153,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
         // Streams and resources are refused while nobody would take them.
         engine?.setChannelAcceptance { [weak self] in
             guard let self else { return false }
-            return self.delegateBox.value != nil || self.subscribers.withLock { $0.contains(where: \.takesChannels) }
+            return self.delegateBox.value != nil || self.subscribers.takeChannels
         }
     }
 
@@ -160,7 +163,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
         _ = engine?.disconnect()
         engine?.discardResumableTransfers()
         // Loops over `events()` end with the session, as they did with AsyncStream continuations.
-        for channel in subscribers.withLock({ $0 }) { channel.finish() }
+        for channel in subscribers.all { channel.finish() }
     }
 
     /// The peers currently connected, in a stable order.
@@ -315,7 +318,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
             // Large messages are handed over without a copy; small ones copied, so they do not pin
             // a larger receive buffer.
             let data = buffer.getData(at: buffer.readerIndex, length: buffer.readableBytes) ?? Data()
-            emit(.dataReceived(data, from: mcPeer(wire)), receipt: receipt)
+            emit(.dataReceived(data, from: mcPeer(wire)), receipt: receipt, duringRead: true)
         case .trustRequested(let request, let answer):
             askTrust(request, answer: answer)
         case .streamOpened(let reader):
@@ -357,13 +360,16 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     /// Hands `event` to every `events()` stream and the delegate. A message's receipt is consumed
     /// once each of them has taken it, which is what lets its peer's connection read on.
-    func emit(_ event: Event, receipt: DeliveryReceipt = .none) {
-        let channels = subscribers.withLock { $0 }
+    /// `duringRead`: the engine delivers the event while it reads, on its network thread, and
+    /// reports the read's end (`readPassEnded`), so an `events()` consumer is woken once for the
+    /// first of the read's messages and once for the rest.
+    func emit(_ event: Event, receipt: DeliveryReceipt = .none, duringRead: Bool = false) {
+        let channels = subscribers.all
         let hasDelegate = delegateBox.value != nil
         let consumers = channels.count + (hasDelegate ? 1 : 0)
         guard consumers > 0 else { return receipt.consumed() }
         let share = receipt.shared(among: consumers)
-        for channel in channels { channel.yield(event, receipt: share) }
+        subscribers.yield(event, to: channels, receipt: share, duringRead: duringRead)
         // No delegate, no hop to its queue (async-API apps would pay for it on every message).
         guard hasDelegate else { return }
         delegateQueue.async { [delegateBox, weak self] in
@@ -454,9 +460,9 @@ extension MCSession {
     /// the session accept streams and resources that nobody would take.
     func events(takingChannels: Bool) -> Events {
         let channel = EventChannel(takesChannels: takingChannels) { [weak self] finished in
-            self?.subscribers.withLock { $0.removeAll { $0 === finished } }
+            self?.subscribers.remove(finished)
         }
-        subscribers.withLock { $0.append(channel) }
+        subscribers.add(channel)
         return Events(subscription: EventSubscription(channel: channel))
     }
 
@@ -467,7 +473,7 @@ extension MCSession {
     }
 
     /// Streams currently subscribed (for tests).
-    var subscriberCount: Int { subscribers.withLock { $0.count } }
+    var subscriberCount: Int { subscribers.all.count }
 
     /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
     public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {

@@ -63,6 +63,8 @@ final class EventChannel: Sendable {
         var buffer = CircularBuffer<Pending>(initialCapacity: 16)
         var waiter: UnsafeContinuation<MCSession.Event?, Never>?
         var finished = false
+        /// The network thread's read whose event last woke the consumer.
+        var wokenInReadPass = -1
     }
 
     private let state = Mutex(State())
@@ -77,18 +79,68 @@ final class EventChannel: Sendable {
         self.onFinish = onFinish
     }
 
-    func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none) {
-        let (waiter, taken) = state.withLock { state -> (UnsafeContinuation<MCSession.Event?, Never>?, Bool) in
-            guard !state.finished else { return (nil, true) }
-            if let waiter = state.waiter {
-                state.waiter = nil
-                return (waiter, true)
-            }
-            state.buffer.append(Pending(event: event, receipt: receipt))
-            return (nil, false)
+    /// What `yield` did with an event.
+    enum Delivery {
+        case handedOver, buffered, dropped
+        /// Buffered although the consumer waits: it was already woken during this read.
+        case heldBack
+    }
+
+    /// `readPass`: the number of the network thread's read that delivers the event. A consumer
+    /// woken by one event of a read is not woken again for the others: they are held back until
+    /// `wakeHeldBack()`, once the read is over. A burst of messages then costs the consumer two
+    /// thread wake-ups, not one every few messages, while a lone message still wakes it at once.
+    @discardableResult
+    func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none, readPass: Int? = nil) -> Delivery {
+        enum Outcome {
+            case buffered, heldBack, dropped
+            case handedOver(UnsafeContinuation<MCSession.Event?, Never>)
+            case oldestHandedOver(UnsafeContinuation<MCSession.Event?, Never>, Pending)
         }
-        if taken { receipt.consumed() }
-        waiter?.resume(returning: event)
+        let outcome = state.withLock { state -> Outcome in
+            guard !state.finished else { return .dropped }
+            guard let waiter = state.waiter else {
+                state.buffer.append(Pending(event: event, receipt: receipt))
+                return .buffered
+            }
+            if let readPass {
+                if state.wokenInReadPass == readPass {
+                    state.buffer.append(Pending(event: event, receipt: receipt))
+                    return .heldBack
+                }
+                state.wokenInReadPass = readPass
+            }
+            state.waiter = nil
+            // A waiter found the buffer empty; only held-back events can have filled it since.
+            if state.buffer.isEmpty { return .handedOver(waiter) }
+            state.buffer.append(Pending(event: event, receipt: receipt))
+            return .oldestHandedOver(waiter, state.buffer.removeFirst())
+        }
+        switch outcome {
+        case .buffered: return .buffered
+        case .heldBack: return .heldBack
+        case .dropped:
+            receipt.consumed()
+            return .dropped
+        case .handedOver(let waiter):
+            receipt.consumed()
+            waiter.resume(returning: event)
+            return .handedOver
+        case .oldestHandedOver(let waiter, let oldest):
+            waiter.resume(returning: oldest.taken())
+            return .handedOver
+        }
+    }
+
+    /// The read is over: wakes a consumer that waits while events were held back.
+    func wakeHeldBack() {
+        let handOver = state.withLock { state -> (UnsafeContinuation<MCSession.Event?, Never>, Pending)? in
+            guard let waiter = state.waiter, let oldest = state.buffer.popFirst() else { return nil }
+            state.waiter = nil
+            return (waiter, oldest)
+        }
+        guard let (waiter, oldest) = handOver else { return }
+        waiter.resume(returning: oldest.taken())
     }
 
     /// Ends the stream: a waiting consumer gets nil, buffered events are dropped.

@@ -88,6 +88,74 @@ struct EventStreamTests {
         #expect(try await withDeadline(seconds: 10) { await first.value } == 7)
     }
 
+    /// A consumer woken by the first message of a read is not woken again for each of the others,
+    /// even when it waits again at once: they are held back until the read ends, then taken in
+    /// one wake-up. A lone message of the next read wakes it at once.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    @Test func aReadWakesAWaitingConsumerOnceAndOnceMoreWhenItEnds() async throws {
+        let subscribers = EventSubscribers()
+        let channel = EventChannel { _ in }
+        subscribers.add(channel)
+        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
+        let executor = WatchedExecutor()
+        let taken = Counter()
+        let consumer = Task(executorPreference: executor) {
+            var seen: [Int] = []
+            for await event in stream {
+                seen.append(Self.index(of: event)!)
+                taken.set(seen.count)
+                if seen.count == 21 { break }
+            }
+            return seen
+        }
+        defer { consumer.cancel() }
+        #expect(try await eventually { executor.isIdle })
+        let jobsBefore = executor.enqueuedJobs
+        for index in 0..<20 {
+            subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true)
+            // The consumer took what it was woken for and waits again.
+            #expect(try await eventually { executor.isIdle })
+        }
+        // Its executor ran everything it was given, and was given one resumption.
+        #expect(taken.value == 1)
+        #expect(executor.enqueuedJobs == jobsBefore + 1)
+        subscribers.readPassEnded()
+        #expect(try await eventually { taken.value == 20 && executor.isIdle })
+        #expect(executor.enqueuedJobs == jobsBefore + 2)
+        subscribers.yield(Self.data(20), to: [channel], receipt: .none, duringRead: true)
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0..<21))
+    }
+
+    /// An event from outside a read (a state change, a stream) wakes a consumer at once, and
+    /// after the messages held back before it: order is kept.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    @Test func anEventOutsideAReadComesAfterTheMessagesHeldBackBeforeIt() async throws {
+        let subscribers = EventSubscribers()
+        let channel = EventChannel { _ in }
+        subscribers.add(channel)
+        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
+        let executor = WatchedExecutor()
+        let taken = Counter()
+        let consumer = Task(executorPreference: executor) {
+            var seen: [Int] = []
+            for await event in stream {
+                seen.append(Self.index(of: event)!)
+                taken.set(seen.count)
+                if seen.count == 4 { break }
+            }
+            return seen
+        }
+        defer { consumer.cancel() }
+        #expect(try await eventually { executor.isIdle })
+        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
+        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        #expect(subscribers.yield(Self.data(1), to: [channel], receipt: .none, duringRead: true))
+        #expect(subscribers.yield(Self.data(2), to: [channel], receipt: .none, duringRead: true))
+        subscribers.yield(Self.data(3), to: [channel], receipt: .none, duringRead: false)
+        // No read end comes: the event outside the read is what wakes the consumer.
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == [0, 1, 2, 3])
+    }
+
     @Test func droppingAStreamUnsubscribesItFromTheSession() {
         let session = MCSession(peer: MCPeerID(displayName: "solo"))
         var stream: MCSession.Events? = session.events()

@@ -240,6 +240,24 @@ struct DatagramOverUDPTests {
         await bob.shutdown()
     }
 
+    /// The engine reports the end of each read that delivered messages, after them, so that a
+    /// consumer held back during a read (`MCSession.events()`) is woken for the rest: the last
+    /// message of a burst is followed by a read end, and a read that delivered nothing reports none.
+    @Test func everyReadThatDeliveredReportsItsEndAfterItsMessages() async throws {
+        let (alice, bob) = try await Self.connectedPair()
+        let count = 64
+        try Self.burst(count, of: 1_200, from: bob, to: alice)
+        #expect(try await eventually { alice.messages(from: bob).count == count })
+        #expect(try await eventually { alice.messagesAtReadEnds.last == count })
+        let ends = alice.messagesAtReadEnds
+        #expect(zip(ends, ends.dropFirst()).allSatisfy { $0 < $1 }, "a read end without a message since the last: \(ends)")
+        // Reliable messages too (TLS records over the connection).
+        for index in 0..<50 { try bob.engine.send(ByteBuffer(string: "reliable \(index)"), to: [alice.peer.identifier]) }
+        #expect(try await eventually { alice.messagesAtReadEnds.last == count + 50 })
+        await alice.shutdown()
+        await bob.shutdown()
+    }
+
     /// A segmented write the kernel finds too large (EMSGSIZE, here a write past 64 KiB in all;
     /// on a real path a segment above the MTU) loses nothing: its datagrams go again one by one,
     /// and datagrams that long are not joined again. The socket stays open.

@@ -18,6 +18,8 @@ final class EngineProbe: Sendable {
     /// count against the sender's receive budget.
     private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
     /// Streams and resources the peers opened to us, in order.
+    /// For each read end the engine reported, how many messages it had delivered by then.
+    private let readEnds = Mutex<[Int]>([])
     private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], offsets: [UInt64], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], [], []))
 
     init(
@@ -37,7 +39,8 @@ final class EngineProbe: Sendable {
                 listenHost: "127.0.0.1", keepalive: keepalive, maximumUndeliveredBytesPerPeer: maximumUndeliveredBytes,
                 channels: channels, datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
             eventLoop: eventLoop,
-            onEvent: { event in box.withLock { $0 }?.record(event) })
+            onEvent: { event in box.withLock { $0 }?.record(event) },
+            onReadPassEnded: { box.withLock { $0 }?.recordReadEnd() })
         box.withLock { $0 = self }
     }
 
@@ -65,6 +68,14 @@ final class EngineProbe: Sendable {
 
     /// Bytes delivered and not yet taken.
     var heldBytes: Int { held.withLock { $0.receipts.reduce(0) { $0 + $1.bytes } } }
+
+    private func recordReadEnd() {
+        let delivered = log.withLock { $0.messages.count }
+        readEnds.withLock { $0.append(delivered) }
+    }
+
+    /// Messages delivered by each read end the engine reported, in order.
+    var messagesAtReadEnds: [Int] { readEnds.withLock { $0 } }
 
     private func record(_ event: SessionEngineEvent) {
         switch event {

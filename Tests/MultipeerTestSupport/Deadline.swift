@@ -117,6 +117,9 @@ public final class WatchedExecutor: TaskExecutor, Sendable {
         }
     }
 
+    /// Jobs enqueued so far: each is a resumption of a task that preferred this executor.
+    public var enqueuedJobs: Int { jobs.withLock { $0.enqueued } }
+
     /// At least one job ran, and every job enqueued so far has run to its end.
     public var isIdle: Bool { jobs.withLock { $0.enqueued > 0 && $0.enqueued == $0.finished } }
 }

@@ -15,6 +15,9 @@ public final class SessionEngine: Sendable {
     public let eventLoop: any EventLoop
     let state: NIOLoopBoundBox<EngineState>
     let onEvent: @Sendable (SessionEngineEvent) -> Void
+    /// A read that delivered messages is over: a consumer need not be woken for each message of
+    /// one read, only for the first and, once this runs, for the rest.
+    let onReadPassEnded: @Sendable () -> Void
     /// Connected peers and their send queues, readable from any thread, so that `send` can refuse
     /// at once.
     let sendBudget: SendBudget
@@ -50,11 +53,13 @@ public final class SessionEngine: Sendable {
     public init(
         configuration: SessionEngineConfiguration,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
-        onEvent: @escaping @Sendable (SessionEngineEvent) -> Void
+        onEvent: @escaping @Sendable (SessionEngineEvent) -> Void,
+        onReadPassEnded: @escaping @Sendable () -> Void = {}
     ) {
         self.configuration = configuration
         self.eventLoop = eventLoop
         self.onEvent = onEvent
+        self.onReadPassEnded = onReadPassEnded
         let core = SessionCore(configuration: SessionCoreConfiguration(
             localPeer: configuration.localPeer, handshakeTimeout: configuration.handshakeTimeout,
             maximumPendingConnections: configuration.maximumPendingConnections,
@@ -619,9 +624,18 @@ public final class SessionEngine: Sendable {
             return
         }
         if let (message, peer) = core.received(frame, on: id, now: self.eventLoop.now) {
+            state.value.deliveredInReadPass = true
             onEvent(.messageReceived(message, from: peer, receipt: charge(state.value.links[id], message.readableBytes)))
         }
         perform()
+    }
+
+    /// A read is over: tells the application's side, if it delivered messages.
+    fileprivate func readPassEnded() {
+        let state = state.value
+        guard state.deliveredInReadPass else { return }
+        state.deliveredInReadPass = false
+        onReadPassEnded()
     }
 
     /// One UDP datagram from anywhere: authenticated or dropped, never answered.
@@ -645,6 +659,7 @@ public final class SessionEngine: Sendable {
         }
         perform()
         guard let (message, peer, id) = delivered, let link = state.links[id] else { return }
+        state.deliveredInReadPass = true
         onEvent(.messageReceived(message, from: peer, receipt: charge(link, message.readableBytes)))
     }
 
@@ -653,6 +668,7 @@ public final class SessionEngine: Sendable {
         state.value.links[id] = nil
         core.closed(id, error, now: eventLoop.now)
         perform()
+        readPassEnded()  // a connection closed by its read gets no read-complete
     }
 
     // MARK: Addresses
@@ -722,6 +738,11 @@ private final class LinkHandler: ChannelInboundHandler {
         if context.channel.isWritable { engine?.linkWritable(link) }
         context.fireChannelWritabilityChanged()
     }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        engine?.readPassEnded()
+        context.fireChannelReadComplete()
+    }
 }
 
 /// Hands every UDP datagram to the engine.
@@ -733,6 +754,17 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         engine?.datagramsReceived(unwrapInboundIn(data))
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        engine?.readPassEnded()
+        context.fireChannelReadComplete()
+    }
+
+    /// A read that fails ends without a read-complete.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        engine?.readPassEnded()
+        context.fireErrorCaught(error)
     }
 }
 
@@ -791,6 +823,8 @@ final class EngineState {
     var joinedDatagramsReceived = 0
     /// Every datagram read from the socket, whatever became of it.
     var datagramsRead = 0
+    /// A message was delivered since the last `readPassEnded` event.
+    var deliveredInReadPass = false
 
     init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
         self.core = core
