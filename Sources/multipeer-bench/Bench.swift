@@ -113,13 +113,15 @@ struct Bench: ParsableCommand {
 
         if wants("small") {
             var rates: [MCEncryptionPreference: [Double]] = [.required: [], .none: []]
-            // Encrypted and plaintext alternate, so drift hits both alike.
+            var delegateRates: [Double] = []
+            // Encrypted, plaintext and to a delegate alternate, so drift hits all alike.
             for _ in 0..<plan.repetitions {
                 for preference in [MCEncryptionPreference.required, .none] {
                     let pair = try await SessionPair.connect(preference: preference, identities: preference == .required ? (pki.a, pki.b) : nil)
                     rates[preference, default: []].append(try await Scenarios.smallMessages(pair, count: plan.smallMessages))
                     await pair.close()
                 }
+                delegateRates.append(try await Scenarios.smallMessagesToDelegate(count: plan.smallMessages, identities: (pki.a, pki.b)))
             }
             for preference in [MCEncryptionPreference.required, .none] {
                 results.append(Result(scenario: "2 reliable 64 B messages, \(preference == .required ? "required" : "none")", unit: "msg/s",
@@ -129,6 +131,12 @@ struct Bench: ParsableCommand {
             results.append(Result(scenario: "2 reliable 64 B messages, encrypted against plaintext", unit: "msg/s",
                                   library: Stats(rates[.required] ?? []), baselineName: "the library with encryption .none",
                                   baseline: Stats(rates[.none] ?? []), ratio: ratios.median, target: "report", met: nil, note: nil, ratios: ratios))
+            // Apple's delegate instead of events(), against events() in the same repetitions.
+            let delegateRatios = pairedRatios(delegateRates, rates[.required] ?? [])
+            results.append(Result(scenario: "2 reliable 64 B messages, required, to a delegate", unit: "msg/s",
+                                  library: Stats(delegateRates), baselineName: "the same to an events() task",
+                                  baseline: Stats(rates[.required] ?? []), ratio: delegateRatios.median, target: "report", met: nil,
+                                  note: nil, ratios: delegateRatios))
         }
 
         if wants("latency") {

@@ -77,6 +77,24 @@ final class ReceiveCounter: Sendable {
     var lastArrival: ContinuousClock.Instant? { state.withLock { $0.lastArrival } }
 }
 
+/// Counts the messages a session's delegate is given.
+final class DelegateCounter: MCSessionDelegate, Sendable {
+    private let received = Atomic<Int>(0)
+
+    var messages: Int { received.load(ordering: .relaxed) }
+
+    func session(_ session: MCSession, didReceive data: Data, fromPeer peerID: MCPeerID) {
+        received.add(1, ordering: .relaxed)
+    }
+
+    func session(_ session: MCSession, peer peerID: MCPeerID, didChange state: MCSessionState) {}
+    func session(_ session: MCSession, didReceive stream: InputStream, withName streamName: String, fromPeer peerID: MCPeerID) {}
+    func session(_ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
+                 with progress: Progress) {}
+    func session(_ session: MCSession, didFinishReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID,
+                 at localURL: URL?, withError error: (any Error)?) {}
+}
+
 enum Scenarios {
     /// Bytes per second of 1 MiB reliable messages, with at most `window` bytes in flight, and the
     /// peak resident memory growth while sending.
@@ -108,6 +126,29 @@ enum Scenarios {
             }
             try await waitUntil { counter.messages >= count }
         }
+        return Double(count) / elapsed
+    }
+
+    /// The same, taken by an Apple-style `MCSessionDelegate` on its queue instead of `events()`:
+    /// what code ported from Apple's framework sees.
+    static func smallMessagesToDelegate(count: Int, size: Int = 64, window: Int = 2_000,
+                                        identities: (SecurityIdentity, SecurityIdentity)) async throws -> Double {
+        let a = makeSession("a", preference: .required, identity: identities.0)
+        let b = makeSession("b", preference: .required, identity: identities.1)
+        let counter = DelegateCounter()
+        a.delegate = counter
+        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(for: b.myPeerID))
+        try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
+        let message = Data(repeating: 1, count: size)
+        let elapsed = try await Clock.seconds {
+            for sent in 0..<count {
+                if sent - counter.messages >= window { try await waitUntil { sent - counter.messages < window / 2 } }
+                try b.send(message, toPeers: [a.myPeerID], with: .reliable)
+            }
+            try await waitUntil { counter.messages >= count }
+        }
+        await a.disconnect()
+        await b.disconnect()
         return Double(count) / elapsed
     }
 
