@@ -4,8 +4,8 @@ import Synchronization
 /// A session's `events()` streams, and the wake-ups of their consumers during the engine's reads.
 ///
 /// A consumer woken by one message of a read is not woken again for the others until the read
-/// is over: a burst of messages then costs it two thread wake-ups, not one every few messages,
-/// while a lone message still wakes it at once.
+/// is over (or `EventChannel.heldBackLimit` of them wait): a burst of messages then costs it a
+/// few thread wake-ups, not one every few messages, while a lone message still wakes it at once.
 final class EventSubscribers: Sendable {
     private let channels = Mutex<[EventChannel]>([])
     /// Counts the engine's reads that delivered messages; touched on its network thread only.

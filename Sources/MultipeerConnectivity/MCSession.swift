@@ -318,6 +318,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
             // Large messages are handed over without a copy; small ones copied, so they do not pin
             // a larger receive buffer.
             let data = buffer.getData(at: buffer.readerIndex, length: buffer.readableBytes) ?? Data()
+            // Synchronous inside the engine's read: its read-complete hook follows on this thread.
             emit(.dataReceived(data, from: mcPeer(wire)), receipt: receipt, duringRead: true)
         case .trustRequested(let request, let answer):
             askTrust(request, answer: answer)

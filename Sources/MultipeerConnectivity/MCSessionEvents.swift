@@ -86,10 +86,15 @@ final class EventChannel: Sendable {
         case heldBack
     }
 
+    /// Events held back from a waiting consumer before it is woken all the same: bounds how long
+    /// they wait and how many receipts they keep from their receive budgets.
+    static let heldBackLimit = 64
+
     /// `readPass`: the number of the network thread's read that delivers the event. A consumer
     /// woken by one event of a read is not woken again for the others: they are held back until
-    /// `wakeHeldBack()`, once the read is over. A burst of messages then costs the consumer two
-    /// thread wake-ups, not one every few messages, while a lone message still wakes it at once.
+    /// `wakeHeldBack()`, once the read is over, or until `heldBackLimit` wait. A burst of messages
+    /// then costs the consumer a few thread wake-ups, not one every few messages, while a lone
+    /// message still wakes it at once.
     @discardableResult
     func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none, readPass: Int? = nil) -> Delivery {
         enum Outcome {
@@ -104,7 +109,8 @@ final class EventChannel: Sendable {
                 return .buffered
             }
             if let readPass {
-                if state.wokenInReadPass == readPass {
+                // With a waiter, the buffer holds only events held back from it.
+                if state.wokenInReadPass == readPass && state.buffer.count < Self.heldBackLimit {
                     state.buffer.append(Pending(event: event, receipt: receipt))
                     return .heldBack
                 }

@@ -111,12 +111,14 @@ struct EventStreamTests {
         defer { consumer.cancel() }
         #expect(try await eventually { executor.isIdle })
         let jobsBefore = executor.enqueuedJobs
-        for index in 0..<20 {
-            subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true)
-            // The consumer took what it was woken for and waits again.
-            #expect(try await eventually { executor.isIdle })
+        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
+        // The consumer took what it was woken for and waits again.
+        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        for index in 1..<20 {
+            #expect(subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true))
         }
         // Its executor ran everything it was given, and was given one resumption.
+        #expect(executor.isIdle)
         #expect(taken.value == 1)
         #expect(executor.enqueuedJobs == jobsBefore + 1)
         subscribers.readPassEnded()
@@ -154,6 +156,79 @@ struct EventStreamTests {
         subscribers.yield(Self.data(3), to: [channel], receipt: .none, duringRead: false)
         // No read end comes: the event outside the read is what wakes the consumer.
         #expect(try await withDeadline(seconds: 10) { await consumer.value } == [0, 1, 2, 3])
+    }
+
+    /// Held-back messages keep their receipts from the receive budget and wait for the read's
+    /// end: past `heldBackLimit` of them the consumer is woken all the same, read end or not.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    @Test func aConsumerIsWokenOnceHeldBackMessagesReachTheLimit() async throws {
+        let subscribers = EventSubscribers()
+        let channel = EventChannel { _ in }
+        subscribers.add(channel)
+        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
+        let executor = WatchedExecutor()
+        let taken = Counter()
+        let limit = EventChannel.heldBackLimit
+        let consumer = Task(executorPreference: executor) {
+            var seen: [Int] = []
+            for await event in stream {
+                seen.append(Self.index(of: event)!)
+                taken.set(seen.count)
+                if seen.count == limit + 2 { break }
+            }
+            return seen
+        }
+        defer { consumer.cancel() }
+        #expect(try await eventually { executor.isIdle })
+        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
+        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        for index in 1...limit {
+            #expect(subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true))
+        }
+        #expect(!subscribers.yield(Self.data(limit + 1), to: [channel], receipt: .none, duringRead: true))
+        // No read end: the limit alone woke the consumer for everything.
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0...(limit + 1)))
+    }
+
+    /// Each stream is held back on its own: a read's end wakes the one that waits, and a stream
+    /// whose consumer was busy (or had not started) finds every message buffered, in order.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    @Test func streamsAreHeldBackEachOnItsOwn() async throws {
+        let subscribers = EventSubscribers()
+        let waiting = EventChannel { _ in }
+        let busy = EventChannel { _ in }
+        subscribers.add(waiting)
+        subscribers.add(busy)
+        let waitingStream = MCSession.Events(subscription: EventSubscription(channel: waiting))
+        let busyStream = MCSession.Events(subscription: EventSubscription(channel: busy))
+        let executor = WatchedExecutor()
+        let taken = Counter()
+        let consumer = Task(executorPreference: executor) {
+            var seen: [Int] = []
+            for await event in waitingStream {
+                seen.append(Self.index(of: event)!)
+                taken.set(seen.count)
+                if seen.count == 10 { break }
+            }
+            return seen
+        }
+        defer { consumer.cancel() }
+        #expect(try await eventually { executor.isIdle })
+        subscribers.yield(Self.data(0), to: subscribers.all, receipt: .none, duringRead: true)
+        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        for index in 1..<10 { subscribers.yield(Self.data(index), to: subscribers.all, receipt: .none, duringRead: true) }
+        #expect(taken.value == 1)
+        subscribers.readPassEnded()
+        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0..<10))
+        let late = try await withDeadline(seconds: 10) {
+            var seen: [Int] = []
+            for await event in busyStream {
+                seen.append(Self.index(of: event)!)
+                if seen.count == 10 { break }
+            }
+            return seen
+        }
+        #expect(late == Array(0..<10))
     }
 
     @Test func droppingAStreamUnsubscribesItFromTheSession() {

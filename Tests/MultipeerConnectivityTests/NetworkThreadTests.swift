@@ -61,6 +61,38 @@ struct NetworkThreadTests {
         await bob.disconnect()
     }
 
+    /// Over real sockets, with the consumer on an ordinary task: bursts whose later messages are
+    /// held back until their read ends, each followed by a lone message that must arrive without
+    /// another read coming after it. Everything arrives, in order, within the deadline.
+    @Test(arguments: [MCSessionSendDataMode.reliable, .unreliable])
+    func burstsAndLoneMessagesAllReachAnEventsTask(mode: MCSessionSendDataMode) async throws {
+        let (alice, bob) = try await Self.connectedPair()
+        let events = alice.events()
+        let received = Received()
+        let collector = Task {
+            for await event in events {
+                if case .dataReceived(let data, _) = event { received.append(data) }
+            }
+        }
+        defer { collector.cancel() }
+        let alicePeer = alice.myPeerID
+        var sent: [Data] = []
+        for round in 0..<20 {
+            let burst = (0..<(mode == .reliable ? 50 : 20)).map { Data("\(round).\($0)".utf8) }
+            for message in burst { try bob.send(message, toPeers: [alicePeer], with: mode) }
+            sent += burst
+            // Loopback neither drops nor reorders 20 small datagrams of one flow.
+            #expect(try await eventually { received.all.count == sent.count })
+            let lone = Data("\(round) alone".utf8)
+            try bob.send(lone, toPeers: [alicePeer], with: mode)
+            sent.append(lone)
+            #expect(try await eventually { received.all.last == lone }, "round \(round): the lone message did not arrive")
+        }
+        #expect(received.all == sent)
+        await alice.disconnect()
+        await bob.disconnect()
+    }
+
     /// A send made on the network thread goes out after sends other threads queued before it,
     /// even though their drain has not run yet (the network thread is busy running this code).
     @Test func sendsFromTheNetworkThreadDoNotOvertakeQueuedOnes() async throws {

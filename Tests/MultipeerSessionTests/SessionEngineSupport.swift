@@ -17,9 +17,9 @@ final class EngineProbe: Sendable {
     /// While holding, delivered messages stay untaken (a stalled application), so their bytes
     /// count against the sender's receive budget.
     private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
-    /// Streams and resources the peers opened to us, in order.
     /// For each read end the engine reported, how many messages it had delivered by then.
     private let readEnds = Mutex<[Int]>([])
+    /// Streams and resources the peers opened to us, in order.
     private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], offsets: [UInt64], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], [], []))
 
     init(

@@ -743,6 +743,11 @@ private final class LinkHandler: ChannelInboundHandler {
         engine?.readPassEnded()
         context.fireChannelReadComplete()
     }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        engine?.readPassEnded()
+        context.fireChannelInactive()
+    }
 }
 
 /// Hands every UDP datagram to the engine.
@@ -761,10 +766,16 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
         context.fireChannelReadComplete()
     }
 
-    /// A read that fails ends without a read-complete.
+    /// A read that fails for good ends without a read-complete.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         engine?.readPassEnded()
         context.fireErrorCaught(error)
+    }
+
+    /// A socket closed during its own read ends it without a read-complete or an error.
+    func channelInactive(context: ChannelHandlerContext) {
+        engine?.readPassEnded()
+        context.fireChannelInactive()
     }
 }
 
