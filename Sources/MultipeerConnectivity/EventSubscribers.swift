@@ -30,7 +30,7 @@ final class EventSubscribers: Sendable {
     func yield(_ event: MCSession.Event, to streams: [EventChannel], receipt: DeliveryReceipt, duringRead: Bool) -> Bool {
         let pass = duringRead ? readPass.load(ordering: .relaxed) : nil
         var heldBackNow = false
-        for channel in streams where channel.yield(event, receipt: receipt, readPass: pass) == .heldBack {
+        for channel in streams where channel.yield(event, receipt: receipt, readPass: pass) {
             heldBackNow = true
         }
         if heldBackNow { heldBack.store(true, ordering: .relaxed) }

@@ -79,13 +79,6 @@ final class EventChannel: Sendable {
         self.onFinish = onFinish
     }
 
-    /// What `yield` did with an event.
-    enum Delivery {
-        case handedOver, buffered, dropped
-        /// Buffered although the consumer waits: it was already woken during this read.
-        case heldBack
-    }
-
     /// Events held back from a waiting consumer before it is woken all the same: bounds how long
     /// they wait and how many receipts they keep from their receive budgets.
     static let heldBackLimit = 64
@@ -94,9 +87,10 @@ final class EventChannel: Sendable {
     /// woken by one event of a read is not woken again for the others: they are held back until
     /// `wakeHeldBack()`, once the read is over, or until `heldBackLimit` wait. A burst of messages
     /// then costs the consumer a few thread wake-ups, not one every few messages, while a lone
-    /// message still wakes it at once.
+    /// message still wakes it at once. Returns whether the event was held back from a waiting
+    /// consumer.
     @discardableResult
-    func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none, readPass: Int? = nil) -> Delivery {
+    func yield(_ event: MCSession.Event, receipt: DeliveryReceipt = .none, readPass: Int? = nil) -> Bool {
         enum Outcome {
             case buffered, heldBack, dropped
             case handedOver(UnsafeContinuation<MCSession.Event?, Never>)
@@ -123,19 +117,15 @@ final class EventChannel: Sendable {
             return .oldestHandedOver(waiter, state.buffer.removeFirst())
         }
         switch outcome {
-        case .buffered: return .buffered
-        case .heldBack: return .heldBack
-        case .dropped:
-            receipt.consumed()
-            return .dropped
+        case .buffered: return false
+        case .heldBack: return true
+        case .dropped: receipt.consumed()
         case .handedOver(let waiter):
             receipt.consumed()
             waiter.resume(returning: event)
-            return .handedOver
-        case .oldestHandedOver(let waiter, let oldest):
-            waiter.resume(returning: oldest.taken())
-            return .handedOver
+        case .oldestHandedOver(let waiter, let oldest): waiter.resume(returning: oldest.taken())
         }
+        return false
     }
 
     /// The read is over: wakes a consumer that waits while events were held back.

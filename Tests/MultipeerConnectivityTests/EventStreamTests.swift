@@ -88,44 +88,46 @@ struct EventStreamTests {
         #expect(try await withDeadline(seconds: 10) { await first.value } == 7)
     }
 
+    /// A stream subscribed to `subscribers`, and its channel.
+    static func subscribed(to subscribers: EventSubscribers) -> (EventChannel, MCSession.Events) {
+        let channel = EventChannel { _ in }
+        subscribers.add(channel)
+        return (channel, MCSession.Events(subscription: EventSubscription(channel: channel)))
+    }
+
+    /// Yields message 0 during a read to `subscribers`' streams and waits until `consumer` took it
+    /// and waits again: the read has woken it once.
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+    static func wakeOnce(_ consumer: WatchedConsumer, through subscribers: EventSubscribers) async throws {
+        #expect(try await eventually { consumer.executor.isIdle })
+        subscribers.yield(data(0), to: subscribers.all, receipt: .none, duringRead: true)
+        #expect(try await eventually { consumer.taken.value == 1 && consumer.executor.isIdle })
+    }
+
     /// A consumer woken by the first message of a read is not woken again for each of the others,
     /// even when it waits again at once: they are held back until the read ends, then taken in
     /// one wake-up. A lone message of the next read wakes it at once.
     @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func aReadWakesAWaitingConsumerOnceAndOnceMoreWhenItEnds() async throws {
         let subscribers = EventSubscribers()
-        let channel = EventChannel { _ in }
-        subscribers.add(channel)
-        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
-        let executor = WatchedExecutor()
-        let taken = Counter()
-        let consumer = Task(executorPreference: executor) {
-            var seen: [Int] = []
-            for await event in stream {
-                seen.append(Self.index(of: event)!)
-                taken.set(seen.count)
-                if seen.count == 21 { break }
-            }
-            return seen
-        }
-        defer { consumer.cancel() }
-        #expect(try await eventually { executor.isIdle })
-        let jobsBefore = executor.enqueuedJobs
-        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
-        // The consumer took what it was woken for and waits again.
-        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        let (channel, stream) = Self.subscribed(to: subscribers)
+        let consumer = WatchedConsumer(stream, taking: 21)
+        defer { consumer.task.cancel() }
+        #expect(try await eventually { consumer.executor.isIdle })
+        let jobsBefore = consumer.executor.enqueuedJobs
+        try await Self.wakeOnce(consumer, through: subscribers)
         for index in 1..<20 {
             #expect(subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true))
         }
         // Its executor ran everything it was given, and was given one resumption.
-        #expect(executor.isIdle)
-        #expect(taken.value == 1)
-        #expect(executor.enqueuedJobs == jobsBefore + 1)
+        #expect(consumer.executor.isIdle)
+        #expect(consumer.taken.value == 1)
+        #expect(consumer.executor.enqueuedJobs == jobsBefore + 1)
         subscribers.readPassEnded()
-        #expect(try await eventually { taken.value == 20 && executor.isIdle })
-        #expect(executor.enqueuedJobs == jobsBefore + 2)
-        subscribers.yield(Self.data(20), to: [channel], receipt: .none, duringRead: true)
-        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0..<21))
+        #expect(try await eventually { consumer.taken.value == 20 && consumer.executor.isIdle })
+        #expect(consumer.executor.enqueuedJobs == jobsBefore + 2)
+        #expect(!subscribers.yield(Self.data(20), to: [channel], receipt: .none, duringRead: true))
+        #expect(try await withDeadline(seconds: 10) { await consumer.task.value } == Array(0..<21))
     }
 
     /// An event from outside a read (a state change, a stream) wakes a consumer at once, and
@@ -133,29 +135,15 @@ struct EventStreamTests {
     @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func anEventOutsideAReadComesAfterTheMessagesHeldBackBeforeIt() async throws {
         let subscribers = EventSubscribers()
-        let channel = EventChannel { _ in }
-        subscribers.add(channel)
-        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
-        let executor = WatchedExecutor()
-        let taken = Counter()
-        let consumer = Task(executorPreference: executor) {
-            var seen: [Int] = []
-            for await event in stream {
-                seen.append(Self.index(of: event)!)
-                taken.set(seen.count)
-                if seen.count == 4 { break }
-            }
-            return seen
-        }
-        defer { consumer.cancel() }
-        #expect(try await eventually { executor.isIdle })
-        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
-        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        let (channel, stream) = Self.subscribed(to: subscribers)
+        let consumer = WatchedConsumer(stream, taking: 4)
+        defer { consumer.task.cancel() }
+        try await Self.wakeOnce(consumer, through: subscribers)
         #expect(subscribers.yield(Self.data(1), to: [channel], receipt: .none, duringRead: true))
         #expect(subscribers.yield(Self.data(2), to: [channel], receipt: .none, duringRead: true))
         subscribers.yield(Self.data(3), to: [channel], receipt: .none, duringRead: false)
         // No read end comes: the event outside the read is what wakes the consumer.
-        #expect(try await withDeadline(seconds: 10) { await consumer.value } == [0, 1, 2, 3])
+        #expect(try await withDeadline(seconds: 10) { await consumer.task.value } == [0, 1, 2, 3])
     }
 
     /// Held-back messages keep their receipts from the receive budget and wait for the read's
@@ -163,31 +151,17 @@ struct EventStreamTests {
     @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func aConsumerIsWokenOnceHeldBackMessagesReachTheLimit() async throws {
         let subscribers = EventSubscribers()
-        let channel = EventChannel { _ in }
-        subscribers.add(channel)
-        let stream = MCSession.Events(subscription: EventSubscription(channel: channel))
-        let executor = WatchedExecutor()
-        let taken = Counter()
+        let (channel, stream) = Self.subscribed(to: subscribers)
         let limit = EventChannel.heldBackLimit
-        let consumer = Task(executorPreference: executor) {
-            var seen: [Int] = []
-            for await event in stream {
-                seen.append(Self.index(of: event)!)
-                taken.set(seen.count)
-                if seen.count == limit + 2 { break }
-            }
-            return seen
-        }
-        defer { consumer.cancel() }
-        #expect(try await eventually { executor.isIdle })
-        subscribers.yield(Self.data(0), to: [channel], receipt: .none, duringRead: true)
-        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        let consumer = WatchedConsumer(stream, taking: limit + 2)
+        defer { consumer.task.cancel() }
+        try await Self.wakeOnce(consumer, through: subscribers)
         for index in 1...limit {
             #expect(subscribers.yield(Self.data(index), to: [channel], receipt: .none, duringRead: true))
         }
         #expect(!subscribers.yield(Self.data(limit + 1), to: [channel], receipt: .none, duringRead: true))
         // No read end: the limit alone woke the consumer for everything.
-        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0...(limit + 1)))
+        #expect(try await withDeadline(seconds: 10) { await consumer.task.value } == Array(0...(limit + 1)))
     }
 
     /// Each stream is held back on its own: a read's end wakes the one that waits, and a stream
@@ -195,40 +169,17 @@ struct EventStreamTests {
     @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     @Test func streamsAreHeldBackEachOnItsOwn() async throws {
         let subscribers = EventSubscribers()
-        let waiting = EventChannel { _ in }
-        let busy = EventChannel { _ in }
-        subscribers.add(waiting)
-        subscribers.add(busy)
-        let waitingStream = MCSession.Events(subscription: EventSubscription(channel: waiting))
-        let busyStream = MCSession.Events(subscription: EventSubscription(channel: busy))
-        let executor = WatchedExecutor()
-        let taken = Counter()
-        let consumer = Task(executorPreference: executor) {
-            var seen: [Int] = []
-            for await event in waitingStream {
-                seen.append(Self.index(of: event)!)
-                taken.set(seen.count)
-                if seen.count == 10 { break }
-            }
-            return seen
-        }
-        defer { consumer.cancel() }
-        #expect(try await eventually { executor.isIdle })
-        subscribers.yield(Self.data(0), to: subscribers.all, receipt: .none, duringRead: true)
-        #expect(try await eventually { taken.value == 1 && executor.isIdle })
+        let (_, waitingStream) = Self.subscribed(to: subscribers)
+        let (_, busyStream) = Self.subscribed(to: subscribers)
+        let consumer = WatchedConsumer(waitingStream, taking: 10)
+        defer { consumer.task.cancel() }
+        try await Self.wakeOnce(consumer, through: subscribers)
         for index in 1..<10 { subscribers.yield(Self.data(index), to: subscribers.all, receipt: .none, duringRead: true) }
-        #expect(taken.value == 1)
+        #expect(consumer.taken.value == 1)
         subscribers.readPassEnded()
-        #expect(try await withDeadline(seconds: 10) { await consumer.value } == Array(0..<10))
-        let late = try await withDeadline(seconds: 10) {
-            var seen: [Int] = []
-            for await event in busyStream {
-                seen.append(Self.index(of: event)!)
-                if seen.count == 10 { break }
-            }
-            return seen
-        }
-        #expect(late == Array(0..<10))
+        #expect(try await withDeadline(seconds: 10) { await consumer.task.value } == Array(0..<10))
+        let late = WatchedConsumer(busyStream, taking: 10)
+        #expect(try await withDeadline(seconds: 10) { await late.task.value } == Array(0..<10))
     }
 
     @Test func droppingAStreamUnsubscribesItFromTheSession() {
@@ -267,4 +218,26 @@ final class Counter: Sendable {
     private let count = Mutex(0)
     func set(_ value: Int) { count.withLock { $0 = value } }
     var value: Int { count.withLock { $0 } }
+}
+
+/// A task on a watched executor that takes `count` data events from a stream and returns their
+/// indices, counting them as it goes.
+@available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
+struct WatchedConsumer {
+    let executor = WatchedExecutor()
+    let taken = Counter()
+    let task: Task<[Int], Never>
+
+    init(_ stream: MCSession.Events, taking count: Int) {
+        let taken = taken
+        task = Task(executorPreference: executor) {
+            var seen: [Int] = []
+            for await event in stream {
+                seen.append(EventStreamTests.index(of: event) ?? -1)
+                taken.set(seen.count)
+                if seen.count == count { break }
+            }
+            return seen
+        }
+    }
 }

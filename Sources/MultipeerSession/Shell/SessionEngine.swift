@@ -739,14 +739,10 @@ private final class LinkHandler: ChannelInboundHandler {
         context.fireChannelWritabilityChanged()
     }
 
+    /// A link closed during its read ends it in `linkClosed` instead.
     func channelReadComplete(context: ChannelHandlerContext) {
         engine?.readPassEnded()
         context.fireChannelReadComplete()
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        engine?.readPassEnded()
-        context.fireChannelInactive()
     }
 }
 
