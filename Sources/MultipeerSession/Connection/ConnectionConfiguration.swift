@@ -35,8 +35,12 @@ public struct ConnectionConfiguration: Sendable {
     public var invitation: Invitation?
     /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
     public var randomBytes: @Sendable (Int) -> [UInt8] = { count in
+        // Eight bytes a draw: each draw is a system call, and every accepted connection makes a nonce.
         var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count { withUnsafeBytes(of: generator.next() as UInt64) { bytes += $0 } }
+        return Array(bytes.prefix(count))
     }
 
     public init(

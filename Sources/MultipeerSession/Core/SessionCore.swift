@@ -42,6 +42,8 @@ final class SessionCore {
     @exclusivity(unchecked) private var activeLink: [Bytes16: LinkID] = [:]
     @exclusivity(unchecked) private var receiverIDs: [UInt32: LinkID] = [:]
     private var tokens = TokenTable()
+    private lazy var pending = PendingConnections<LinkID>(
+        limit: configuration.maximumPendingConnections, perSourceLimit: configuration.maximumPendingConnectionsPerSource)
     private var introductions = IntroductionLedger()
     private var reporter = PeerReporter()
     private var nextLinkID = 1
@@ -115,6 +117,7 @@ final class SessionCore {
             report(peer, .notConnected(ConnectionError(.closedLocally)))
         }
         links.removeAll()
+        pending.removeAll()
         liveTimers.removeAll()
         activeLink.removeAll()
         receiverIDs.removeAll()
@@ -124,23 +127,19 @@ final class SessionCore {
 
     // MARK: Connection life cycle
 
-    /// A connection was accepted. Returns its link and, when pending connections are at their
-    /// limit, the one to close first: the least advanced in its handshake and, among those, the
-    /// longest silent, so idle and trickling strangers go before peers that are nearly in.
-    func inboundAccepted(progress: (LinkID) -> (stage: Int, lastActivity: NIODeadline)) -> (LinkID, shed: LinkID?) {
-        let shed = pendingInbound.count >= configuration.maximumPendingConnections ? pendingToShed(progress: progress) : nil
-        return (addLink(Link(dialed: false)), shed)
+    /// A connection from `source` was accepted. Returns its link and, when pending connections
+    /// are at their limit, the one to close first (`PendingConnections` says which).
+    func inboundAccepted(from source: PendingSource, progress: (LinkID) -> PendingProgress) -> (LinkID, shed: LinkID?) {
+        let id = addLink(Link(dialed: false))
+        return (id, pending.accepted(id, from: source, progress: progress))
     }
 
-    /// Out of file descriptors, or at the pending limit: the pending inbound connection to close.
-    func pendingToShed(progress: (LinkID) -> (stage: Int, lastActivity: NIODeadline)) -> LinkID? {
-        pendingInbound.min { first, second in
-            let (a, b) = (progress(first), progress(second))
-            return (a.stage, a.lastActivity, first) < (b.stage, b.lastActivity, second)
-        }
+    /// Out of file descriptors: the pending inbound connection to close.
+    func pendingToShed(progress: (LinkID) -> PendingProgress) -> LinkID? {
+        pending.shedOne(progress: progress)
     }
 
-    private var pendingInbound: [LinkID] { links.filter { !$0.value.dialed && !$0.value.isConnected }.map(\.key) }
+    var pendingCount: Int { pending.count }
 
     /// The receiver ID our HELLO on this link announces (docs/PROTOCOL.md §8): unique among our links.
     func allocateReceiverID(for id: LinkID) -> UInt32 {
@@ -234,6 +233,7 @@ final class SessionCore {
             return
         }
         link.isConnected = true
+        pending.remove(id)
         link.peer = peer
         let hello = connection.peerHello
         if hello.datagramPort != 0, link.receiverID != 0, let host = remoteHost,
@@ -435,6 +435,7 @@ final class SessionCore {
     @discardableResult
     private func forget(_ id: LinkID) -> Link? {
         guard let link = links.removeValue(forKey: id) else { return nil }
+        pending.remove(id)
         if link.receiverID != 0 { receiverIDs[link.receiverID] = nil }
         if let peer = link.peer?.identifier, activeLink[peer] == id {
             activeLink[peer] = nil

@@ -50,6 +50,8 @@ struct SessionCoreConfiguration {
     var localPeer: WirePeerID
     var handshakeTimeout: TimeAmount
     var maximumPendingConnections: Int
+    /// Of those, how many may come from one source (`PendingSource`).
+    var maximumPendingConnectionsPerSource: Int
     var datagramLimits: DatagramPeerState.Limits
     var logger: Logger
     /// Whether we accept connections (our HELLO's listenPort is not 0). A side that does not

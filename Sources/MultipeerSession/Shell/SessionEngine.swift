@@ -62,7 +62,10 @@ public final class SessionEngine: Sendable {
         self.onReadPassEnded = onReadPassEnded
         let core = SessionCore(configuration: SessionCoreConfiguration(
             localPeer: configuration.localPeer, handshakeTimeout: configuration.handshakeTimeout,
+            // The session's listener takes peers of one host as readily as any other's (tests and
+            // several apps on one machine); only the invitation listener limits a source.
             maximumPendingConnections: configuration.maximumPendingConnections,
+            maximumPendingConnectionsPerSource: configuration.maximumPendingConnections,
             datagramLimits: configuration.datagramLimits, logger: configuration.logger,
             // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
             acceptsConnections: true))
@@ -471,7 +474,7 @@ public final class SessionEngine: Sendable {
     }
 
     private func bindListener(at address: SocketAddress) -> EventLoopFuture<Int> {
-        ServerBootstrap(group: eventLoop)
+        StrangerListenerOptions.apply(to: ServerBootstrap(group: eventLoop))
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { [weak self] channel in
                 // Out of file descriptors: free one by shedding a pending connection, and retry
@@ -485,15 +488,12 @@ public final class SessionEngine: Sendable {
                         })
                 }
             }
-            // Room for bursts (a mesh forming, stray or hostile connects) without dropped SYNs,
-            // whose retransmission would delay a real peer by a second or more.
-            .serverChannelOption(.backlog, value: 128)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { [weak self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let self else { throw ChannelError.ioOnClosedChannel }
                     let state = self.state.value
-                    let (id, shed) = state.core.inboundAccepted(progress: self.handshakeProgress)
+                    let (id, shed) = state.core.inboundAccepted(from: PendingSource(channel.remoteAddress), progress: state.handshakeProgress)
                     if let shed { self.shed(shed) }
                     state.links[id] = EngineState.Link(channel: channel)
                     do {
@@ -575,20 +575,17 @@ public final class SessionEngine: Sendable {
         state.links[id]?.weAreDialer = role == .dialer
     }
 
-    private func handshakeProgress(_ id: LinkID) -> (stage: Int, lastActivity: NIODeadline) {
-        let handler = state.value.links[id]?.handler
-        return (handler?.establishmentProgress ?? 0, handler?.lastActivity ?? .distantPast)
-    }
-
     fileprivate func shedPendingConnection() {
-        if let id = core.pendingToShed(progress: handshakeProgress) { shed(id) }
+        let state = state.value
+        if let id = state.core.pendingToShed(progress: state.handshakeProgress) { shed(id) }
     }
 
     private func shed(_ id: LinkID) {
         let channel = state.value.links[id]?.channel
-        configuration.logger.notice("shed a pending connection to make room", metadata: [
+        // Debug only: a flood sheds thousands a second.
+        configuration.logger.debug("shed a pending connection to make room", metadata: [
             "remote": "\(channel?.remoteAddress.map { "\($0)" } ?? "?")",
-            "progress": "\(handshakeProgress(id).stage)",
+            "progress": "\(state.value.handshakeProgress(id).stage)",
         ])
         channel?.close(promise: nil)
     }
@@ -832,6 +829,12 @@ final class EngineState {
     var datagramsRead = 0
     /// A message was delivered since the last `readPassEnded` event.
     var deliveredInReadPass = false
+
+    /// How far a pending link's handshake got, for deciding which to shed.
+    func handshakeProgress(_ id: LinkID) -> PendingProgress {
+        let handler = links[id]?.handler
+        return PendingProgress(stage: handler?.establishmentProgress ?? 0, lastActivity: handler?.lastActivity ?? .distantPast)
+    }
 
     init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
         self.core = core

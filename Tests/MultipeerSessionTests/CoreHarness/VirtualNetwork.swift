@@ -107,7 +107,7 @@ final class VirtualNetwork {
         let logger = Logger(label: "VirtualNetwork", factory: { _ in SwiftLogNoOpLogHandler() })
         let core = SessionCore(
             configuration: SessionCoreConfiguration(
-                localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64,
+                localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64, maximumPendingConnectionsPerSource: 64,
                 datagramLimits: .init(), logger: logger, acceptsConnections: acceptsConnections),
             random: SeededGenerator(seed: random.next()))
         let node = Node(
@@ -289,8 +289,9 @@ final class VirtualNetwork {
             }
             return
         }
-        let (listenerLink, shed) = target.core.inboundAccepted { id in
-            (target.connections[id]?.machine.establishmentProgress ?? 0, target.connections[id]?.lastActivity ?? .distantPast)
+        let (listenerLink, shed) = target.core.inboundAccepted(from: PendingSource(nil)) { id in
+            PendingProgress(
+                stage: target.connections[id]?.machine.establishmentProgress ?? 0, lastActivity: target.connections[id]?.lastActivity ?? .distantPast)
         }
         if let shed { target.connections[shed]?.closeTransport() }
         let listener = Connection(network: self, node: target, link: listenerLink, dialPlan: nil)

@@ -1,0 +1,16 @@
+import NIOCore
+import NIOPosix
+
+/// Socket options for a listener that strangers may flood (the session's and the advertiser's).
+package enum StrangerListenerOptions {
+    /// The accept queue (the kernel caps it at net.core.somaxconn). A full queue drops SYNs, and
+    /// a real peer's dropped SYN waits a second for its retransmission, so the queue is made deep
+    /// enough to hold a flood while the listener sheds it. (TCP_DEFER_ACCEPT, which would keep
+    /// idle strangers in the kernel, was tried: they then arrive in bursts when their deferral
+    /// ends, and a real peer met such a burst.)
+    package static let backlog = 4_096
+
+    package static func apply(to bootstrap: ServerBootstrap) -> ServerBootstrap {
+        bootstrap.serverChannelOption(.backlog, value: Int32(backlog))
+    }
+}
