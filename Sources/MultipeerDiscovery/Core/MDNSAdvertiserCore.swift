@@ -162,7 +162,8 @@ public struct MDNSAdvertiserCore {
     }
 
     public mutating func received(_ message: DNSMessage, from source: MDNSSource, now: NIODeadline) {
-        guard phase != .idle, phase != .stopped else { return }
+        // Off-link packets (RFC 6762 §11) neither learn our records nor force a rename.
+        guard phase != .idle, phase != .stopped, source.isOnLink(among: interfaces) else { return }
         if message.isResponse {
             // RFC 6762 §6: responses come from port 5353 or are ignored.
             // Until the next probe goes out, another conflict changes nothing: one per probe round.
