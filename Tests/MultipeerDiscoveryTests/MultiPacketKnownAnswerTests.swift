@@ -138,7 +138,8 @@ struct MultiPacketKnownAnswerTests {
         var browseStarted: NIODeadline?
         var checkedFound = false
         for index in 0..<2_000 {
-            let source = index % 4 == 0 ? heavy : .ipv4(0x0A00_1000 | UInt32(index % 200))
+            // On segment 0's subnet, so that the on-link rule (RFC 6762 §11) lets them all in.
+            let source = index % 4 == 0 ? heavy : VirtualLAN.address(segment: 0, host: 20 + index % 200)
             lan.inject(
                 DNSMessage(isResponse: false, isTruncated: true, questions: [DNSQuestion(name: Self.service, type: .ptr)], answers: strangers),
                 segment: 0, from: source)

@@ -15,10 +15,11 @@ struct SharedLinkAdvertiserTests {
 
     @Test(arguments: [false, true])
     func itsOwnProbesFromTheOtherInterfaceDoNotHoldItBack(ipv6: Bool) throws {
-        let interfaces = [
-            MDNSInterface(index: 1, name: "mp0", addresses: [ipv6 ? Self.ipv6(1) : .ipv4(0xA9FE_0101)]),
-            MDNSInterface(index: 2, name: "mp1", addresses: [ipv6 ? Self.ipv6(2) : .ipv4(0xA9FE_0201)]),
-        ]
+        // Both in 169.254.0.0/16 (and fe80::/10): each interface's packets are on the other's link.
+        let interfaces = [1, 2].map { (index: Int) in
+            let address = ipv6 ? Self.ipv6(UInt8(index)) : .ipv4(0xA9FE_0001 | UInt32(index) << 8)
+            return MDNSInterface(index: index, name: "mp\(index - 1)", addresses: [address], subnets: [MDNSSubnet(address: address, prefixLength: ipv6 ? 64 : 16)])
+        }
         let peer = try WirePeerID(identifier: Bytes16(high: 7, low: 7), displayName: "Bob")
         var core = try MDNSAdvertiserCore(
             serviceType: try ServiceType("chat"), peer: peer, port: 7000, discoveryInfo: [:], interfaces: interfaces,

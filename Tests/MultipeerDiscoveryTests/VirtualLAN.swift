@@ -33,10 +33,13 @@ final class VirtualLAN {
             self.segments = segments
         }
 
-        func address(on interfaceIndex: Int) -> MDNSAddress { .ipv4(0x0A00_0000 | UInt32(segments[interfaceIndex]! << 8) | UInt32(index + 1)) }
+        /// 10.0.<segment>.<node + 1>, in the segment's 10.0.<segment>.0/24.
+        func address(on interfaceIndex: Int) -> MDNSAddress { VirtualLAN.address(segment: segments[interfaceIndex]!, host: index + 1) }
 
         var interfaces: [MDNSInterface] {
-            segments.keys.sorted().map { MDNSInterface(index: $0, name: "veth\($0)", addresses: [address(on: $0)]) }
+            segments.keys.sorted().map { index in
+                MDNSInterface(index: index, name: "veth\(index)", addresses: [address(on: index)], subnets: [MDNSSubnet(address: address(on: index), prefixLength: 24)])
+            }
         }
 
         var found: [WirePeerID] {
@@ -52,6 +55,9 @@ final class VirtualLAN {
     }
 
     init(seed: UInt64) { random = SeededGenerator(seed: seed) }
+
+    /// An address on a segment's subnet, 10.0.<segment>.<host>/24 (host 1-254).
+    static func address(segment: Int, host: Int) -> MDNSAddress { .ipv4(0x0A00_0000 | UInt32(segment) << 8 | UInt32(host & 0xFF)) }
 
     @discardableResult
     func addNode(segments: [Int: Int] = [1: 0]) -> Node {
@@ -162,7 +168,8 @@ final class VirtualLAN {
             guard let target = nodes.first(where: { candidate in candidate.segments.keys.contains { candidate.address(on: $0) == source.address } }),
                 let interfaceIndex = target.segments.keys.first(where: { target.address(on: $0) == source.address })
             else { return }
-            let from = node.segments.keys.first.map { node.address(on: $0) } ?? .ipv4(0)
+            // From the address of the interface it leaves by, as a host's kernel picks.
+            let from = node.segments[source.interfaceIndex] != nil ? node.address(on: source.interfaceIndex) : .ipv4(0)
             schedule { self.receive(packet.message, at: target, interfaceIndex: interfaceIndex, from: from, port: MDNS.port) }
         }
     }

@@ -45,10 +45,8 @@ public struct MDNSAdvertiserCore {
     /// A new probe round is scheduled and has not sent its first probe: conflicts and lost
     /// tie-breaks are not acted on again, so a flood of them adds no jobs and no renames.
     private var probingDeferred = false
-    /// Unicast answers (QU questions, legacy queriers) sent in the current second: capped, so a
-    /// spoofed query stream cannot turn the responder into an amplifier towards a victim.
-    private var unicastBudget = (second: NIODeadline.uptimeNanoseconds(0), sent: 0)
-    static let unicastAnswersPerSecond = 20
+    /// Unicast answers (QU questions, legacy queriers) are capped per source address.
+    private var unicastBudgets = UnicastAnswerBudgets()
     /// Interfaces where a probe for one of our names is being answered: sooner than the usual
     /// once a second (RFC 6762 §6.2 allows 250 ms), so the prober sees the defence in time.
     private var pendingProbeDefence: Set<PendingKey> = []
@@ -162,7 +160,8 @@ public struct MDNSAdvertiserCore {
     }
 
     public mutating func received(_ message: DNSMessage, from source: MDNSSource, now: NIODeadline) {
-        guard phase != .idle, phase != .stopped else { return }
+        // Off-link packets (RFC 6762 §11) neither learn our records nor force a rename.
+        guard phase != .idle, phase != .stopped, source.isOnLink(among: interfaces) else { return }
         if message.isResponse {
             // RFC 6762 §6: responses come from port 5353 or are ignored.
             // Until the next probe goes out, another conflict changes nothing: one per probe round.
@@ -236,6 +235,8 @@ public struct MDNSAdvertiserCore {
     var heldTruncatedQueryCount: Int { truncated.held.count }
     var heldKnownAnswerCount: Int { truncated.knownAnswerCount }
     func heldTruncatedQueryCount(from source: MDNSSource) -> Int { truncated.held.count { $0.source == source } }
+    /// Sources whose unicast answers are being counted, for the same tests.
+    var unicastBudgetSourceCount: Int { unicastBudgets.trackedSourceCount }
 
     public mutating func takePackets() -> [MDNSPacket] {
         defer { packets = [] }
@@ -382,10 +383,11 @@ public struct MDNSAdvertiserCore {
         var seen = Set<RecordIdentity>()
         additionals = additionals.filter { seen.insert(RecordIdentity($0)).inserted }
 
-        if source.port != MDNS.port || unicast {
-            if now - unicastBudget.second >= .seconds(1) { unicastBudget = (now, 0) }
-            guard unicastBudget.sent < Self.unicastAnswersPerSecond else { return }
-            unicastBudget.sent += 1
+        if source.port != MDNS.port || unicast, !unicastBudgets.spend(to: source.address, now: now) {
+            // Refused: a legacy querier gets nothing (and asks again); a QU querier listens on
+            // 5353, so it gets the multicast answer (RFC 6762 §5.4), under the multicast rate limit.
+            guard source.port == MDNS.port else { return }
+            unicast = false
         }
         if source.port != MDNS.port {
             // Legacy unicast (RFC 6762 §6.7): same ID, the questions repeated, TTL at most 10 s, no cache-flush bit.

@@ -135,9 +135,9 @@ public struct MDNSBrowserCore {
     }
 
     public mutating func received(_ message: DNSMessage, from source: MDNSSource, now: NIODeadline) {
-        // RFC 6762 §6: a response from any port but 5353 is silently ignored.
-        guard isRunning, message.isResponse, source.port == MDNS.port, interfaces.contains(where: { $0.index == source.interfaceIndex })
-        else { return }
+        // RFC 6762 §6: a response from any port but 5353 is silently ignored; §11: so is one
+        // from off the link, which could otherwise plant peers from anywhere.
+        guard isRunning, message.isResponse, source.port == MDNS.port, source.isOnLink(among: interfaces) else { return }
         // Names before the addresses that depend on them.
         let ordered = (message.answers + message.additionals).sorted { Self.order($0.type) < Self.order($1.type) }
         for record in ordered { take(record, interfaceIndex: source.interfaceIndex, now: now) }

@@ -55,12 +55,18 @@ public enum MDNSAddress: Hashable, Sendable, CustomStringConvertible {
 public struct MDNSInterface: Hashable, Sendable {
     public let index: Int
     public let name: String
+    /// Ours: what the records publish and the sockets send from.
     public var addresses: [MDNSAddress]
+    /// What is on this interface's link (RFC 6762 §11): packets from elsewhere are dropped.
+    public var subnets: [MDNSSubnet]
 
-    public init(index: Int, name: String, addresses: [MDNSAddress]) {
+    /// Without `subnets`, each address counts as a subnet of its own (a /32 or /128): only an
+    /// IPv6 link-local source would then be on-link besides ourselves.
+    public init(index: Int, name: String, addresses: [MDNSAddress], subnets: [MDNSSubnet]? = nil) {
         self.index = index
         self.name = name
         self.addresses = addresses
+        self.subnets = subnets ?? addresses.map { MDNSSubnet(address: $0, prefixLength: $0.bitCount) }
     }
 }
 

@@ -26,8 +26,13 @@ public enum MDNSInterfaces {
                 continue
             }
             guard let address = device.address.flatMap(mdnsAddress) else { continue }
-            var interface = byName[device.name] ?? MDNSInterface(index: device.interfaceIndex, name: device.name, addresses: [])
+            var interface = byName[device.name] ?? MDNSInterface(index: device.interfaceIndex, name: device.name, addresses: [], subnets: [])
             if !interface.addresses.contains(address) { interface.addresses.append(address) }
+            // The link's subnets, for RFC 6762 §11: the address with its netmask, and a
+            // point-to-point link's other end.
+            var subnets = [MDNSSubnet(address: address, netmask: device.netmask.flatMap(mdnsAddress))]
+            if let peer = device.pointToPointDestinationAddress.flatMap(mdnsAddress) { subnets.append(MDNSSubnet(address: peer, netmask: nil)) }
+            for subnet in subnets where !interface.subnets.contains(subnet) { interface.subnets.append(subnet) }
             byName[device.name] = interface
         }
         return byName.values.sorted { $0.index < $1.index }

@@ -29,16 +29,18 @@ enum MDNSSocket {
             .channelOption(.socketOption(.init(rawValue: SO_REUSEPORT)), value: 1)
             // Room for the largest mDNS message (RFC 6762 §17), so none is cut short.
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 9_000))
+            // The arrival interface: the on-link check (RFC 6762 §11) needs it, and a unicast
+            // reaches whichever of our sockets the kernel picks.
+            .channelOption(.receivePacketInfo, value: true)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(handler()) }
             }
         if ipv6 {
             bootstrap = bootstrap
                 // IPv6 only: a dual-stack socket would take IPv4 packets as mapped addresses too.
+                // (The kernel matches IPv6 memberships by group alone, not by interface: every one
+                // of our IPv6 sockets gets each packet, and the arrival interface tells them apart.)
                 .channelOption(ChannelOptions.Types.SocketOption(level: .init(rawValue: Int32(IPPROTO_IPV6)), name: .init(rawValue: IPV6_V6ONLY)), value: 1)
-                // The kernel matches IPv6 memberships by group alone, not by interface: every one
-                // of our IPv6 sockets gets each packet, and the arrival interface tells them apart.
-                .channelOption(.receivePacketInfo, value: true)
         }
         return bootstrap.bind(host: ipv6 ? "::" : "0.0.0.0", port: Int(MDNS.port)).flatMap { channel in
             let configured = ipv6 ? configureIPv6(channel, interface) : configureIPv4(channel, interface)

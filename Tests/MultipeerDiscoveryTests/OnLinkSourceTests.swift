@@ -1,0 +1,56 @@
+import MultipeerDNS
+import Testing
+
+@testable import MultipeerDiscovery
+
+/// RFC 6762 §11's rule itself: which sources are on an interface's link.
+@Suite("On-link sources")
+struct OnLinkSourceTests {
+    static func ipv6(_ groups: [UInt16]) -> MDNSAddress { .ipv6(groups.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }) }
+
+    @Test func aNetmaskGivesThePrefixLength() {
+        let address = MDNSAddress.ipv4(0xC0A8_0105)
+        #expect(MDNSSubnet(address: address, netmask: .ipv4(0xFFFF_FF00)).prefixLength == 24)
+        #expect(MDNSSubnet(address: address, netmask: .ipv4(0xFFFF_F000)).prefixLength == 20)
+        #expect(MDNSSubnet(address: address, netmask: .ipv4(0xFFFF_FFFF)).prefixLength == 32)
+        #expect(MDNSSubnet(address: address, netmask: .ipv4(0)).prefixLength == 0)
+        // No netmask, or one of the other family: the address alone.
+        #expect(MDNSSubnet(address: address, netmask: nil).prefixLength == 32)
+        #expect(MDNSSubnet(address: address, netmask: Self.ipv6([0xFFFF])).prefixLength == 32)
+        let v6 = Self.ipv6([0x2001, 0xDB8, 0, 1, 0, 0, 0, 5])
+        #expect(MDNSSubnet(address: v6, netmask: Self.ipv6([0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF, 0, 0, 0, 0])).prefixLength == 64)
+        #expect(MDNSSubnet(address: v6, netmask: nil).prefixLength == 128)
+    }
+
+    @Test func aSourceIsOnLinkInsideOneOfTheInterfaceSubnets() {
+        let interface = MDNSInterface(
+            index: 3, name: "eth0", addresses: [.ipv4(0xC0A8_0105), Self.ipv6([0x2001, 0xDB8, 0, 1, 0, 0, 0, 5])],
+            subnets: [
+                MDNSSubnet(address: .ipv4(0xC0A8_0105), prefixLength: 24),
+                MDNSSubnet(address: Self.ipv6([0x2001, 0xDB8, 0, 1, 0, 0, 0, 5]), prefixLength: 64),
+            ])
+        #expect(interface.isOnLink(.ipv4(0xC0A8_01FE)))  // 192.168.1.254
+        #expect(!interface.isOnLink(.ipv4(0xC0A8_0205)))  // 192.168.2.5
+        #expect(!interface.isOnLink(.ipv4(0x0808_0808)))
+        #expect(interface.isOnLink(Self.ipv6([0x2001, 0xDB8, 0, 1, 0xAAAA, 0, 0, 9])))
+        #expect(!interface.isOnLink(Self.ipv6([0x2001, 0xDB8, 0, 2, 0, 0, 0, 5])))
+        // fe80::/10 is on every interface's link; fec0:: (outside the /10) is not.
+        #expect(interface.isOnLink(Self.ipv6([0xFE80, 0, 0, 0, 0, 0, 0, 7])))
+        #expect(interface.isOnLink(Self.ipv6([0xFEBF, 0, 0, 0, 0, 0, 0, 7])))
+        #expect(!interface.isOnLink(Self.ipv6([0xFEC0, 0, 0, 0, 0, 0, 0, 7])))
+        // An IPv4 source is never inside an IPv6 prefix, nor the other way round.
+        #expect(!MDNSSubnet(address: Self.ipv6([0]), prefixLength: 0).contains(.ipv4(1)))
+        // A packet that names an interface the core does not know is off every link.
+        let source = MDNSSource(address: .ipv4(0xC0A8_01FE), port: MDNS.port, interfaceIndex: 4)
+        #expect(!source.isOnLink(among: [interface]))
+        #expect(MDNSSource(address: .ipv4(0xC0A8_01FE), port: MDNS.port, interfaceIndex: 3).isOnLink(among: [interface]))
+    }
+
+    /// Built from addresses alone, an interface's link holds only those addresses (and IPv6 link-local ones).
+    @Test func withoutSubnetsOnlyTheAddressesAreOnLink() {
+        let interface = MDNSInterface(index: 1, name: "mp0", addresses: [.ipv4(0x0A00_0001)])
+        #expect(interface.isOnLink(.ipv4(0x0A00_0001)))
+        #expect(!interface.isOnLink(.ipv4(0x0A00_0002)))
+        #expect(interface.isOnLink(Self.ipv6([0xFE80, 0, 0, 0, 0, 0, 0, 1])))
+    }
+}

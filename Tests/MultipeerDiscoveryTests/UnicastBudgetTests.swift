@@ -1,0 +1,98 @@
+import MultipeerDNS
+import NIOCore
+import Testing
+
+@testable import MultipeerDiscovery
+
+/// Unicast answers are budgeted per source address (`UnicastAnswerBudgets`): nobody can spend
+/// another's, and a flood of sources holds a bounded table.
+@Suite("Unicast answer budgets per source")
+struct UnicastBudgetTests {
+    static func legacyQuery(id: UInt16 = 7) throws -> DNSMessage {
+        DNSMessage(id: id, isResponse: false, questions: [DNSQuestion(name: try ServiceType("chat").serviceName, type: .ptr)])
+    }
+
+    static func unicastAnswers(_ lan: VirtualLAN, from node: VirtualLAN.Node, to address: MDNSAddress, after count: Int) -> Int {
+        lan.sent.dropFirst(count).filter { sent in
+            guard sent.from == node.index, case .unicast(let source) = sent.packet.destination else { return false }
+            return source.address == address
+        }.count
+    }
+
+    @Test func oneSourceSpendingItsBudgetLeavesAnotherAnswered() throws {
+        let (lan, a) = try OffLinkPacketTests.announced(seed: 41)
+        let (greedy, polite) = (VirtualLAN.address(segment: 0, host: 50), VirtualLAN.address(segment: 0, host: 51))
+        let before = lan.sent.count
+        for _ in 0..<(UnicastAnswerBudgets.answersPerSecond * 2) {
+            lan.inject(try Self.legacyQuery(), segment: 0, from: greedy, port: 40_000)
+            lan.run(for: .milliseconds(5))
+        }
+        #expect(Self.unicastAnswers(lan, from: a, to: greedy, after: before) == UnicastAnswerBudgets.answersPerSecond)
+        // Within the same second: the greedy source is refused, the polite one answered.
+        lan.inject(try Self.legacyQuery(), segment: 0, from: greedy, port: 40_000)
+        lan.inject(try Self.legacyQuery(), segment: 0, from: polite, port: 40_001)
+        lan.run(for: .milliseconds(50))
+        #expect(Self.unicastAnswers(lan, from: a, to: greedy, after: before) == UnicastAnswerBudgets.answersPerSecond)
+        #expect(Self.unicastAnswers(lan, from: a, to: polite, after: before) == 1, "one source's flood silenced another")
+    }
+
+    /// 5,000 legacy queries in 5 s from 240 distinct sources: the table stays within its cap, and a
+    /// querier asking five times a second throughout is answered every time.
+    @Test func aFloodOfDistinctSourcesStaysWithinTheTableAndStarvesNoOne() throws {
+        let (lan, a) = try OffLinkPacketTests.announced(seed: 42)
+        let wellBehaved = VirtualLAN.address(segment: 0, host: 9)
+        let before = lan.sent.count
+        var asked = 0
+        for index in 0..<5_000 {
+            lan.inject(try Self.legacyQuery(), segment: 0, from: VirtualLAN.address(segment: 0, host: 10 + index % 240), port: 40_000)
+            if index % 200 == 0 {
+                lan.inject(try Self.legacyQuery(id: 9), segment: 0, from: wellBehaved, port: 40_009)
+                asked += 1
+            }
+            if index % 10 == 9 {
+                lan.run(for: .milliseconds(10))
+                #expect(a.advertisers[0].unicastBudgetSourceCount <= UnicastAnswerBudgets.maxSources)
+            }
+        }
+        lan.run(for: .milliseconds(100))
+        #expect(Self.unicastAnswers(lan, from: a, to: wellBehaved, after: before) == asked, "the well-behaved querier was starved")
+    }
+
+    /// When the table is full of sources that have spent their budgets, a new one is refused a
+    /// unicast answer: a legacy querier gets nothing, a QU querier (listening on 5353) the multicast answer.
+    @Test func aSourceThatDoesNotFitGetsTheMulticastAnswerToAQUQuestion() throws {
+        let (lan, a) = try OffLinkPacketTests.announced(seed: 43)
+        var budgets = UnicastAnswerBudgets()
+        let now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        var granted = 0
+        for host in 0..<UnicastAnswerBudgets.maxSources {
+            for _ in 0..<UnicastAnswerBudgets.answersPerSecond where budgets.spend(to: .ipv4(UInt32(host)), now: now) { granted += 1 }
+        }
+        #expect(granted == UnicastAnswerBudgets.maxSources * UnicastAnswerBudgets.answersPerSecond)
+        let refused = !budgets.spend(to: .ipv4(0xFFFF), now: now + .milliseconds(500))
+        #expect(refused)
+        #expect(budgets.trackedSourceCount == UnicastAnswerBudgets.maxSources)
+        // A second later the spent sources make way.
+        let admitted = budgets.spend(to: .ipv4(0xFFFF), now: now + .seconds(1))
+        #expect(admitted && budgets.trackedSourceCount == UnicastAnswerBudgets.maxSources)
+
+        // Through the core: a QU question from a source over its budget is answered by multicast.
+        let querier = VirtualLAN.address(segment: 0, host: 60)
+        let service = try ServiceType("chat").serviceName
+        let qu = DNSMessage(isResponse: false, questions: [DNSQuestion(name: service, type: .ptr, unicastResponse: true)])
+        let before = lan.sent.count
+        for _ in 0..<UnicastAnswerBudgets.answersPerSecond {
+            lan.inject(qu, segment: 0, from: querier)
+            lan.run(for: .milliseconds(5))
+        }
+        #expect(Self.unicastAnswers(lan, from: a, to: querier, after: before) == UnicastAnswerBudgets.answersPerSecond)
+        lan.inject(qu, segment: 0, from: querier)
+        lan.run(for: .milliseconds(200))
+        let multicast = lan.sent.dropFirst(before).filter { sent in
+            guard sent.from == a.index, case .multicast = sent.packet.destination else { return false }
+            return sent.packet.message.answers.contains { $0.name == service }
+        }
+        #expect(multicast.count == 1, "the refused QU question got no multicast answer")
+        #expect(Self.unicastAnswers(lan, from: a, to: querier, after: before) == UnicastAnswerBudgets.answersPerSecond)
+    }
+}
