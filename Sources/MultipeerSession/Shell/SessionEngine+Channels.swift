@@ -244,7 +244,7 @@ extension SessionEngine {
         var offset: UInt64 = 0
         do {
             let partial = resumeStore.take(key)
-            if let partial, let kept = try? OpenFile.openForUpdate(partial.path), (try? kept.truncate(to: partial.length)) != nil {
+            if let partial, let kept = try? OpenFile.openForUpdate(partial.path, readObserver: keptFileReads.withLockedValue { $0 }), (try? kept.truncate(to: partial.length)) != nil {
                 (file, path, offset) = (kept, partial.path, partial.length)
             } else {
                 if let partial { FileNames.remove(partial.path) }  // kept, but no longer usable
