@@ -84,6 +84,12 @@ package final class OpenFile: @unchecked Sendable {
         }
     }
 
+    func size() throws(FileIOError) -> UInt64 {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw FileIOError(operation: "fstat", code: errno) }
+        return UInt64(info.st_size)
+    }
+
     func truncate(to length: UInt64) throws(FileIOError) {
         guard ftruncate(descriptor, off_t(length)) == 0 else { throw FileIOError(operation: "truncate", code: errno) }
     }
