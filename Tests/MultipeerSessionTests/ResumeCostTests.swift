@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 
 /// What a peer can make the receiver spend on a partial it keeps for resuming (docs/PROTOCOL.md
-/// §7.8, issue 28): offers of a kept transfer cost no re-reading.
+/// §7.8, issue 28): offers of a kept transfer cost no re-reading, and kept files go on time.
 @Suite("Resume cost", .serialized)
 struct ResumeCostTests {
     typealias Scratch = ResourceChannelTests.Scratch
@@ -80,5 +80,18 @@ struct ResumeCostTests {
         }
         let read = readBack.load(ordering: .relaxed)
         #expect(read < 2 * kept, "50 resumes read \(read) bytes of a \(kept)-byte partial")
+    }
+
+    /// SECURITY.md: kept partials expire. Before, expiry ran only on the next keep or take, so a
+    /// partial stayed on disk for as long as nobody sent another resource.
+    @Test func aKeptPartialLeavesTheDiskAfterItsLifetimeWithoutTraffic() async throws {
+        let scratch = try Scratch()
+        let bob = try Self.receiver(scratch, lifetime: .seconds(2))
+        defer { Task { await bob.shutdown() } }
+        let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "left")
+        try await Self.leavePartial(offer, kept: 65_536, in: bob, as: .random())
+        #expect(scratch.leftovers.count == 1)
+        #expect(try await eventually(seconds: 15) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
+        #expect(bob.engine.resumeStore.count == 0)
     }
 }

@@ -58,6 +58,22 @@ struct ResumeStoreTests {
         #expect(store.count == 0)
     }
 
+    /// The store says when the next partial goes and hands back exactly those due, on the clock
+    /// it is given; the engine's timer acts on that.
+    @Test func expiryIsDecidedOnTheGivenClock() {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        #expect(store.nextExpiry == nil)
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        let other = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .random(), size: 1 << 20)
+        store.keep(Self.partial(200), for: other, now: Self.start + .minutes(3))
+        #expect(store.nextExpiry == Self.start + .minutes(10))
+        #expect(store.expire(now: Self.start + .minutes(10) - .nanoseconds(1)).isEmpty)
+        #expect(store.expire(now: Self.start + .minutes(10)).map(\.length) == [100])
+        #expect(store.nextExpiry == Self.start + .minutes(13))
+        #expect(store.expire(now: Self.start + .minutes(13)).map(\.length) == [200])
+        #expect(store.nextExpiry == nil)
+    }
+
     /// The kept hash state is SHA-256 of exactly the bytes in the kept file, and a transfer cut
     /// twice and resumed from it verifies against the digest of the whole content.
     @Test func theKeptHashStateFinishesAsTheDigestOfTheWholeFile() async throws {

@@ -7,7 +7,7 @@ import Synchronization
 /// §7.8): the file a transfer wrote to, how many bytes it holds and the SHA-256 state over exactly
 /// those bytes, for a limited time, a limited number at once. Sans-I/O: it decides what is kept
 /// and what goes when, on the clock it is given; the caller deletes the files of the partials it
-/// hands back.
+/// hands back and wakes itself at `nextExpiry`.
 package final class ResumeStore: Sendable {
     package struct Key: Hashable, Sendable {
         let peer: Bytes16
@@ -53,6 +53,9 @@ package final class ResumeStore: Sendable {
 
     var count: Int { entries.withLock { $0.count } }
 
+    /// The earliest deadline of a kept partial; nil when none is kept.
+    var nextExpiry: NIODeadline? { entries.withLock { $0.map(\.partial.expires).min() } }
+
 
     /// Keeps `partial` for `key`. `resumed` is the partial the transfer took back, if any: its
     /// deadline stands unless the transfer added bytes, so offering a kept transfer and dropping
@@ -85,6 +88,11 @@ package final class ResumeStore: Sendable {
             guard let index = entries.firstIndex(where: { $0.key == key }) else { return (nil, expired) }
             return (entries.remove(at: index).partial, expired)
         }
+    }
+
+    /// Drops the partials whose deadline is `now` or earlier and returns them.
+    package func expire(now: NIODeadline) -> [Partial] {
+        entries.withLock { Self.expire(&$0, now: now) }
     }
 
     /// Drops every kept partial and returns them.

@@ -21,6 +21,7 @@ extension SessionEngine {
     /// Deletes the partial files kept for resuming (the session is going away).
     public func discardResumableTransfers() {
         removeKept(resumeStore.removeAll())
+        armResumeExpiry()  // cancels the timer: nothing is kept
     }
 
     var acceptsChannels: Bool { channelAcceptance.withLockedValue { $0 }?() ?? true }
@@ -243,6 +244,7 @@ extension SessionEngine {
         let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
         let (kept, expired) = resumeStore.take(key, now: eventLoop.now)
         removeKept(expired)
+        armResumeExpiry()
         let reopened = kept.flatMap { reopen($0) }
         let resumed = reopened == nil ? nil : kept
         let file: OpenFile
@@ -298,6 +300,30 @@ extension SessionEngine {
     /// so a resend right after finds it.
     func keepPartial(_ partial: ResumeStore.Partial, for key: ResumeStore.Key, resumed: ResumeStore.Partial?) {
         removeKept(resumeStore.keep(partial, for: key, resumed: resumed, now: eventLoop.now))
+        armResumeExpiry()
+    }
+
+    /// Sets the timer for the store's next expiry, so kept files go on time with no traffic;
+    /// cancels it once nothing is kept. The store decides what expires; this deletes the files.
+    func armResumeExpiry() {
+        guard eventLoop.inEventLoop else {
+            eventLoop.execute { [self] in armResumeExpiry() }
+            return
+        }
+        let state = state.value
+        let next = resumeStore.nextExpiry
+        guard state.resumeExpiry?.deadline != next else { return }
+        state.resumeExpiry?.task.cancel()
+        state.resumeExpiry = next.map { deadline in
+            // Weak: a timer up to a lifetime away must not keep a dropped engine alive.
+            let task = eventLoop.scheduleTask(deadline: deadline) { [weak self] in
+                guard let self else { return }
+                self.state.value.resumeExpiry = nil
+                removeKept(resumeStore.expire(now: eventLoop.now))
+                armResumeExpiry()
+            }
+            return (deadline, task)
+        }
     }
 
     /// Deletes the files of partials the store let go.

@@ -834,6 +834,8 @@ final class EngineState {
     var datagramsRead = 0
     /// A message was delivered since the last `readPassEnded` event.
     var deliveredInReadPass = false
+    /// The timer that deletes kept partials when the earliest one's lifetime ends.
+    var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
 
     init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
         self.core = core
