@@ -1,7 +1,8 @@
 import CMultipeerOpenSSL
 
 /// Incremental SHA-256 on OpenSSL, for content too large to hold (resources, docs/PROTOCOL.md §7.8).
-/// Not thread-safe: one owner feeds it in order.
+/// Not thread-safe: one owner feeds it in order. Its state is a digest of content we stored:
+/// released, OpenSSL zeroes it (`EVP_MD_CTX_free` clears the digest's context before freeing).
 public final class SHA256Hasher: @unchecked Sendable {
     public static let digestLength = 32
     private let context: OpaquePointer
@@ -14,6 +15,8 @@ public final class SHA256Hasher: @unchecked Sendable {
         self.context = context
     }
 
+    private init(context: OpaquePointer) { self.context = context }
+
     deinit { EVP_MD_CTX_free(context) }
 
     public func update(_ bytes: UnsafeRawBufferPointer) {
@@ -24,6 +27,18 @@ public final class SHA256Hasher: @unchecked Sendable {
 
     public func update(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { update($0) }
+    }
+
+    /// An independent hasher in the same state (`EVP_MD_CTX_copy_ex`): fed the same bytes, both
+    /// give the same digest. Nil when OpenSSL cannot copy it (out of memory).
+    public func copy() -> SHA256Hasher? {
+        precondition(!finished, "SHA256Hasher copied after finalize")
+        guard let duplicate = EVP_MD_CTX_new() else { return nil }
+        guard EVP_MD_CTX_copy_ex(duplicate, context) == 1 else {
+            EVP_MD_CTX_free(duplicate)
+            return nil
+        }
+        return SHA256Hasher(context: duplicate)
     }
 
     /// The digest of everything fed so far; the hasher cannot be fed afterwards.

@@ -30,9 +30,8 @@ struct ResourceReceiverTests {
         let offer = try ResourceOffer(size: size, transferID: .zero, name: "x")
         let receiver = ResourceReceiver(
             channel: 1, offer: offer, peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
-            file: try OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
-            linkage: linkage, resumeKey: .init(peer: .zero, fingerprint: nil, transferID: .zero, size: size), resumeStore: nil,
-            writeFault: nil, onProgress: { _ in }, onCompletion: { result in outcome.withLock { $0 = result } })
+            file: try OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+            linkage: linkage, keepPartial: nil, writeFault: nil, onProgress: { _ in }, onCompletion: { result in outcome.withLock { $0 = result } })
         for frame in frames { _ = receiver.peerSent(frame) }
         try #require(try await eventually { outcome.withLock { $0 } != nil })
         return (outcome.withLock { $0 }!, linkage.sent.withLock { $0.map(\.0) }, path)
@@ -90,15 +89,15 @@ struct ResourceReceiverTests {
             let receiver = ResourceReceiver(
                 channel: 1, offer: try ResourceOffer(size: 1 << 20, transferID: .zero, name: "x"),
                 peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
-                file: try OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
-                linkage: Linkage(), resumeKey: key, resumeStore: store, writeFault: nil,
+                file: try OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
+                linkage: Linkage(), keepPartial: { store.keep($0, for: key, resumed: $1, now: .now()) }, writeFault: nil,
                 onProgress: { _ in }, onCompletion: { _ in done.withLock { $0 = true } })
             for _ in 0..<(round % 7 + 2) { _ = receiver.peerSent(.resourceChunk(channel: 1, chunk)) }
             receiver.failed(TransferError(.connectionLost))
             try #require(try await eventually { done.withLock { $0 } })
             // Whatever was still being written has landed once the pool is idle.
             try await NIOThreadPool.singleton.runIfActive { }
-            guard let partial = store.take(key) else { continue }
+            guard let partial = store.take(key, now: .now()).partial else { continue }
             checked += 1
             let length = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? 0
             if length != partial.length { mismatches += 1 }

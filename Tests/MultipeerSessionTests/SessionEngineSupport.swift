@@ -170,10 +170,10 @@ struct RawMember {
     struct NotEstablished: Error {}
 
     static func join(
-        _ victim: EngineProbe, name: String, preference: WireEncryptionPreference = .required,
+        _ victim: EngineProbe, name: String, identifier: Bytes16 = .random(), preference: WireEncryptionPreference = .required,
         keepalive: KeepalivePolicy? = KeepalivePolicy(), harness: LoopbackHarness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
     ) async throws -> RawMember {
-        let peer = try WirePeerID(identifier: .random(), displayName: name)
+        let peer = try WirePeerID(identifier: identifier, displayName: name)
         let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
         let log = EventLog()
         let configuration = ConnectionConfiguration(

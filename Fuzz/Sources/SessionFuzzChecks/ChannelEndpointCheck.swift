@@ -152,11 +152,17 @@ extension SessionFuzzChecks {
         let outcomes = Mutex<[Result<String, TransferError>]>([])
         let store = usesStore ? ResumeStore(capacity: 4, lifetime: .seconds(60)) : nil
         let key = ResumeStore.Key(peer: fuzzPeer.identifier, fingerprint: nil, transferID: .zero, size: UInt64(size))
+        var keep: (@Sendable (ResumeStore.Partial, ResumeStore.Partial?) -> Void)?
+        if let store {
+            keep = { partial, resumed in
+                for dropped in store.keep(partial, for: key, resumed: resumed, now: NIODeadline.now()) { unlink(dropped.path) }
+            }
+        }
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         let receiver = ResourceReceiver(
             channel: 1, offer: try! ResourceOffer(size: UInt64(size), transferID: .zero, name: "r"), peer: fuzzPeer, path: path,
-            file: try! OpenFile.create(path), startOffset: 0, pool: .singleton, eventLoop: loop,
-            linkage: linkage, resumeKey: key, resumeStore: store, writeFault: nil,
+            file: try! OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: loop,
+            linkage: linkage, keepPartial: keep, writeFault: nil,
             onProgress: { _ in },
             onCompletion: { result in
                 outcomes.withLock { outcomes in
@@ -279,12 +285,14 @@ extension SessionFuzzChecks {
                 precondition(connectionLost && frames.isEmpty, "a lost connection answers nothing")
                 if let store {
                     // An empty partial is not worth keeping: then there is no file either.
-                    if let partial = store.take(key) {
+                    if let partial = store.take(key, now: .now()).partial {
                         keptPartial = true
                         precondition(partial.path == path && partial.length > 0, "the kept partial is not this transfer's")
                         let kept = contents(of: path) ?? []
                         precondition(kept.count == Int(partial.length) && kept.count <= sent && kept[...] == content.prefix(kept.count),
                             "the kept partial is not a prefix of what was sent, or not as long as recorded")
+                        precondition(partial.hashState.copy()?.finalize() == SHA256Hasher.digest(kept),
+                            "the kept hash state is not the SHA-256 of the kept bytes")
                     } else {
                         precondition(!fileExists, "a file left behind that nobody can resume")
                     }

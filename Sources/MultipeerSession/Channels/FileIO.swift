@@ -16,8 +16,13 @@ package struct FileIOError: Error, CustomStringConvertible {
 /// One open file; closed on `close()` or when released.
 package final class OpenFile: @unchecked Sendable {
     private(set) var descriptor: Int32
+    /// Told how many bytes each read returned (a test's measure of what a resume reads back).
+    private let readObserver: (@Sendable (Int) -> Void)?
 
-    private init(descriptor: Int32) { self.descriptor = descriptor }
+    private init(descriptor: Int32, readObserver: (@Sendable (Int) -> Void)? = nil) {
+        self.descriptor = descriptor
+        self.readObserver = readObserver
+    }
 
     deinit { close() }
 
@@ -39,10 +44,10 @@ package final class OpenFile: @unchecked Sendable {
         return OpenFile(descriptor: descriptor)
     }
 
-    static func openForUpdate(_ path: String) throws(FileIOError) -> OpenFile {
+    static func openForUpdate(_ path: String, readObserver: (@Sendable (Int) -> Void)? = nil) throws(FileIOError) -> OpenFile {
         let descriptor = open(path, O_RDWR | O_CLOEXEC)
         guard descriptor >= 0 else { throw FileIOError(operation: "open", code: errno) }
-        return OpenFile(descriptor: descriptor)
+        return OpenFile(descriptor: descriptor, readObserver: readObserver)
     }
 
     /// Reads exactly `count` bytes at `offset` (fewer only at the end of the file).
@@ -60,6 +65,7 @@ package final class OpenFile: @unchecked Sendable {
             if got == 0 { break }
             total += got
         }
+        readObserver?(total)
         return buffer
     }
 
@@ -76,6 +82,12 @@ package final class OpenFile: @unchecked Sendable {
             }
             written += result
         }
+    }
+
+    func size() throws(FileIOError) -> UInt64 {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw FileIOError(operation: "fstat", code: errno) }
+        return UInt64(info.st_size)
     }
 
     func truncate(to length: UInt64) throws(FileIOError) {

@@ -8,7 +8,8 @@ import Synchronization
 /// chunks in order on a thread pool, gives window back as they reach the file, checks the size
 /// and the SHA-256 of the whole content at RESOURCE_COMPLETE, then answers RESOURCE_RECEIVED or
 /// RESOURCE_CANCEL. A failed or cancelled transfer leaves no file; one cut off by a lost
-/// connection is kept for resuming when a store is given.
+/// connection is handed to `keepPartial` for resuming, with the hash state of what it wrote, so
+/// a resume continues hashing where this one stopped and never reads the prefix back.
 ///
 /// The outcome is claimed under the lock before any final frame goes out, so a cancel racing
 /// the verification cannot tell the sender one thing and do another.
@@ -43,20 +44,24 @@ package final class ResourceReceiver: InboundChannel {
     private let pool: NIOThreadPool
     private let eventLoop: any EventLoop
     private let linkage: any ChannelLinkage
-    private let resumeKey: ResumeStore.Key
-    private let resumeStore: ResumeStore?
-    /// Fed in file order on the pool, one task at a time.
-    private let hasher = SHA256Hasher()
+    /// The kept partial this transfer resumed, if any.
+    private let resumed: ResumeStore.Partial?
+    /// Takes a partial cut off by a lost connection (and the one it resumed); without it the file goes.
+    private let keepPartial: (@Sendable (ResumeStore.Partial, _ resumed: ResumeStore.Partial?) -> Void)?
+    /// Fed in file order on the pool, one task at a time, with exactly the bytes written.
+    private let hasher: SHA256Hasher
     private let state: Mutex<State>
     private let onProgress: @Sendable (UInt64) -> Void
     private let onCompletion: @Sendable (Result<String, TransferError>) -> Void
     /// A test's way to make the store fail: called before each write.
     private let writeFault: (@Sendable (UInt64) throws -> Void)?
 
+    /// `resumed`: a kept partial of this transfer, whose file `file` is, cut to its length.
     package init(
-        channel: UInt32, offer: ResourceOffer, peer: WirePeerID, path: String, file: OpenFile, startOffset: UInt64,
+        channel: UInt32, offer: ResourceOffer, peer: WirePeerID, path: String, file: OpenFile, resumed: ResumeStore.Partial?,
         pool: NIOThreadPool, eventLoop: any EventLoop, linkage: any ChannelLinkage,
-        resumeKey: ResumeStore.Key, resumeStore: ResumeStore?, writeFault: (@Sendable (UInt64) throws -> Void)?,
+        keepPartial: (@Sendable (ResumeStore.Partial, _ resumed: ResumeStore.Partial?) -> Void)?,
+        writeFault: (@Sendable (UInt64) throws -> Void)?,
         onProgress: @escaping @Sendable (UInt64) -> Void, onCompletion: @escaping @Sendable (Result<String, TransferError>) -> Void
     ) {
         self.channel = channel
@@ -64,44 +69,17 @@ package final class ResourceReceiver: InboundChannel {
         self.peer = peer
         self.path = path
         self.file = file
-        self.startOffset = startOffset
+        self.resumed = resumed
+        startOffset = resumed?.length ?? 0
+        hasher = resumed?.hashState ?? SHA256Hasher()
         self.pool = pool
         self.eventLoop = eventLoop
         self.linkage = linkage
-        self.resumeKey = resumeKey
-        self.resumeStore = resumeStore
+        self.keepPartial = keepPartial
         self.writeFault = writeFault
         self.onProgress = onProgress
         self.onCompletion = onCompletion
         state = Mutex(State(written: startOffset))
-    }
-
-    /// On the loop, once RESOURCE_ACCEPT is sent: hashes a resumed prefix before any new byte.
-    func start() {
-        guard startOffset > 0 else { return }
-        state.withLock { $0.writeInFlight = true }
-        let (file, hasher, length) = (file, hasher, startOffset)
-        pool.runIfActive(eventLoop: eventLoop) { () throws in
-            var position: UInt64 = 0
-            while position < length {
-                let block = try file.read(count: Int(min(UInt64(ResourceSender.readBlock), length - position)), at: position)
-                guard block.readableBytes > 0 else { throw FileIOError(operation: "read (kept file shrank)", code: 5) }
-                block.withUnsafeReadableBytes { hasher.update($0) }
-                position += UInt64(block.readableBytes)
-            }
-        }.whenComplete { [self] result in
-            let lost = state.withLock { state -> TransferError? in
-                state.writeInFlight = false
-                return state.failedWhileWriting
-            }
-            if let lost {
-                keepPartialAndReport(lost)
-            } else if case .failure(let error) = result {
-                storageFailed(error)
-            } else {
-                writeMore()
-            }
-        }
     }
 
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
@@ -161,11 +139,13 @@ package final class ResourceReceiver: InboundChannel {
         keepPartialAndReport()
     }
 
-    /// The outcome is claimed and no write runs or can start: the file's length is final.
+    /// The outcome is claimed and no write runs or can start: the file's length and the hash
+    /// state are final, and match. A state OpenSSL cannot copy loses the partial rather than
+    /// costing a re-read later.
     private func keepPartialAndReport() {
         let written = state.withLock { $0.written }
-        if let resumeStore {
-            resumeStore.keep(ResumeStore.Partial(path: path, length: written), for: resumeKey)
+        if let keepPartial, let hashState = hasher.copy() {
+            keepPartial(ResumeStore.Partial(path: path, length: written, hashState: hashState), resumed)
         } else {
             FileNames.remove(path)
         }
@@ -189,17 +169,29 @@ package final class ResourceReceiver: InboundChannel {
             return
         }
         let (file, hasher, fault) = (file, hasher, writeFault)
-        pool.runIfActive(eventLoop: eventLoop) { () throws -> Int in
+        pool.runIfActive(eventLoop: eventLoop) { () -> (bytes: Int, error: (any Error)?) in
+            // Counts (and hashes) whole chunks that landed even when a later one fails, so a
+            // partial kept after a failed write has a hash state of exactly its bytes.
             var position = batch.at
-            for chunk in batch.chunks {
-                try fault?(position)
-                try file.write(chunk, at: position)
-                chunk.withUnsafeReadableBytes { hasher.update($0) }
-                position += UInt64(chunk.readableBytes)
+            do {
+                for chunk in batch.chunks {
+                    try fault?(position)
+                    try file.write(chunk, at: position)
+                    chunk.withUnsafeReadableBytes { hasher.update($0) }
+                    position += UInt64(chunk.readableBytes)
+                }
+                return (Int(position - batch.at), nil)
+            } catch {
+                return (Int(position - batch.at), error)
             }
-            return Int(position - batch.at)
-        }.whenComplete { [self] result in
-            let bytes = (try? result.get()) ?? 0
+        }.whenComplete { [self] outcome in
+            let result: Result<Int, any Error>
+            switch outcome {
+            case .success((let bytes, nil)): result = .success(bytes)
+            case .success((_, let error?)): result = .failure(error)
+            case .failure(let error): result = .failure(error)  // the pool is shutting down
+            }
+            let bytes = (try? outcome.get().bytes) ?? 0
             let (written, lost) = state.withLock { state -> (UInt64, TransferError?) in
                 state.writeInFlight = false
                 state.written += UInt64(bytes)

@@ -1,10 +1,13 @@
+import MultipeerCrypto
 import MultipeerWire
 import NIOCore
 import Synchronization
 
 /// Interrupted incoming transfers kept so that the same sender can resume them (docs/PROTOCOL.md
-/// §7.8): the file a transfer wrote to and how many bytes it holds, for a limited time, a limited
-/// number at once. A kept file belongs to the store until a transfer takes it back or it expires.
+/// §7.8): the file a transfer wrote to, how many bytes it holds and the SHA-256 state over exactly
+/// those bytes, for a limited time, a limited number at once. Sans-I/O: it decides what is kept
+/// and what goes when, on the clock it is given; the caller deletes the files of the partials it
+/// hands back and wakes itself at `nextExpiry`.
 package final class ResumeStore: Sendable {
     package struct Key: Hashable, Sendable {
         let peer: Bytes16
@@ -24,16 +27,24 @@ package final class ResumeStore: Sendable {
     package struct Partial: Sendable {
         package let path: String
         package let length: UInt64
-    }
+        /// SHA-256 fed the first `length` bytes of the file as they were written, so a resume
+        /// continues from it and never reads the prefix back. Owned by whoever holds the partial;
+        /// freeing it zeroes it (SHA256Hasher).
+        package let hashState: SHA256Hasher
+        /// When it goes; set by the store.
+        package fileprivate(set) var expires: NIODeadline = .distantFuture
 
-    private struct Entry {
-        let partial: Partial
-        let expires: NIODeadline
+        package init(path: String, length: UInt64, hashState: SHA256Hasher) {
+            self.path = path
+            self.length = length
+            self.hashState = hashState
+        }
     }
 
     let capacity: Int
     let lifetime: TimeAmount
-    private let entries = Mutex<[(key: Key, entry: Entry)]>([])
+    /// Oldest first.
+    private let entries = Mutex<[(key: Key, partial: Partial)]>([])
 
     package init(capacity: Int, lifetime: TimeAmount) {
         self.capacity = max(0, capacity)
@@ -42,48 +53,59 @@ package final class ResumeStore: Sendable {
 
     var count: Int { entries.withLock { $0.count } }
 
-    /// Keeps `partial` for `key`, evicting (and deleting) the oldest past the capacity.
-    func keep(_ partial: Partial, for key: Key, now: NIODeadline = .now()) {
-        var removed: [String] = []
+    /// The earliest deadline of a kept partial; nil when none is kept.
+    var nextExpiry: NIODeadline? { entries.withLock { $0.map(\.partial.expires).min() } }
+
+
+    /// Keeps `partial` for `key`. `resumed` is the partial the transfer took back, if any: its
+    /// deadline stands unless the transfer added bytes, so offering a kept transfer and dropping
+    /// the connection, over and over, cannot keep it for ever. Returns the partials dropped (this
+    /// one when it is not kept, expired, replaced or evicted past the capacity): their files are
+    /// the caller's to delete.
+    @discardableResult
+    package func keep(_ partial: Partial, for key: Key, resumed: Partial? = nil, now: NIODeadline) -> [Partial] {
+        var partial = partial
+        if let resumed, partial.length <= resumed.length {
+            partial.expires = resumed.expires
+        } else {
+            partial.expires = now + lifetime
+        }
+        return entries.withLock { entries in
+            var dropped = Self.expire(&entries, now: now)
+            if let index = entries.firstIndex(where: { $0.key == key }) { dropped.append(entries.remove(at: index).partial) }
+            guard capacity > 0, partial.length > 0, partial.expires > now else { return dropped + [partial] }
+            entries.append((key, partial))
+            while entries.count > capacity { dropped.append(entries.removeFirst().partial) }
+            return dropped
+        }
+    }
+
+    /// The kept partial for `key`, now the caller's (nil when none or expired), and the partials
+    /// that expired by `now`.
+    package func take(_ key: Key, now: NIODeadline) -> (partial: Partial?, expired: [Partial]) {
         entries.withLock { entries in
-            removed += expire(&entries, now: now)
-            if let index = entries.firstIndex(where: { $0.key == key }) {
-                removed.append(entries.remove(at: index).entry.partial.path)
-            }
-            guard capacity > 0, partial.length > 0 else {
-                removed.append(partial.path)
-                return
-            }
-            entries.append((key, Entry(partial: partial, expires: now + lifetime)))
-            while entries.count > capacity { removed.append(entries.removeFirst().entry.partial.path) }
+            let expired = Self.expire(&entries, now: now)
+            guard let index = entries.firstIndex(where: { $0.key == key }) else { return (nil, expired) }
+            return (entries.remove(at: index).partial, expired)
         }
-        for path in removed { FileNames.remove(path) }
     }
 
-    /// The kept partial for `key`, now the caller's; nil when none (or expired).
-    package func take(_ key: Key, now: NIODeadline = .now()) -> Partial? {
-        var removed: [String] = []
-        let found = entries.withLock { entries -> Partial? in
-            removed = expire(&entries, now: now)
-            guard let index = entries.firstIndex(where: { $0.key == key }) else { return nil }
-            return entries.remove(at: index).entry.partial
-        }
-        for path in removed { FileNames.remove(path) }
-        return found
+    /// Drops the partials whose deadline is `now` or earlier and returns them.
+    package func expire(now: NIODeadline) -> [Partial] {
+        entries.withLock { Self.expire(&$0, now: now) }
     }
 
-    /// Deletes every kept file.
-    func removeAll() {
-        let paths = entries.withLock { entries in
+    /// Drops every kept partial and returns them.
+    package func removeAll() -> [Partial] {
+        entries.withLock { entries in
             defer { entries.removeAll() }
-            return entries.map(\.entry.partial.path)
+            return entries.map(\.partial)
         }
-        for path in paths { FileNames.remove(path) }
     }
 
-    private func expire(_ entries: inout [(key: Key, entry: Entry)], now: NIODeadline) -> [String] {
-        let expired = entries.filter { $0.entry.expires <= now }.map(\.entry.partial.path)
-        entries.removeAll { $0.entry.expires <= now }
+    private static func expire(_ entries: inout [(key: Key, partial: Partial)], now: NIODeadline) -> [Partial] {
+        let expired = entries.filter { $0.partial.expires <= now }.map(\.partial)
+        entries.removeAll { $0.partial.expires <= now }
         return expired
     }
 }

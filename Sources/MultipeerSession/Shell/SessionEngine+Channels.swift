@@ -19,7 +19,10 @@ extension SessionEngine {
     }
 
     /// Deletes the partial files kept for resuming (the session is going away).
-    public func discardResumableTransfers() { resumeStore.removeAll() }
+    public func discardResumableTransfers() {
+        removeKept(resumeStore.removeAll())
+        armResumeExpiry()  // cancels the timer: nothing is kept
+    }
 
     var acceptsChannels: Bool { channelAcceptance.withLockedValue { $0 }?() ?? true }
 
@@ -239,15 +242,17 @@ extension SessionEngine {
             return refuse("too many incoming resources at once")
         }
         let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+        let (kept, expired) = resumeStore.take(key, now: eventLoop.now)
+        removeKept(expired)
+        armResumeExpiry()
+        let reopened = kept.flatMap { reopen($0) }
+        let resumed = reopened == nil ? nil : kept
         let file: OpenFile
         let path: String
-        var offset: UInt64 = 0
         do {
-            let partial = resumeStore.take(key)
-            if let partial, let kept = try? OpenFile.openForUpdate(partial.path), (try? kept.truncate(to: partial.length)) != nil {
-                (file, path, offset) = (kept, partial.path, partial.length)
+            if let reopened, let resumed {
+                (file, path) = (reopened, resumed.path)
             } else {
-                if let partial { FileNames.remove(partial.path) }  // kept, but no longer usable
                 try prepareResourceDirectory(limits.resourceDirectory)
                 path = limits.resourceDirectory + "/.mpcp-" + Bytes16.random().description + ".part"
                 file = try OpenFile.create(path)
@@ -255,11 +260,16 @@ extension SessionEngine {
         } catch {
             return refuse("cannot store it: \(error)")
         }
+        let offset = resumed?.length ?? 0
         incomingResources.add(1, ordering: .relaxed)
         let transfer = ResourceTransfer(name: offer.name, peer: peer, size: offer.size, direction: .incoming)
         let receiver = ResourceReceiver(
-            channel: channel, offer: offer, peer: peer, path: path, file: file, startOffset: offset,
-            pool: fileIOPool, eventLoop: eventLoop, linkage: mux, resumeKey: key, resumeStore: resumeStore,
+            channel: channel, offer: offer, peer: peer, path: path, file: file, resumed: resumed,
+            pool: fileIOPool, eventLoop: eventLoop, linkage: mux,
+            keepPartial: { [weak self] partial, resumed in
+                guard let self else { return FileNames.remove(partial.path) }
+                keepPartial(partial, for: key, resumed: resumed)
+            },
             writeFault: storageFault.withLockedValue { $0 },
             onProgress: { transfer.progressed(to: $0) },
             onCompletion: { [onEvent] result in
@@ -269,9 +279,56 @@ extension SessionEngine {
         mux.inbound[channel] = receiver
         writeChannelFrame(.resourceAccept(channel: channel, offset: offset), on: connection, flush: false)
         widenWindow(of: channel, on: connection)
-        receiver.start()
         transfer.progressed(to: offset)
         onEvent(.resourceStarted(transfer))
+    }
+
+    /// A kept partial's file, cut to the length its hash state covers. Nil, and the file gone,
+    /// when it cannot be opened or is shorter than that (its hash state would not match): the
+    /// transfer then starts over rather than re-reading anything.
+    private func reopen(_ partial: ResumeStore.Partial) -> OpenFile? {
+        if let file = try? OpenFile.openForUpdate(partial.path, readObserver: keptFileReads.withLockedValue { $0 }),
+            let size = try? file.size(), size >= partial.length, (try? file.truncate(to: partial.length)) != nil
+        {
+            return file
+        }
+        FileNames.remove(partial.path)
+        return nil
+    }
+
+    /// A receiver cut off by a lost connection, on any thread. Kept before the receiver reports,
+    /// so a resend right after finds it.
+    func keepPartial(_ partial: ResumeStore.Partial, for key: ResumeStore.Key, resumed: ResumeStore.Partial?) {
+        removeKept(resumeStore.keep(partial, for: key, resumed: resumed, now: eventLoop.now))
+        armResumeExpiry()
+    }
+
+    /// Sets the timer for the store's next expiry, so kept files go on time with no traffic;
+    /// cancels it once nothing is kept. The store decides what expires; this deletes the files.
+    func armResumeExpiry() {
+        guard eventLoop.inEventLoop else {
+            eventLoop.execute { [self] in armResumeExpiry() }
+            return
+        }
+        let state = state.value
+        let next = resumeStore.nextExpiry
+        guard state.resumeExpiry?.deadline != next else { return }
+        state.resumeExpiry?.task.cancel()
+        state.resumeExpiry = next.map { deadline in
+            // Weak: a timer up to a lifetime away must not keep a dropped engine alive.
+            let task = eventLoop.scheduleTask(deadline: deadline) { [weak self] in
+                guard let self else { return }
+                self.state.value.resumeExpiry = nil
+                removeKept(resumeStore.expire(now: eventLoop.now))
+                armResumeExpiry()
+            }
+            return (deadline, task)
+        }
+    }
+
+    /// Deletes the files of partials the store let go.
+    func removeKept(_ partials: [ResumeStore.Partial]) {
+        for partial in partials { FileNames.remove(partial.path) }
     }
 
     /// Raises a channel the peer opened from the protocol's initial window to ours.

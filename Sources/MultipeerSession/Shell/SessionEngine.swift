@@ -35,6 +35,8 @@ public final class SessionEngine: Sendable {
     let fileIOPool = NIOThreadPool.singleton
     /// Tests make the resource store fail with this (called before each write, with the offset).
     let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
+    /// Tests count the bytes read back from kept partial files with this.
+    let keptFileReads = NIOLockedValueBox<(@Sendable (Int) -> Void)?>(nil)
 
     private enum Outgoing: Sendable {
         case reliable([Frame], to: [Bytes16])
@@ -829,6 +831,8 @@ final class EngineState {
     var datagramsRead = 0
     /// A message was delivered since the last `readPassEnded` event.
     var deliveredInReadPass = false
+    /// The timer that deletes kept partials when the earliest one's lifetime ends.
+    var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
 
     /// How far a pending link's handshake got, for deciding which to shed.
     func handshakeProgress(_ id: LinkID) -> PendingProgress {

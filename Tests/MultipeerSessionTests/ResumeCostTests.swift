@@ -1,0 +1,97 @@
+import Foundation
+@testable import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import Synchronization
+import Testing
+
+/// What a peer can make the receiver spend on a partial it keeps for resuming (docs/PROTOCOL.md
+/// §7.8, issue 28): offers of a kept transfer cost no re-reading, and kept files go on time.
+@Suite("Resume cost", .serialized)
+struct ResumeCostTests {
+    typealias Scratch = ResourceChannelTests.Scratch
+
+    static func receiver(_ scratch: Scratch, lifetime: TimeAmount = .minutes(10)) throws -> EngineProbe {
+        // Windows wide enough for a raw peer to send the whole partial without reading returns.
+        try EngineProbe(name: "bob", channels: ChannelConfiguration(
+            channelReceiveWindow: 4 << 20, connectionReceiveWindow: 8 << 20, resourceDirectory: scratch.received,
+            resumeLifetime: lifetime))
+    }
+
+    static func isWindow(_ frame: Frame, channel: UInt32) -> Bool {
+        if case .windowUpdate(channel, _) = frame { return true }
+        return false
+    }
+
+    static func isGone(_ bob: EngineProbe, _ peer: Bytes16) -> Bool {
+        if case .notConnected = bob.lastState(ofPeer: peer) { return true }
+        return false
+    }
+
+    /// A raw peer joins as `peer`, offers `offer` on channel 1 and waits for the answer.
+    static func offer(_ offer: ResourceOffer, to bob: EngineProbe, as peer: Bytes16, expecting offset: UInt64) async throws -> RawMember {
+        let member = try await RawMember.join(bob, name: "mallory", identifier: peer)
+        try #require(try await eventually { bob.lastState(ofPeer: peer) == .connected })
+        try await member.channel.writeAndFlush(Frame.resourceOffer(channel: 1, offer)).get()
+        try #require(try await member.log.wait { log in
+            log.frames.contains(.resourceAccept(channel: 1, offset: offset))
+                && log.frames.contains { isWindow($0, channel: 0) } && log.frames.contains { isWindow($0, channel: 1) }
+        })
+        return member
+    }
+
+    /// The connection drops; Bob keeps what reached its file.
+    static func drop(_ member: RawMember, from bob: EngineProbe) async throws {
+        try await member.channel.close()
+        try #require(try await eventually { isGone(bob, member.peer.identifier) && bob.engine.resumeStore.count == 1 })
+    }
+
+    /// A raw peer sends `kept` bytes of `offer` and drops the connection: Bob keeps them.
+    static func leavePartial(_ offer: ResourceOffer, kept: Int, in bob: EngineProbe, as peer: Bytes16) async throws {
+        let member = try await Self.offer(offer, to: bob, as: peer, expecting: 0)
+        var sent = 0
+        while sent < kept {
+            let count = min(65_536, kept - sent)
+            member.channel.write(Frame.resourceChunk(channel: 1, ByteBuffer(repeating: 0x5A, count: count)), promise: nil)
+            sent += count
+        }
+        member.channel.flush()
+        try #require(try await eventually { bob.startedResources.last?.completedBytes == UInt64(kept) })
+        try await drop(member, from: bob)
+    }
+
+    /// Issue 28: every resume re-read and re-hashed the kept prefix, so a peer that offered a kept
+    /// transfer and dropped the connection, over and over, cost the receiver the whole prefix
+    /// each time. Fifty offers of a kept 4 MiB partial must cost less than reading it twice.
+    @Test func reofferingAKeptPartialDoesNotReadItAgain() async throws {
+        let scratch = try Scratch()
+        let bob = try Self.receiver(scratch)
+        defer { Task { await bob.shutdown() } }
+        let readBack = Atomic<Int>(0)
+        bob.engine.keptFileReads.withLockedValue { $0 = { readBack.add($0, ordering: .relaxed) } }
+        let mallory = Bytes16.random()
+        let kept = 4 << 20
+        let offer = try ResourceOffer(size: UInt64(kept) + 1, transferID: .random(), name: "bait")
+        try await Self.leavePartial(offer, kept: kept, in: bob, as: mallory)
+        for _ in 0..<50 {
+            let member = try await Self.offer(offer, to: bob, as: mallory, expecting: UInt64(kept))
+            try await Self.drop(member, from: bob)
+        }
+        let read = readBack.load(ordering: .relaxed)
+        #expect(read < 2 * kept, "50 resumes read \(read) bytes of a \(kept)-byte partial")
+    }
+
+    /// SECURITY.md: kept partials expire. Before, expiry ran only on the next keep or take, so a
+    /// partial stayed on disk for as long as nobody sent another resource.
+    @Test func aKeptPartialLeavesTheDiskAfterItsLifetimeWithoutTraffic() async throws {
+        let scratch = try Scratch()
+        let bob = try Self.receiver(scratch, lifetime: .seconds(2))
+        defer { Task { await bob.shutdown() } }
+        let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "left")
+        try await Self.leavePartial(offer, kept: 65_536, in: bob, as: .random())
+        #expect(scratch.leftovers.count == 1)
+        #expect(try await eventually(seconds: 15) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
+        #expect(bob.engine.resumeStore.count == 0)
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import MultipeerCrypto
+@testable import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+
+/// Partials kept for resuming (docs/PROTOCOL.md §7.8): their lifetime on a virtual clock, and
+/// the hash state kept with them.
+@Suite("Resume store")
+struct ResumeStoreTests {
+    static let start = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+    static let key = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .zero, size: 1 << 20)
+
+    static func partial(_ length: UInt64) -> ResumeStore.Partial {
+        ResumeStore.Partial(path: "/nonexistent/\(length).part", length: length, hashState: SHA256Hasher())
+    }
+
+    /// Before, every keep started a fresh lifetime, so a peer that offered a kept transfer and
+    /// dropped the connection before sending a byte, once in every lifetime, kept it for ever.
+    @Test func aResumeThatAddsNoBytesKeepsTheFirstDeadline() {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        for minute in 1...9 {
+            let now = Self.start + .minutes(Int64(minute))
+            guard let taken = store.take(Self.key, now: now).partial else {
+                Issue.record("gone after \(minute) minutes of a 10-minute lifetime")
+                return
+            }
+            #expect(store.keep(Self.partial(100), for: Self.key, resumed: taken, now: now).isEmpty)
+        }
+        let (late, expired) = store.take(Self.key, now: Self.start + .minutes(10))
+        #expect(late == nil, "renewed by resumes that added nothing")
+        #expect(expired.map(\.length) == [100])
+        #expect(store.count == 0)
+    }
+
+    /// A resume that stored more bytes earns a fresh lifetime from then.
+    @Test func aResumeThatAddsBytesRenewsTheLifetime() throws {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        let now = Self.start + .minutes(9)
+        let taken = try #require(store.take(Self.key, now: now).partial)
+        store.keep(Self.partial(200), for: Self.key, resumed: taken, now: now)
+        #expect(store.take(Self.key, now: now + .minutes(9)).partial?.length == 200)
+    }
+
+    /// A resume cut off after its partial's deadline passed does not put it back.
+    @Test func aPartialWhoseDeadlinePassedDuringAResumeIsNotKept() throws {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        let taken = try #require(store.take(Self.key, now: Self.start + .minutes(9)).partial)
+        let dropped = store.keep(Self.partial(100), for: Self.key, resumed: taken, now: Self.start + .minutes(11))
+        #expect(dropped.map(\.length) == [100])
+        #expect(store.count == 0)
+    }
+
+    /// The store says when the next partial goes and hands back exactly those due, on the clock
+    /// it is given; the engine's timer acts on that.
+    @Test func expiryIsDecidedOnTheGivenClock() {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        #expect(store.nextExpiry == nil)
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        let other = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .random(), size: 1 << 20)
+        store.keep(Self.partial(200), for: other, now: Self.start + .minutes(3))
+        #expect(store.nextExpiry == Self.start + .minutes(10))
+        #expect(store.expire(now: Self.start + .minutes(10) - .nanoseconds(1)).isEmpty)
+        #expect(store.expire(now: Self.start + .minutes(10)).map(\.length) == [100])
+        #expect(store.nextExpiry == Self.start + .minutes(13))
+        #expect(store.expire(now: Self.start + .minutes(13)).map(\.length) == [200])
+        #expect(store.nextExpiry == nil)
+    }
+
+    /// The kept hash state is SHA-256 of exactly the bytes in the kept file, and a transfer cut
+    /// twice and resumed from it verifies against the digest of the whole content.
+    @Test func theKeptHashStateFinishesAsTheDigestOfTheWholeFile() async throws {
+        let directory = NSTemporaryDirectory() + "mpcp-resume-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/file.part"
+        let content = seededContent(3 << 20 + 1_234, seed: 28)
+        let size = UInt64(content.count)
+        let digest = try SHA256Digest(bytes: SHA256Hasher.digest(content))
+        let key = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .zero, size: size)
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        var resumed: ResumeStore.Partial?
+        var sent = 0
+        for (attempt, cut) in [1 << 20 + 77, 2 << 20 + 5, content.count].enumerated() {
+            let outcome = Mutex<Result<String, TransferError>?>(nil)
+            let stored = Mutex<UInt64>(0)
+            let file = try resumed == nil ? OpenFile.create(path) : OpenFile.openForUpdate(path)
+            if let resumed { try file.truncate(to: resumed.length) }
+            let receiver = ResourceReceiver(
+                channel: 1, offer: try ResourceOffer(size: size, transferID: .zero, name: "x"),
+                peer: try WirePeerID(identifier: .zero, displayName: "peer"), path: path, file: file, resumed: resumed,
+                pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(), linkage: ResourceReceiverTests.Linkage(),
+                keepPartial: { store.keep($0, for: key, resumed: $1, now: .now()) }, writeFault: nil,
+                onProgress: { bytes in stored.withLock { $0 = bytes } }, onCompletion: { result in outcome.withLock { $0 = result } })
+            sent = Int(resumed?.length ?? 0)
+            while sent < cut {
+                let count = min(65_536, cut - sent)
+                _ = receiver.peerSent(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count])))
+                sent += count
+            }
+            if cut == content.count {
+                _ = receiver.peerSent(.resourceComplete(channel: 1, sha256: digest))
+            } else {
+                try #require(try await eventually { stored.withLock { $0 } == UInt64(cut) })
+                receiver.failed(TransferError(.connectionLost))
+            }
+            try #require(try await eventually { outcome.withLock { $0 } != nil })
+            if cut == content.count {
+                #expect(try outcome.withLock { $0 }?.get() == path)
+                #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
+                return
+            }
+            let kept = try #require(store.take(key, now: .now()).partial, "attempt \(attempt) kept nothing")
+            let onDisk = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)).prefix(Int(kept.length)))
+            #expect(kept.length == UInt64(cut))
+            #expect(onDisk == Array(content.prefix(cut)))
+            #expect(kept.hashState.copy()?.finalize() == SHA256Hasher.digest(onDisk))
+            resumed = kept
+        }
+    }
+
+    /// A copied hasher and its original, fed the same bytes, give the same digest.
+    @Test func aCopiedHasherContinuesWhereTheOriginalWas() throws {
+        let bytes = seededContent(100_000, seed: 3)
+        let original = SHA256Hasher()
+        original.update(Array(bytes.prefix(40_000)))
+        let copy = try #require(original.copy())
+        original.update(Array(bytes.dropFirst(40_000)))
+        copy.update(Array(bytes.dropFirst(40_000)))
+        #expect(original.finalize() == SHA256Hasher.digest(bytes))
+        #expect(copy.finalize() == SHA256Hasher.digest(bytes))
+    }
+}
