@@ -29,15 +29,12 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     public let discoveryInfo: [String: String]?
     public let serviceType: String
     private let type: ServiceType
-    private let listener = Mutex<(any Channel)?>(nil)
+    private let listener = Mutex<InvitationListener?>(nil)
     private let delegateLock = NSLock()
     private weak var storedDelegate: (any MCNearbyServiceAdvertiserDelegate)?
     private let eventLoop: any EventLoop
     private let listenHost: String
     private let delegateQueue: DispatchQueue
-    /// Invitation connections not yet answered and closed; past the cap new ones are closed at once.
-    private let pendingInvitations = Atomic<Int>(0)
-    static let maximumPendingInvitations = 16
     private let invitationStreams = Mutex<[UUID: AsyncStream<MCInvitation>.Continuation]>([:])
 
     public weak var delegate: (any MCNearbyServiceAdvertiserDelegate)? {
@@ -79,7 +76,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     /// Invitations from now on, for async code, when no delegate is set (the delegate gets them
     /// first, as Apple's). Each must be accepted or declined; unanswered ones time out.
     public func invitations() -> AsyncStream<MCInvitation> {
-        let (stream, continuation) = AsyncStream<MCInvitation>.makeStream(bufferingPolicy: .bufferingNewest(Self.maximumPendingInvitations))
+        let (stream, continuation) = AsyncStream<MCInvitation>.makeStream(bufferingPolicy: .bufferingNewest(InvitationListener.maximumPending))
         let id = UUID()
         invitationStreams.withLock { $0[id] = continuation }
         continuation.onTermination = { [weak self] _ in self?.invitationStreams.withLock { _ = $0.removeValue(forKey: id) } }
@@ -113,35 +110,15 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
 
     private func startNow() async throws(MCError) {
         guard running.withLock({ $0 }) == nil else { return }
-        let channel: any Channel
+        let channel: InvitationListener
         do {
-            let tls = try TLSContext(identity: nil)
-            let localPeer = myPeerID.wire
-            channel = try await ServerBootstrap(group: eventLoop)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-                .childChannelInitializer { [weak self] child in
-                    child.eventLoop.makeCompletedFuture {
-                        guard let self, self.pendingInvitations.add(1, ordering: .relaxed).newValue <= Self.maximumPendingInvitations else {
-                            self?.pendingInvitations.subtract(1, ordering: .relaxed)
-                            throw ChannelError.ioOnClosedChannel
-                        }
-                        child.closeFuture.whenComplete { [weak self] _ in self?.pendingInvitations.subtract(1, ordering: .relaxed) }
-                        // No session yet: optional encryption with an ephemeral certificate (§7.2).
-                        let configuration = ConnectionConfiguration(
-                            role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
-                            admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
-                        try child.pipeline.syncOperations.addHandler(try ConnectionHandler(configuration: configuration, keepalive: nil))
-                        try child.pipeline.syncOperations.addHandler(InvitationListenerHandler { [weak self] request in
-                            self?.received(request, on: child)
-                        })
-                    }
-                }
-                .bind(to: SocketAddress.listening(on: listenHost)).get()
+            channel = try await InvitationListener.bind(host: listenHost, localPeer: myPeerID.wire, eventLoop: eventLoop) {
+                [weak self] request, connection in self?.received(request, on: connection)
+            }
         } catch {
             throw MCError(.unavailable, reason: "cannot listen for invitations: \(error)")
         }
-        let port = UInt16(truncatingIfNeeded: channel.localAddress?.port ?? 0)
+        let port = UInt16(truncatingIfNeeded: channel.port ?? 0)
         let active: DiscoveryAdvertiser
         do {
             active = try DiscoveryAdvertiser(
@@ -149,7 +126,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
                 configuration: configuration)
             try await active.start()
         } catch {
-            try? await channel.close().get()
+            await channel.close()
             throw MCError(.unavailable, reason: error.description)
         }
         listener.withLock { $0 = channel }
@@ -165,7 +142,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         let active = running.withLock { current in defer { current = nil }; return current }
         await active?.stop()
         let channel = listener.withLock { current in defer { current = nil }; return current }
-        try? await channel?.close().get()
+        await channel?.close()
     }
 
     // MARK: Invitations
@@ -198,10 +175,10 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     }
 
     /// The advertised TCP port, while advertising.
-    public var port: Int? { listener.withLock { $0?.localAddress?.port } }
+    public var port: Int? { listener.withLock { $0?.port } }
 
     deinit {
-        listener.withLock { $0 }?.close(promise: nil)
+        listener.withLock { $0 }?.closeNow()
     }
 }
 
@@ -217,16 +194,4 @@ public struct MCInvitation: Sendable {
     public func accept(into session: MCSession) { respond(session) }
 
     public func decline() { respond(nil) }
-}
-
-/// Hands an invitation connection's request to the advertiser.
-private final class InvitationListenerHandler: ChannelInboundHandler {
-    typealias InboundIn = ConnectionEvent
-    let onInvitation: (InvitationRequest) -> Void
-
-    init(onInvitation: @escaping (InvitationRequest) -> Void) { self.onInvitation = onInvitation }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .invitationReceived(let request) = unwrapInboundIn(data) { onInvitation(request) }
-    }
 }

@@ -32,6 +32,15 @@ public struct InvitationRequest: Sendable {
     /// The inviter's preamble: its session's encryption preference and whether it has an
     /// identity, so the application's chosen session can be checked against it.
     public let inviterPreamble: Preamble
+
+    /// The longest an advertiser waits for its application's answer, whatever the inviter asked:
+    /// a pending invitation holds one of the listener's few places (docs/PROTOCOL.md §7.2).
+    public static let maximumAnswerWait = TimeAmount.seconds(120)
+
+    /// How long this advertiser waits for its application: the inviter's timeout, capped.
+    public var answerWait: TimeAmount {
+        min(.milliseconds(Int64(invitation.timeoutMilliseconds)), Self.maximumAnswerWait)
+    }
 }
 
 public enum ConnectionAction {

@@ -327,7 +327,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
                 context.fireChannelRead(wrapInboundOut(.frame(frame)))
             case .invitationReceived(let request):
                 // The application's time is the invitation's own, not the handshake's.
-                armInvitationDeadline(after: .milliseconds(Int64(request.invitation.timeoutMilliseconds)), context: context)
+                armInvitationDeadline(after: request.answerWait, context: context)
                 context.fireChannelRead(wrapInboundOut(.invitationReceived(request)))
             case .awaitingInvitationAnswer(let milliseconds):
                 // The advertiser's application has the timeout; a little more lets the advertiser's
