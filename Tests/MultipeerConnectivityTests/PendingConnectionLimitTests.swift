@@ -14,16 +14,8 @@ import Testing
 @Suite("Pending connections under a 1,024 open-file limit", .serialized)
 struct PendingConnectionLimitTests {
     @Test func aRealPeerGetsInPastIdleTricklingAndHalfFinishedConnections() async throws {
-        var files = rlimit()
-        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-        files.rlim_cur = max(files.rlim_cur, min(files.rlim_max, 16_384))
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-        try #require(files.rlim_cur >= 4_096, "this test needs 4,096 open files for its attackers")
-
-        let me = MCSession(peer: MCPeerID(displayName: "real"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let child = try ChildPeer("peer", for: me.myPeerID, "1024")
+        let (me, child, port) = try Self.victimAtAFileLimit()
         defer { child.stop() }
-        let port = Int(try ConnectionData.decode(ByteBuffer(bytes: child.data)).endpoints[0].port)
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         var preamble = ByteBuffer()
@@ -51,16 +43,8 @@ struct PendingConnectionLimitTests {
     /// spin accepting and closing: its busiest thread stays under half a core while under attack.
     @Test(.disabled("open (issue 28): measured on a debug build, the real peer still waits 5 s in about half the runs and the victim's busiest thread uses 0.57-0.60 of a core"))
     func aRealPeerGetsInPastAttackersThatReconnectAsTheyAreShed() async throws {
-        var files = rlimit()
-        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-        files.rlim_cur = max(files.rlim_cur, min(files.rlim_max, 16_384))
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-        try #require(files.rlim_cur >= 4_096, "this test needs 4,096 open files for its attackers")
-
-        let me = MCSession(peer: MCPeerID(displayName: "real"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let child = try ChildPeer("peer", for: me.myPeerID, "1024")
+        let (me, child, port) = try Self.victimAtAFileLimit()
         defer { child.stop() }
-        let port = Int(try ConnectionData.decode(ByteBuffer(bytes: child.data)).endpoints[0].port)
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let attack = Attack(port: port, group: group, preamble: ByteBuffer(), clientHello: ByteBuffer(), reopens: true)
@@ -83,6 +67,19 @@ struct PendingConnectionLimitTests {
         attack.stop()
         await me.disconnect()
         try await group.shutdownGracefully()
+    }
+
+    /// A real session here, and the victim: a peer in a child process at a 1,024 open-file limit.
+    static func victimAtAFileLimit() throws -> (MCSession, ChildPeer, port: Int) {
+        var files = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        files.rlim_cur = max(files.rlim_cur, min(files.rlim_max, 16_384))
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        try #require(files.rlim_cur >= 4_096, "this test needs 4,096 open files for its attackers")
+        let me = MCSession(peer: MCPeerID(displayName: "real"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
+        let child = try ChildPeer("peer", for: me.myPeerID, "1024")
+        let port = Int(try ConnectionData.decode(ByteBuffer(bytes: child.data)).endpoints[0].port)
+        return (me, child, port)
     }
 
     /// The first half of a real ClientHello, after which the attacker stalls.
