@@ -139,6 +139,39 @@ struct ChannelTableTests {
         #expect(Self.goodbyeReason(table.received(.resourceCancel(channel: 1, reason: .cancelled))) == .protocolError)
     }
 
+    /// Found by the independent Python peer: a chunk after our RESOURCE_RECEIVED got GOODBYE 3
+    /// (the remembered channel had no window), where §10 says GOODBYE 1.
+    @Test func anythingButACancelAfterOurVerdictIsAProtocolError() throws {
+        let late: [Frame] = [
+            .resourceChunk(channel: 1, Self.bytes(1)), .resourceChunk(channel: 1, Self.bytes(0)),
+            .resourceComplete(channel: 1, sha256: Self.digest), .streamReset(channel: 1, code: .cancelled),
+            .streamData(channel: 1, Self.bytes(1)),
+        ]
+        for verdict in [Frame.resourceReceived(channel: 1), .resourceCancel(channel: 1, reason: .integrityFailure)] {
+            for frame in late {
+                var table = Self.listenerTable()
+                _ = table.received(Self.offer(1, size: 10))
+                try table.sending(.resourceAccept(channel: 1, offset: 0))
+                _ = table.received(.resourceChunk(channel: 1, Self.bytes(10)))
+                _ = table.received(.resourceComplete(channel: 1, sha256: Self.digest))
+                try table.sending(verdict)
+                #expect(Self.goodbyeReason(table.received(frame)) == .protocolError, "\(frame) after \(verdict)")
+            }
+        }
+    }
+
+    /// A channel we reset before the opener completed: its RESOURCE_COMPLETE crossing the reset is
+    /// dropped, and then only its RESOURCE_CANCEL may follow.
+    @Test func aCompleteCrossingOurResetLeavesOnlyACancel() throws {
+        var table = Self.listenerTable()
+        _ = table.received(Self.offer(1, size: 10))
+        try table.sending(.resourceAccept(channel: 1, offset: 0))
+        try table.sending(.resourceCancel(channel: 1, reason: .cancelled))
+        #expect(table.received(.resourceChunk(channel: 1, Self.bytes(10))) == .handled)
+        #expect(table.received(.resourceComplete(channel: 1, sha256: Self.digest)) == .handled)
+        #expect(Self.goodbyeReason(table.received(.resourceChunk(channel: 1, Self.bytes(0)))) == .protocolError)
+    }
+
     @Test func theOpenersAcceptRules() throws {
         var twice = Self.listenerTable()
         try twice.sending(Self.offer(2, size: 100))

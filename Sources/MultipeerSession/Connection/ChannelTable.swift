@@ -55,6 +55,8 @@ struct ChannelTable {
     private struct EndedChannel {
         let channel: UInt32
         var window: UInt32
+        /// The opener sent RESOURCE_COMPLETE: only its RESOURCE_CANCEL, crossing our end, may follow.
+        var completed = false
     }
 
     /// As many ended channels as the peer may have channels open (see the type's comment).
@@ -173,15 +175,24 @@ struct ChannelTable {
     }
 
     private mutating func onEndedPeerChannel(_ frame: Frame, at index: Int) -> Disposition {
+        if ended[index].completed {
+            // After its RESOURCE_COMPLETE the opener sends nothing but RESOURCE_CANCEL (§7.6).
+            guard case .resourceCancel = frame else {
+                return violation(.invalidValue, "\(frame.type) on channel \(frame.channel) after RESOURCE_COMPLETE")
+            }
+            ended.remove(at: index)
+            return .handled
+        }
         // Dropped, but in-flight data still counts against both windows (§7.6).
         var dataBytes: UInt32 = 0
         var finishes = false
         switch frame {
         case .streamData(_, let data), .resourceChunk(_, let data): dataBytes = UInt32(data.readableBytes)
         case .streamClose, .streamReset, .resourceCancel: finishes = true
-        case .resourceComplete:
+        case .resourceComplete where !ended[index].completed:
             // The opener may still cancel after completing (§6.4.16): remember it, with no window.
             ended[index].window = 0
+            ended[index].completed = true
             return .handled
         case .windowUpdate, .resourceAccept, .resourceReceived:
             return violation(.invalidValue, "\(frame.type) from the opener of channel \(frame.channel)")
@@ -308,7 +319,7 @@ struct ChannelTable {
             peerOpen[channel] = open
         case .resourceReceived:
             guard peerOpen[channel]?.completed == true else { throw .channelRule("RESOURCE_RECEIVED on channel \(channel)") }
-            endPeerChannel(channel, window: 0)
+            endPeerChannel(channel, window: 0, completed: true)
         case .streamReset, .resourceCancel:
             if channel % 2 == peerParity {
                 // The opener drops either once it has ended the channel, so an ended one may still
@@ -319,7 +330,7 @@ struct ChannelTable {
                 guard let open = peerOpen[channel] else { return }
                 if case .resourceCancel = frame, open.kind == .stream { throw .channelRule("RESOURCE_CANCEL on stream channel \(channel)") }
                 // Data in flight may still come: up to what its window allows.
-                endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow)
+                endPeerChannel(channel, window: open.completed ? 0 : open.receiveWindow, completed: open.completed)
             } else {
                 // The receiver forgets a channel we ended, and closes on a later frame for it.
                 guard let open = localOpen[channel] else { throw notOpen(frame) }
@@ -352,9 +363,9 @@ struct ChannelTable {
         connectionReceiveWindow += increment
     }
 
-    private mutating func endPeerChannel(_ channel: UInt32, window: UInt32) {
+    private mutating func endPeerChannel(_ channel: UInt32, window: UInt32, completed: Bool = false) {
         guard peerOpen.removeValue(forKey: channel) != nil else { return }
-        ended.append(EndedChannel(channel: channel, window: window))
+        ended.append(EndedChannel(channel: channel, window: window, completed: completed))
         if ended.count > Self.rememberedResets { ended.removeFirst() }
     }
 
