@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerCrypto
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
@@ -47,6 +48,59 @@ struct InvitationListenerFloodTests {
         ).get()
         #expect(outcome == .declined)
         #expect(asked.withLock { $0 } == 1)
+
+        stopped.store(true, ordering: .relaxed)
+        await inviter.shutdown()
+        await listener.close()
+        try await group.shutdownGracefully()
+    }
+
+    /// Without the per-source limit, a host whose invitations wait on the app (the most advanced
+    /// stage, and silent) fills all 16 places; reconnecting as they are shed, its newcomers then
+    /// shed a real inviter that is still in its handshake.
+    @Test func anInvitationGetsThroughInvitationsFromAnotherHostThatTheAppLeavesUnanswered() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let advertiser = try WirePeerID(identifier: .random(), displayName: "advertiser")
+        let waiting = Mutex(0)
+        let listener = try await InvitationListener.bind(
+            host: "127.0.0.1", localPeer: advertiser, eventLoop: MultiThreadedEventLoopGroup.singleton.next()
+        ) { request, connection in
+            // The attacker's invitations are left to wait, as a slow user would.
+            guard request.peer.displayName == "inviter" else { return waiting.withLock { $0 += 1 } }
+            connection.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(try! InvitationAnswer(.declined)), promise: nil)
+        }
+        let port = try #require(listener.port)
+        let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
+        let attacker = try WirePeerID(identifier: .random(), displayName: "attacker")
+        let configuration = ConnectionConfiguration(
+            role: .dialer, localPeer: attacker, encryptionPreference: .none, tls: try TLSContext(identity: nil),
+            purpose: .invitation, invitation: try Invitation(timeoutMilliseconds: 120_000, context: ByteBuffer()))
+        let stopped = Atomic<Bool>(false)
+        let opened = Mutex(0)
+        @Sendable func invite() {
+            guard !stopped.load(ordering: .relaxed) else { return }
+            ClientBootstrap(group: group)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(try ConnectionHandler(configuration: configuration, keepalive: nil))
+                    }
+                }
+                .bind(to: try! SocketAddress(ipAddress: "127.0.0.2", port: 0)).connect(to: target)
+                .whenSuccess { channel in
+                    opened.withLock { $0 += 1 }
+                    channel.closeFuture.whenComplete { _ in invite() }
+                }
+        }
+        for _ in 0..<64 { invite() }
+        // The attacker's connections are being shed and coming back; some reached the app.
+        #expect(try await eventually(seconds: 10) { waiting.withLock { $0 } >= 1 && opened.withLock { $0 } >= 120 })
+
+        let inviter = try EngineProbe(name: "inviter", preference: .none)
+        // Several in a row, each of which a newcomer could have shed mid-handshake.
+        for _ in 0..<5 {
+            let outcome = try await inviter.engine.invite(advertiser, at: [target], context: ByteBuffer(), timeoutMilliseconds: 10_000).get()
+            #expect(outcome == .declined)
+        }
 
         stopped.store(true, ordering: .relaxed)
         await inviter.shutdown()

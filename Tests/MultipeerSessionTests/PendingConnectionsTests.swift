@@ -87,14 +87,27 @@ import Testing
         #expect(table.count == 1)
     }
 
-    @Test func anIPv6HostIsOneSourceAcrossItsPrefixAndAMappedAddressIsItsIPv4Address() throws {
+    @Test func eachIPv6AddressIsASourceOfItsOwnAndAMappedAddressIsItsIPv4Address() throws {
         let one = PendingSource(try SocketAddress(ipAddress: "2001:db8:1:2::1", port: 1))
-        let sameHostOtherAddress = PendingSource(try SocketAddress(ipAddress: "2001:db8:1:2:ffff::9", port: 2))
-        let otherPrefix = PendingSource(try SocketAddress(ipAddress: "2001:db8:1:3::1", port: 1))
-        #expect(one == sameHostOtherAddress)
-        #expect(one != otherPrefix)
+        let samePrefix = PendingSource(try SocketAddress(ipAddress: "2001:db8:1:2::2", port: 2))
+        let sameAddressOtherPort = PendingSource(try SocketAddress(ipAddress: "2001:db8:1:2::1", port: 9))
+        #expect(one != samePrefix)
+        #expect(one == sameAddressOtherPort)
         let mapped = PendingSource(try SocketAddress(ipAddress: "::ffff:192.0.2.1", port: 5))
         #expect(mapped == Self.hostA)
         #expect(Self.hostA != Self.hostB)
+    }
+
+    /// Link-local peers share fe80::/64 on every link; the same address on two links is two hosts.
+    @Test func linkLocalPeersAreSourcesOfTheirOwnPerLink() throws {
+        func linkLocal(_ host: String, scope: UInt32) throws -> PendingSource {
+            guard case .v6(let v6) = try SocketAddress(ipAddress: host, port: 1) else { throw SocketAddressError.unsupported }
+            var raw = v6.address
+            raw.sin6_scope_id = scope
+            return PendingSource(SocketAddress(raw, host: host))
+        }
+        #expect(try linkLocal("fe80::1", scope: 2) != linkLocal("fe80::2", scope: 2))
+        #expect(try linkLocal("fe80::1", scope: 2) != linkLocal("fe80::1", scope: 3))
+        #expect(try linkLocal("fe80::1", scope: 2) == linkLocal("fe80::1", scope: 2))
     }
 }

@@ -17,7 +17,6 @@ struct PendingConnections<ID: Hashable & Comparable> {
     }
 
     var count: Int { sources.count }
-    var ids: Dictionary<ID, PendingSource>.Keys { sources.keys }
 
     func count(from source: PendingSource) -> Int { countBySource[source] ?? 0 }
     func contains(_ id: ID) -> Bool { sources[id] != nil }
@@ -78,8 +77,10 @@ struct PendingProgress: Comparable {
     }
 }
 
-/// Where a pending connection comes from, for the per-source limit: an IPv4 address, or an IPv6
-/// address's /64 prefix (one host on a LAN may hold any number of addresses in its prefix).
+/// Where a pending connection comes from, for the per-source limit: its IP address, and for an
+/// IPv6 address its scope too (fe80::1 on two links is two hosts). Not an IPv6 /64: every host on
+/// a LAN shares one, link-local peers all share fe80::/64, so a prefix would put them all under
+/// one source's limit.
 struct PendingSource: Hashable, Sendable {
     private let bytes: [UInt8]
 
@@ -91,7 +92,7 @@ struct PendingSource: Hashable, Sendable {
             let all = withUnsafeBytes(of: address.address.sin6_addr) { Array($0) }
             // An IPv4-mapped address is that IPv4 address.
             let mapped = all[0..<10].allSatisfy { $0 == 0 } && all[10] == 0xFF && all[11] == 0xFF
-            bytes = mapped ? Array(all[12...]) : Array(all[0..<8])
+            bytes = mapped ? Array(all[12...]) : all + withUnsafeBytes(of: address.address.sin6_scope_id) { Array($0) }
         default:
             bytes = []  // no address (a Unix socket, a test): one source
         }

@@ -7,7 +7,7 @@ import NIOPosix
 /// strangers and hands each invitation up with the connection to answer on. Which pending
 /// connection goes when there are too many is `PendingConnections`' decision.
 package final class InvitationListener: Sendable {
-    /// Invitation connections held at once, and from one source (an IPv4 address or IPv6 /64).
+    /// Invitation connections held at once, and from one source (`PendingSource`).
     package static let maximumPending = 16
     package static let maximumPendingPerSource = 4
 
@@ -17,8 +17,7 @@ package final class InvitationListener: Sendable {
         var nextID = 0
 
         func progress(_ id: Int) -> PendingProgress {
-            let handler = connections[id]?.handler
-            return PendingProgress(stage: handler?.establishmentProgress ?? 0, lastActivity: handler?.lastActivity ?? .distantPast)
+            PendingProgress(connections[id]?.handler)
         }
     }
 
@@ -59,16 +58,17 @@ package final class InvitationListener: Sendable {
                     if let shed = state.pending.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress) {
                         state.connections[shed]?.channel.close(promise: nil)
                     }
-                    let configuration = ConnectionConfiguration(
-                        role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
-                        admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
-                    let handler = try ConnectionHandler(configuration: configuration, keepalive: nil)
-                    state.connections[id] = (child, handler)
+                    // Registered first: a failed setup below closes the child, and this forgets it.
                     child.closeFuture.whenComplete { _ in
                         let state = box.value
                         state.pending.remove(id)
                         state.connections[id] = nil
                     }
+                    let configuration = ConnectionConfiguration(
+                        role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
+                        admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
+                    let handler = try ConnectionHandler(configuration: configuration, keepalive: nil)
+                    state.connections[id] = (child, handler)
                     try child.pipeline.syncOperations.addHandler(handler)
                     try child.pipeline.syncOperations.addHandler(InvitationRequestHandler { request in onInvitation(request, child) })
                 }

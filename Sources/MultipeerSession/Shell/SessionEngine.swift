@@ -836,8 +836,7 @@ final class EngineState {
 
     /// How far a pending link's handshake got, for deciding which to shed.
     func handshakeProgress(_ id: LinkID) -> PendingProgress {
-        let handler = links[id]?.handler
-        return PendingProgress(stage: handler?.establishmentProgress ?? 0, lastActivity: handler?.lastActivity ?? .distantPast)
+        PendingProgress(links[id]?.handler)
     }
 
     init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {

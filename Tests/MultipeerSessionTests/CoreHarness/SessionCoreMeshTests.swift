@@ -28,6 +28,8 @@ struct SessionCoreMeshTests {
         for node in nodes {
             #expect(node.members.count == nodes.count - 1, "\(node.peer.displayName) has \(node.members.count) members", sourceLocation: sourceLocation)
             #expect(node.openConnections == nodes.count - 1, "\(node.peer.displayName) holds \(node.openConnections) connections", sourceLocation: sourceLocation)
+            // Every connection that became a member left the listener's pending table.
+            #expect(node.core.pendingCount == 0, "\(node.peer.displayName) still counts \(node.core.pendingCount) pending", sourceLocation: sourceLocation)
             // Of two introduced peers, only the larger identifier dials (§7.4).
             let introducedDials = node.dials.filter { $0.purpose == .meshIntroduction }
             #expect(!introducedDialsGoDown || introducedDials.allSatisfy { $0.peer.identifier < node.peer.identifier }, "\(node.peer.displayName) dialed a larger peer", sourceLocation: sourceLocation)
