@@ -118,4 +118,24 @@ struct ResumeCostTests {
             #expect(bob.engine.resumeStore.count == 0)
         }
     }
+
+    /// MCSession's deinit submits a disconnect to the loop and discards the kept partials at
+    /// once. Before, the disconnect cut the transfer off after the discard and kept its partial,
+    /// with a timer that would find the engine gone: the file outlived the session.
+    @Test func aSessionGoingAwayMidTransferLeavesNoPartial() async throws {
+        let scratch = try Scratch()
+        try await Self.withReceiver(scratch) { bob in
+            let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut")
+            let member = try await Self.offer(offer, to: bob, as: .random(), expecting: 0)
+            defer { member.channel.close(promise: nil) }
+            Self.send(65_536, from: member)
+            // Written and reported: no write is in flight, and the sender sends no more.
+            try #require(try await eventually { bob.startedResources.last?.completedBytes == 65_536 })
+            #expect(scratch.leftovers.count == 1)
+            // As MCSession's deinit does.
+            _ = bob.engine.disconnect()
+            bob.engine.discardResumableTransfers()
+            #expect(try await eventually(seconds: 10) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
+        }
+    }
 }

@@ -18,9 +18,10 @@ extension SessionEngine {
         channelAcceptance.withLockedValue { $0 = check }
     }
 
-    /// Deletes the partial files kept for resuming (the session is going away).
+    /// Deletes the partial files kept for resuming, and keeps none from now on (the session is
+    /// going away): a transfer that a disconnect still to run cuts off is deleted too.
     public func discardResumableTransfers() {
-        removeKept(resumeStore.removeAll())
+        removeKept(resumeStore.close())
         armResumeExpiry()  // cancels the timer: nothing is kept
     }
 
