@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerCrypto
 @testable import MultipeerSession
 import MultipeerTestSupport
 import MultipeerWire
@@ -137,5 +138,36 @@ struct ResumeCostTests {
             bob.engine.discardResumableTransfers()
             #expect(try await eventually(seconds: 10) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
         }
+    }
+
+    /// An engine dropped mid-transfer without discarding: the disconnect keeps the partial, the
+    /// expiry timer holds the engine weakly and never runs. Before, the file stayed on disk.
+    @Test func anEngineDroppedMidTransferLeavesNoPartial() async throws {
+        let scratch = try Scratch()
+        let started = Mutex<ResourceTransfer?>(nil)
+        let peer = try WirePeerID(identifier: .random(), displayName: "bob")
+        var bob: SessionEngine? = SessionEngine(
+            configuration: SessionEngineConfiguration(
+                localPeer: peer, encryptionPreference: .required, tls: try TLSContext(identity: nil), listenHost: "127.0.0.1",
+                channels: ChannelConfiguration(resourceDirectory: scratch.received), logger: EngineProbe.logger("bob")),
+            onEvent: { event in
+                switch event {
+                case .resourceStarted(let transfer): started.withLock { $0 = transfer }
+                case .trustRequested(_, let answer): answer(true)
+                case .messageReceived(_, _, let receipt): receipt.consumed()
+                default: break
+                }
+            })
+        weak let weakBob = bob
+        let member = try await RawMember.join(engine: try #require(bob), name: "mallory")
+        defer { member.channel.close(promise: nil) }
+        try await Self.offer(try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut"), from: member, expecting: 0)
+        Self.send(65_536, from: member)
+        try #require(try await eventually { started.withLock { $0 }?.completedBytes == 65_536 })
+        #expect(scratch.leftovers.count == 1)
+        _ = bob?.disconnect()
+        bob = nil
+        try #require(try await eventually(seconds: 10) { weakBob == nil }, "the engine was not freed")
+        #expect(try await eventually(seconds: 10) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
     }
 }

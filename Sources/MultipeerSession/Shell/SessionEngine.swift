@@ -80,6 +80,11 @@ public final class SessionEngine: Sendable {
         resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
     }
 
+    deinit {
+        // Kept partials go with the engine: its expiry timer holds it weakly and would never run.
+        removeKept(resumeStore.close())
+    }
+
     var core: SessionCore { state.value.core }
 
     public var connectedPeers: [WirePeerID] {
