@@ -89,11 +89,13 @@ struct ResumeCostTests {
     /// Issue 28: every resume re-read and re-hashed the kept prefix, so a peer that offered a kept
     /// transfer and dropped the connection, over and over, cost the receiver the whole prefix
     /// each time. Fifty offers of a kept 4 MiB partial must cost less than reading it twice.
+    /// Every read of a file in the resource directory counts, through whatever handle.
     @Test func reofferingAKeptPartialDoesNotReadItAgain() async throws {
         let scratch = try Scratch()
+        let readBack = Atomic<Int>(0)
+        FileReads.watch(scratch.received) { readBack.add($0, ordering: .relaxed) }
+        defer { FileReads.unwatch(scratch.received) }
         try await Self.withReceiver(scratch) { bob in
-            let readBack = Atomic<Int>(0)
-            bob.engine.keptFileReads.withLockedValue { $0 = { readBack.add($0, ordering: .relaxed) } }
             let mallory = Bytes16.random()
             let kept = 4 << 20
             let offer = try ResourceOffer(size: UInt64(kept) + 1, transferID: .random(), name: "bait")

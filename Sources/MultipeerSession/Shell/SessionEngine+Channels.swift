@@ -288,7 +288,7 @@ extension SessionEngine {
     /// when it cannot be opened or is shorter than that (its hash state would not match): the
     /// transfer then starts over rather than re-reading anything.
     private func reopen(_ partial: ResumeStore.Partial) -> OpenFile? {
-        if let file = try? OpenFile.openForUpdate(partial.path, readObserver: keptFileReads.withLockedValue { $0 }),
+        if let file = try? OpenFile.openForUpdate(partial.path),
             let size = try? file.size(), size >= partial.length, (try? file.truncate(to: partial.length)) != nil
         {
             return file
