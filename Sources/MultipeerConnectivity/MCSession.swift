@@ -159,7 +159,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     deinit {
         // A session dropped without disconnect() still says goodbye and frees its sockets, and
-        // the partial files it kept for resuming go with it.
+        // the partial files it kept for resuming go with it; so do those of transfers the
+        // disconnect cuts off later on the loop, as the discard closes the store.
         _ = engine?.disconnect()
         engine?.discardResumableTransfers()
         // Loops over `events()` end with the session, as they did with AsyncStream continuations.

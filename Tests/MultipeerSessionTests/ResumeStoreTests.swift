@@ -48,6 +48,16 @@ struct ResumeStoreTests {
         #expect(store.take(Self.key, now: now + .minutes(9)).partial?.length == 200)
     }
 
+    /// A session going away closes its store: a transfer its own disconnect cut off reaches
+    /// `keep` after that, and is handed back for deletion instead of outliving the session.
+    @Test func aClosedStoreKeepsNothing() {
+        let store = ResumeStore(capacity: 4, lifetime: .minutes(10))
+        store.keep(Self.partial(100), for: Self.key, now: Self.start)
+        #expect(store.close().map(\.length) == [100])
+        #expect(store.keep(Self.partial(200), for: Self.key, now: Self.start).map(\.length) == [200])
+        #expect(store.count == 0 && store.nextExpiry == nil)
+    }
+
     /// A resume cut off after its partial's deadline passed does not put it back.
     @Test func aPartialWhoseDeadlinePassedDuringAResumeIsNotKept() throws {
         let store = ResumeStore(capacity: 4, lifetime: .minutes(10))

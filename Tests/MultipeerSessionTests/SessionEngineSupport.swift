@@ -173,8 +173,16 @@ struct RawMember {
         _ victim: EngineProbe, name: String, identifier: Bytes16 = .random(), preference: WireEncryptionPreference = .required,
         keepalive: KeepalivePolicy? = KeepalivePolicy(), harness: LoopbackHarness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
     ) async throws -> RawMember {
+        try await join(engine: victim.engine, name: name, identifier: identifier, preference: preference, keepalive: keepalive, harness: harness)
+    }
+
+    /// The same for an engine of the test's own (one it can drop: a probe and its engine hold each other).
+    static func join(
+        engine victim: SessionEngine, name: String, identifier: Bytes16 = .random(), preference: WireEncryptionPreference = .required,
+        keepalive: KeepalivePolicy? = KeepalivePolicy(), harness: LoopbackHarness = LoopbackHarness(group: MultiThreadedEventLoopGroup.singleton)
+    ) async throws -> RawMember {
         let peer = try WirePeerID(identifier: identifier, displayName: name)
-        let data = try await victim.engine.connectionData(forPeer: peer.identifier).get()
+        let data = try await victim.connectionData(forPeer: peer.identifier).get()
         let log = EventLog()
         let configuration = ConnectionConfiguration(
             role: .dialer, localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: nil),

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import NIOCore
+import Synchronization
 
 /// Positioned reads and writes on a file descriptor, run on a thread pool (never on an event
 /// loop). Errors carry errno's text, never file contents.
@@ -16,12 +17,12 @@ package struct FileIOError: Error, CustomStringConvertible {
 /// One open file; closed on `close()` or when released.
 package final class OpenFile: @unchecked Sendable {
     private(set) var descriptor: Int32
-    /// Told how many bytes each read returned (a test's measure of what a resume reads back).
+    /// Told how many bytes each read returned, when a test watches the file's directory.
     private let readObserver: (@Sendable (Int) -> Void)?
 
-    private init(descriptor: Int32, readObserver: (@Sendable (Int) -> Void)? = nil) {
+    private init(descriptor: Int32, path: String) {
         self.descriptor = descriptor
-        self.readObserver = readObserver
+        readObserver = FileReads.observer(for: path)
     }
 
     deinit { close() }
@@ -29,7 +30,7 @@ package final class OpenFile: @unchecked Sendable {
     static func openForReading(_ path: String) throws(FileIOError) -> (OpenFile, size: UInt64, modified: Int64) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw FileIOError(operation: "open", code: errno) }
-        let file = OpenFile(descriptor: descriptor)
+        let file = OpenFile(descriptor: descriptor, path: path)
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw FileIOError(operation: "fstat", code: errno) }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw FileIOError(operation: "open (not a regular file)", code: EINVAL) }
@@ -41,13 +42,13 @@ package final class OpenFile: @unchecked Sendable {
     package static func create(_ path: String) throws(FileIOError) -> OpenFile {
         let descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw FileIOError(operation: "create", code: errno) }
-        return OpenFile(descriptor: descriptor)
+        return OpenFile(descriptor: descriptor, path: path)
     }
 
-    static func openForUpdate(_ path: String, readObserver: (@Sendable (Int) -> Void)? = nil) throws(FileIOError) -> OpenFile {
+    static func openForUpdate(_ path: String) throws(FileIOError) -> OpenFile {
         let descriptor = open(path, O_RDWR | O_CLOEXEC)
         guard descriptor >= 0 else { throw FileIOError(operation: "open", code: errno) }
-        return OpenFile(descriptor: descriptor, readObserver: readObserver)
+        return OpenFile(descriptor: descriptor, path: path)
     }
 
     /// Reads exactly `count` bytes at `offset` (fewer only at the end of the file).
@@ -108,6 +109,34 @@ package final class OpenFile: @unchecked Sendable {
 
 private func systemClose(_ descriptor: Int32) {
     _ = close(descriptor)
+}
+
+/// Tests count the bytes read from the files under a directory, through whatever handle reads
+/// them (what a resume reads back of kept partials). Looked up as a file opens.
+package enum FileReads {
+    private static let watches = Mutex<[(directory: String, count: @Sendable (Int) -> Void)]>([])
+    /// Whether any test watches: most processes never do, and pay one load per open.
+    private static let watching = Atomic<Bool>(false)
+
+    /// Counts the bytes of every read of a file opened under `directory` from now until `unwatch`.
+    package static func watch(_ directory: String, _ count: @escaping @Sendable (Int) -> Void) {
+        watches.withLock { watches in
+            watches.append((directory + "/", count))
+            watching.store(true, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    package static func unwatch(_ directory: String) {
+        watches.withLock { watches in
+            watches.removeAll { $0.directory == directory + "/" }
+            watching.store(!watches.isEmpty, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    static func observer(for path: String) -> (@Sendable (Int) -> Void)? {
+        guard watching.load(ordering: .sequentiallyConsistent) else { return nil }
+        return watches.withLock { $0.first { path.hasPrefix($0.directory) }?.count }
+    }
 }
 
 enum FileNames {

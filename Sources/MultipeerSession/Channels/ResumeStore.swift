@@ -43,25 +43,30 @@ package final class ResumeStore: Sendable {
 
     let capacity: Int
     let lifetime: TimeAmount
-    /// Oldest first.
-    private let entries = Mutex<[(key: Key, partial: Partial)]>([])
+    private struct State {
+        /// Oldest first.
+        var entries: [(key: Key, partial: Partial)] = []
+        /// Set by `close()`: the session is going away and keeps nothing more.
+        var closed = false
+    }
+
+    private let state = Mutex(State())
 
     package init(capacity: Int, lifetime: TimeAmount) {
         self.capacity = max(0, capacity)
         self.lifetime = lifetime
     }
 
-    var count: Int { entries.withLock { $0.count } }
+    var count: Int { state.withLock { $0.entries.count } }
 
     /// The earliest deadline of a kept partial; nil when none is kept.
-    var nextExpiry: NIODeadline? { entries.withLock { $0.map(\.partial.expires).min() } }
-
+    var nextExpiry: NIODeadline? { state.withLock { $0.entries.map(\.partial.expires).min() } }
 
     /// Keeps `partial` for `key`. `resumed` is the partial the transfer took back, if any: its
     /// deadline stands unless the transfer added bytes, so offering a kept transfer and dropping
     /// the connection, over and over, cannot keep it for ever. Returns the partials dropped (this
     /// one when it is not kept, expired, replaced or evicted past the capacity): their files are
-    /// the caller's to delete.
+    /// the caller's to delete. A closed store keeps nothing.
     @discardableResult
     package func keep(_ partial: Partial, for key: Key, resumed: Partial? = nil, now: NIODeadline) -> [Partial] {
         var partial = partial
@@ -70,12 +75,12 @@ package final class ResumeStore: Sendable {
         } else {
             partial.expires = now + lifetime
         }
-        return entries.withLock { entries in
-            var dropped = Self.expire(&entries, now: now)
-            if let index = entries.firstIndex(where: { $0.key == key }) { dropped.append(entries.remove(at: index).partial) }
-            guard capacity > 0, partial.length > 0, partial.expires > now else { return dropped + [partial] }
-            entries.append((key, partial))
-            while entries.count > capacity { dropped.append(entries.removeFirst().partial) }
+        return state.withLock { state in
+            var dropped = Self.expire(&state.entries, now: now)
+            if let index = state.entries.firstIndex(where: { $0.key == key }) { dropped.append(state.entries.remove(at: index).partial) }
+            guard !state.closed, capacity > 0, partial.length > 0, partial.expires > now else { return dropped + [partial] }
+            state.entries.append((key, partial))
+            while state.entries.count > capacity { dropped.append(state.entries.removeFirst().partial) }
             return dropped
         }
     }
@@ -83,23 +88,26 @@ package final class ResumeStore: Sendable {
     /// The kept partial for `key`, now the caller's (nil when none or expired), and the partials
     /// that expired by `now`.
     package func take(_ key: Key, now: NIODeadline) -> (partial: Partial?, expired: [Partial]) {
-        entries.withLock { entries in
-            let expired = Self.expire(&entries, now: now)
-            guard let index = entries.firstIndex(where: { $0.key == key }) else { return (nil, expired) }
-            return (entries.remove(at: index).partial, expired)
+        state.withLock { state in
+            let expired = Self.expire(&state.entries, now: now)
+            guard let index = state.entries.firstIndex(where: { $0.key == key }) else { return (nil, expired) }
+            return (state.entries.remove(at: index).partial, expired)
         }
     }
 
     /// Drops the partials whose deadline is `now` or earlier and returns them.
     package func expire(now: NIODeadline) -> [Partial] {
-        entries.withLock { Self.expire(&$0, now: now) }
+        state.withLock { Self.expire(&$0.entries, now: now) }
     }
 
-    /// Drops every kept partial and returns them.
-    package func removeAll() -> [Partial] {
-        entries.withLock { entries in
-            defer { entries.removeAll() }
-            return entries.map(\.partial)
+    /// Drops every kept partial and returns them, and keeps none from now on: a transfer cut
+    /// off by the session's own end is handed to `keep` later (a disconnect runs on the loop, a
+    /// write may still be landing), and must go too rather than outlive the session.
+    package func close() -> [Partial] {
+        state.withLock { state in
+            state.closed = true
+            defer { state.entries.removeAll() }
+            return state.entries.map(\.partial)
         }
     }
 

@@ -18,9 +18,10 @@ extension SessionEngine {
         channelAcceptance.withLockedValue { $0 = check }
     }
 
-    /// Deletes the partial files kept for resuming (the session is going away).
+    /// Deletes the partial files kept for resuming, and keeps none from now on (the session is
+    /// going away): a transfer that a disconnect still to run cuts off is deleted too.
     public func discardResumableTransfers() {
-        removeKept(resumeStore.removeAll())
+        removeKept(resumeStore.close())
         armResumeExpiry()  // cancels the timer: nothing is kept
     }
 
@@ -287,7 +288,7 @@ extension SessionEngine {
     /// when it cannot be opened or is shorter than that (its hash state would not match): the
     /// transfer then starts over rather than re-reading anything.
     private func reopen(_ partial: ResumeStore.Partial) -> OpenFile? {
-        if let file = try? OpenFile.openForUpdate(partial.path, readObserver: keptFileReads.withLockedValue { $0 }),
+        if let file = try? OpenFile.openForUpdate(partial.path),
             let size = try? file.size(), size >= partial.length, (try? file.truncate(to: partial.length)) != nil
         {
             return file

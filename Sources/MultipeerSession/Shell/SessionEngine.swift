@@ -35,8 +35,6 @@ public final class SessionEngine: Sendable {
     let fileIOPool = NIOThreadPool.singleton
     /// Tests make the resource store fail with this (called before each write, with the offset).
     let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
-    /// Tests count the bytes read back from kept partial files with this.
-    let keptFileReads = NIOLockedValueBox<(@Sendable (Int) -> Void)?>(nil)
 
     private enum Outgoing: Sendable {
         case reliable([Frame], to: [Bytes16])
@@ -78,6 +76,11 @@ public final class SessionEngine: Sendable {
             eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
         resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
+    }
+
+    deinit {
+        // Kept partials go with the engine: its expiry timer holds it weakly and would never run.
+        removeKept(resumeStore.close())
     }
 
     var core: SessionCore { state.value.core }
