@@ -63,10 +63,11 @@ struct UnicastBudgetTests {
             "the victim's budget was reset within its second")
     }
 
-    /// 5,000 legacy queries in 5 s from 240 distinct sources: the table stays within its cap, and
-    /// a QU querier asking every 2 s (as browsers back off) has each question answered, by unicast
-    /// or, once refused, by multicast. (A legacy querier may be refused throughout: the table
-    /// stays full of flooding sources still in their windows.)
+    /// 5,000 legacy queries in 5 s from 240 distinct sources: the table stays within its cap, no
+    /// one-second span holds more than `totalPerSecond` unicast answers, and a QU querier asking
+    /// every 2 s (as browsers back off) has each question answered, by unicast or, once refused,
+    /// by multicast. (A legacy querier may be refused throughout: the flood holds the table and
+    /// the total.)
     @Test func aFloodOfDistinctSourcesStaysWithinTheTableAndStarvesNoOne() throws {
         let (lan, a) = try OffLinkPacketTests.announced(seed: 42)
         let service = try ServiceType("chat").serviceName
@@ -74,6 +75,9 @@ struct UnicastBudgetTests {
         let querier = VirtualLAN.address(segment: 0, host: 9)
         let before = lan.sent.count
         var asked = 0
+        // Unicast answers per 10 ms step.
+        var steps: [Int] = []
+        var counted = before
         for index in 0..<5_000 {
             lan.inject(try Self.legacyQuery(), segment: 0, from: VirtualLAN.address(segment: 0, host: 10 + index % 240), port: 40_000)
             if index % 2_000 == 0 {
@@ -83,14 +87,42 @@ struct UnicastBudgetTests {
             if index % 10 == 9 {
                 lan.run(for: .milliseconds(10))
                 #expect(a.advertisers[0].unicastBudgetSourceCount <= UnicastAnswerBudgets.maxSources)
+                steps.append(lan.sent.dropFirst(counted).count { sent in
+                    guard sent.from == a.index, case .unicast = sent.packet.destination else { return false }
+                    return true
+                })
+                counted = lan.sent.count
             }
         }
         lan.run(for: .milliseconds(200))
+        // Any 100 steps span less than a second of answers: (t, t + 1 s].
+        let busiest = steps.indices.map { steps[max(0, $0 - 99)...$0].reduce(0, +) }.max() ?? 0
+        #expect(busiest <= UnicastAnswerBudgets.totalPerSecond, "\(busiest) unicast answers within a second")
+        #expect(busiest >= UnicastAnswerBudgets.totalPerSecond / 2, "the flood got few answers (\(busiest)): the test shows nothing")
         let multicast = lan.sent.dropFirst(before).filter { sent in
             guard sent.from == a.index, case .multicast = sent.packet.destination else { return false }
             return sent.packet.message.answers.contains { $0.name == service }
         }
         #expect(Self.unicastAnswers(lan, from: a, to: querier, after: before) + multicast.count == asked, "the QU querier was starved")
+    }
+
+    /// Sources that each keep within their budgets and fit the table still share one total.
+    @Test func allSourcesTogetherGetAtMostTheTotalInASecond() {
+        var budgets = UnicastAnswerBudgets()
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        let sources = UnicastAnswerBudgets.totalPerSecond / UnicastAnswerBudgets.answersPerSecond
+        var granted = 0
+        for source in 0..<sources {
+            for answer in 0..<UnicastAnswerBudgets.answersPerSecond where budgets.spend(to: .ipv4(UInt32(source)), now: start + .milliseconds(Int64(answer))) {
+                granted += 1
+            }
+        }
+        #expect(granted == UnicastAnswerBudgets.totalPerSecond)
+        let newcomer = MDNSAddress.ipv4(0xFFFF)
+        let withinTheSecond = budgets.spend(to: newcomer, now: start + .milliseconds(999))
+        #expect(!withinTheSecond, "past the total within one second")
+        let afterIt = budgets.spend(to: newcomer, now: start + .seconds(1))
+        #expect(afterIt, "refused after the second")
     }
 
     /// When the table is full of sources still in their one-second windows, a new one is refused a
