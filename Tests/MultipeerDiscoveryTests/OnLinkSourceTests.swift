@@ -65,15 +65,4 @@ struct OnLinkSourceTests {
         #expect(!Self.onLink(.ipv4(0xC0A8_01FE), interfaceIndex: 4))
         #expect(!Self.onLink(.ipv4(0xC0A8_01FE), toGroup: true, interfaceIndex: 4))
     }
-
-    /// Built from addresses alone, an interface's link holds only those addresses (and IPv6 link-local ones).
-    @Test func withoutSubnetsOnlyTheAddressesAreOnLink() {
-        let interface = MDNSInterface(index: 1, name: "mp0", addresses: [.ipv4(0x0A00_0001)])
-        let onLink = { (address: MDNSAddress) in
-            MDNSSource(address: address, port: MDNS.port, interfaceIndex: 1, sentToGroup: false).isOnLink(among: [interface])
-        }
-        #expect(onLink(.ipv4(0x0A00_0001)))
-        #expect(!onLink(.ipv4(0x0A00_0002)))
-        #expect(onLink(Self.ipv6([0xFE80, 0, 0, 0, 0, 0, 0, 1])))
-    }
 }

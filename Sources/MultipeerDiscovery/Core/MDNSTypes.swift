@@ -64,13 +64,13 @@ public struct MDNSInterface: Hashable, Sendable {
     /// from outside them is dropped (RFC 6762 §11, `MDNSSource.isOnLink`).
     public var subnets: [MDNSSubnet]
 
-    /// Without `subnets`, each address counts as a subnet of its own (a /32 or /128): only an
-    /// IPv6 link-local source would then be on-link besides ourselves.
-    public init(index: Int, name: String, addresses: [MDNSAddress], subnets: [MDNSSubnet]? = nil) {
+    /// `subnets` has no default: with none, no unicast packet but an IPv6 link-local one would
+    /// be on-link, and nothing would say so.
+    public init(index: Int, name: String, addresses: [MDNSAddress], subnets: [MDNSSubnet]) {
         self.index = index
         self.name = name
         self.addresses = addresses
-        self.subnets = subnets ?? addresses.map { MDNSSubnet(address: $0, prefixLength: $0.bitCount) }
+        self.subnets = subnets
     }
 }
 
