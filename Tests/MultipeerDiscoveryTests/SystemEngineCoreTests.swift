@@ -59,6 +59,8 @@ struct SystemEngineCoreTests {
         var core = try SystemAdvertiserCore(serviceType: Self.type, peer: Self.peer("Alice", 7), port: 1, discoveryInfo: [:], interfaces: [first])
         _ = core.daemonRan()
         #expect(core.updateInterfaces([first]).isEmpty)
+        // New subnets alone: nothing to withdraw or publish again.
+        #expect(core.updateInterfaces([Self.interface(2, "mp0", .ipv4(0xA9FE_0101), prefixLength: 24)]).isEmpty)
         let added = core.updateInterfaces([first, second])
         guard case .publish(let publication) = added.first, added.count == 1 else { Issue.record("\(added)"); return }
         #expect(publication.interfaces == [second] && publication.instanceLabel == DiscoveryTXT.hex(Self.peer("Alice", 7).identifier))

@@ -72,6 +72,16 @@ public struct MDNSInterface: Hashable, Sendable {
         self.addresses = addresses
         self.subnets = subnets
     }
+
+    /// What records and sockets depend on: the interface and its addresses. Subnets only decide
+    /// which sources are on-link, so a change of them alone re-announces nothing.
+    func isSameForPublishing(as other: MDNSInterface) -> Bool {
+        index == other.index && name == other.name && addresses == other.addresses
+    }
+}
+
+extension [MDNSInterface] {
+    func isSameForPublishing(as other: [MDNSInterface]) -> Bool { elementsEqual(other) { $0.isSameForPublishing(as: $1) } }
 }
 
 /// Where a packet came from.
