@@ -15,11 +15,14 @@ struct SharedLinkAdvertiserTests {
 
     @Test(arguments: [false, true])
     func itsOwnProbesFromTheOtherInterfaceDoNotHoldItBack(ipv6: Bool) throws {
-        // Both in 169.254.0.0/16 (and fe80::/10): each interface's packets are on the other's link.
+        // 169.254.1.1/24 and 169.254.2.1/24: two subnets on one link. Sent to the group, each
+        // interface's packets are on the other's link all the same (RFC 6762 §11).
         let interfaces = [1, 2].map { (index: Int) in
             let address = ipv6 ? Self.ipv6(UInt8(index)) : .ipv4(0xA9FE_0001 | UInt32(index) << 8)
-            return MDNSInterface(index: index, name: "mp\(index - 1)", addresses: [address], subnets: [MDNSSubnet(address: address, prefixLength: ipv6 ? 64 : 16)])
+            return MDNSInterface(index: index, name: "mp\(index - 1)", addresses: [address], subnets: [MDNSSubnet(address: address, prefixLength: ipv6 ? 64 : 24)])
         }
+        // So the core takes them: a pass below is not their being dropped.
+        #expect(MDNSSource(address: interfaces[0].addresses[0], port: MDNS.port, interfaceIndex: 2, sentToGroup: true).isOnLink(among: interfaces))
         let peer = try WirePeerID(identifier: Bytes16(high: 7, low: 7), displayName: "Bob")
         var core = try MDNSAdvertiserCore(
             serviceType: try ServiceType("chat"), peer: peer, port: 7000, discoveryInfo: [:], interfaces: interfaces,
@@ -35,7 +38,7 @@ struct SharedLinkAdvertiserTests {
             for packet in core.takePackets() {
                 guard case .multicast(let from, _) = packet.destination else { continue }
                 let to = from == 1 ? 2 : 1
-                let source = MDNSSource(address: interfaces[from - 1].addresses[0], port: MDNS.port, interfaceIndex: to)
+                let source = MDNSSource(address: interfaces[from - 1].addresses[0], port: MDNS.port, interfaceIndex: to, sentToGroup: true)
                 core.received(try DNSMessage.decode(try packet.message.encoded()), from: source, now: now + .milliseconds(1))
             }
         }

@@ -21,6 +21,11 @@ struct SystemEngineCoreTests {
         SystemServiceKey(interfaceIndex: interface, ipv6: ipv6, name: name, domain: "local")
     }
 
+    /// One address in 169.254.0.0/16, or (`prefixLength`) another subnet.
+    static func interface(_ index: Int, _ name: String, _ address: MDNSAddress, prefixLength: Int = 16) -> MDNSInterface {
+        MDNSInterface(index: index, name: name, addresses: [address], subnets: [MDNSSubnet(address: address, prefixLength: prefixLength)])
+    }
+
     static func txt(_ peer: WirePeerID, _ info: [String: String] = [:]) -> [[UInt8]] {
         try! DiscoveryTXT.encode(peer, info: info)
     }
@@ -29,7 +34,7 @@ struct SystemEngineCoreTests {
 
     @Test func publishesTheNamesAndDataTheEmbeddedAdvertiserDoes() throws {
         let peer = Self.peer("Alice", 7)
-        let interfaces = [MDNSInterface(index: 2, name: "mp0", addresses: [.ipv4(0xA9FE_0101)])]
+        let interfaces = [Self.interface(2, "mp0", .ipv4(0xA9FE_0101))]
         let embedded = try MDNSAdvertiserCore(serviceType: Self.type, peer: peer, port: 4242, discoveryInfo: ["room": "42"], interfaces: interfaces)
         var system = try SystemAdvertiserCore(serviceType: Self.type, peer: peer, port: 4242, discoveryInfo: ["room": "42"], interfaces: interfaces)
         guard case .publish(let publication) = system.daemonRan().first else {
@@ -49,16 +54,18 @@ struct SystemEngineCoreTests {
     /// Interfaces that come and go: only what changed is withdrawn or published, under the
     /// names held; nothing is done while nothing is published but remembering the list.
     @Test func interfaceChangesTouchOnlyWhatChanged() throws {
-        let first = MDNSInterface(index: 2, name: "mp0", addresses: [.ipv4(0xA9FE_0101)])
-        let second = MDNSInterface(index: 3, name: "mp1", addresses: [.ipv4(0xA9FE_0201)])
+        let first = Self.interface(2, "mp0", .ipv4(0xA9FE_0101))
+        let second = Self.interface(3, "mp1", .ipv4(0xA9FE_0201))
         var core = try SystemAdvertiserCore(serviceType: Self.type, peer: Self.peer("Alice", 7), port: 1, discoveryInfo: [:], interfaces: [first])
         _ = core.daemonRan()
         #expect(core.updateInterfaces([first]).isEmpty)
+        // New subnets alone: nothing to withdraw or publish again.
+        #expect(core.updateInterfaces([Self.interface(2, "mp0", .ipv4(0xA9FE_0101), prefixLength: 24)]).isEmpty)
         let added = core.updateInterfaces([first, second])
         guard case .publish(let publication) = added.first, added.count == 1 else { Issue.record("\(added)"); return }
         #expect(publication.interfaces == [second] && publication.instanceLabel == DiscoveryTXT.hex(Self.peer("Alice", 7).identifier))
         #expect(core.updateInterfaces([first]) == [.withdrawFrom(interfaceIndexes: [3])])
-        let moved = MDNSInterface(index: 2, name: "mp0", addresses: [.ipv4(0xA9FE_0102)])
+        let moved = Self.interface(2, "mp0", .ipv4(0xA9FE_0102))
         let changed = core.updateInterfaces([moved])
         #expect(changed.first == .withdrawFrom(interfaceIndexes: [2]) && changed.count == 2)
         if case .publish(let again) = changed.last { #expect(again.interfaces == [moved]) } else { Issue.record("\(changed)") }

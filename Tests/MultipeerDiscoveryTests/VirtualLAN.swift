@@ -99,9 +99,10 @@ final class VirtualLAN {
         flush(node)
     }
 
-    /// Puts a message on a segment as if a (possibly hostile) host there sent it.
-    func inject(_ message: DNSMessage, segment: Int, from source: MDNSAddress, port: UInt16 = MDNS.port) {
-        deliver(message, toSegment: segment, from: source, port: port)
+    /// Puts a message on a segment as if a (possibly hostile) host there sent it: to the mDNS
+    /// group, or (`toGroup` false) straight to each node on the segment.
+    func inject(_ message: DNSMessage, segment: Int, from source: MDNSAddress, port: UInt16 = MDNS.port, toGroup: Bool = true) {
+        deliver(message, toSegment: segment, from: source, port: port, toGroup: toGroup)
     }
 
     // MARK: Running
@@ -163,21 +164,21 @@ final class VirtualLAN {
         switch packet.destination {
         case .multicast(let interfaceIndex, _):
             guard let segment = node.segments[interfaceIndex] else { return }
-            deliver(packet.message, toSegment: segment, from: node.address(on: interfaceIndex), port: MDNS.port)
+            deliver(packet.message, toSegment: segment, from: node.address(on: interfaceIndex), port: MDNS.port, toGroup: true)
         case .unicast(let source):
             guard let target = nodes.first(where: { candidate in candidate.segments.keys.contains { candidate.address(on: $0) == source.address } }),
                 let interfaceIndex = target.segments.keys.first(where: { target.address(on: $0) == source.address })
             else { return }
             // From the address of the interface it leaves by, as a host's kernel picks.
             let from = node.segments[source.interfaceIndex] != nil ? node.address(on: source.interfaceIndex) : .ipv4(0)
-            schedule { self.receive(packet.message, at: target, interfaceIndex: interfaceIndex, from: from, port: MDNS.port) }
+            schedule { self.receive(packet.message, at: target, interfaceIndex: interfaceIndex, from: from, port: MDNS.port, toGroup: false) }
         }
     }
 
-    private func deliver(_ message: DNSMessage, toSegment segment: Int, from address: MDNSAddress, port: UInt16) {
+    private func deliver(_ message: DNSMessage, toSegment segment: Int, from address: MDNSAddress, port: UInt16, toGroup: Bool) {
         for target in nodes {
             for (interfaceIndex, targetSegment) in target.segments where targetSegment == segment {
-                schedule { self.receive(message, at: target, interfaceIndex: interfaceIndex, from: address, port: port) }
+                schedule { self.receive(message, at: target, interfaceIndex: interfaceIndex, from: address, port: port, toGroup: toGroup) }
             }
         }
     }
@@ -188,11 +189,11 @@ final class VirtualLAN {
         inFlight.sort { ($0.time, $0.sequence) < ($1.time, $1.sequence) }
     }
 
-    private func receive(_ message: DNSMessage, at node: Node, interfaceIndex: Int, from address: MDNSAddress, port: UInt16) {
+    private func receive(_ message: DNSMessage, at node: Node, interfaceIndex: Int, from address: MDNSAddress, port: UInt16, toGroup: Bool) {
         guard node.isReachable else { return }
         // Through the real codec, as on the wire.
         let decoded = try! DNSMessage.decode(try! message.encoded())
-        let source = MDNSSource(address: address, port: port, interfaceIndex: interfaceIndex)
+        let source = MDNSSource(address: address, port: port, interfaceIndex: interfaceIndex, sentToGroup: toGroup)
         for index in node.advertisers.indices { node.advertisers[index].received(decoded, from: source, now: now) }
         for index in node.browsers.indices { node.browsers[index].received(decoded, from: source, now: now) }
         flush(node)

@@ -151,9 +151,11 @@ public struct MDNSAdvertiserCore {
     }
 
     /// The interfaces changed (one came or went, an address changed): announce on the new set.
+    /// New subnets alone are taken without announcing.
     public mutating func updateInterfaces(_ updated: [MDNSInterface], now: NIODeadline) {
-        guard updated != interfaces else { return }
+        let unchanged = updated.isSameForPublishing(as: interfaces)
         interfaces = updated
+        guard !unchanged else { return }
         pendingAnswers.removeAll()
         dropTruncatedQueries()
         if phase == .running || phase == .announcing { scheduleAnnouncements(now: now) }

@@ -118,9 +118,11 @@ public struct MDNSBrowserCore {
         reporter.removeAll()
     }
 
+    /// New subnets alone are taken without asking again.
     public mutating func updateInterfaces(_ updated: [MDNSInterface], now: NIODeadline) {
-        guard updated != interfaces else { return }
+        let unchanged = updated.isSameForPublishing(as: interfaces)
         interfaces = updated
+        guard !unchanged else { return }
         let indices = Set(updated.map(\.index))
         // Records learned on an interface that went away are gone with it.
         for (key, entry) in cache where !indices.contains(entry.interfaceIndex) { remove(key) }

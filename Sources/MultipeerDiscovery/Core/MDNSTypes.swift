@@ -28,6 +28,9 @@ public enum MDNSAddress: Hashable, Sendable, CustomStringConvertible {
 
     public var isIPv6: Bool { if case .ipv6 = self { true } else { false } }
 
+    /// 224.0.0.251 or ff02::fb.
+    public var isMDNSGroup: Bool { self == .ipv4(MDNS.ipv4Group) || self == .ipv6(MDNS.ipv6Group) }
+
     public var description: String {
         switch self {
         case .ipv4(let value): (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32($0)))) }.joined(separator: ".")
@@ -57,17 +60,28 @@ public struct MDNSInterface: Hashable, Sendable {
     public let name: String
     /// Ours: what the records publish and the sockets send from.
     public var addresses: [MDNSAddress]
-    /// What is on this interface's link (RFC 6762 §11): packets from elsewhere are dropped.
+    /// The subnets on this interface's link: a packet sent straight to us (not to the group)
+    /// from outside them is dropped (RFC 6762 §11, `MDNSSource.isOnLink`).
     public var subnets: [MDNSSubnet]
 
-    /// Without `subnets`, each address counts as a subnet of its own (a /32 or /128): only an
-    /// IPv6 link-local source would then be on-link besides ourselves.
-    public init(index: Int, name: String, addresses: [MDNSAddress], subnets: [MDNSSubnet]? = nil) {
+    /// `subnets` has no default: with none, no unicast packet but an IPv6 link-local one would
+    /// be on-link, and nothing would say so.
+    public init(index: Int, name: String, addresses: [MDNSAddress], subnets: [MDNSSubnet]) {
         self.index = index
         self.name = name
         self.addresses = addresses
-        self.subnets = subnets ?? addresses.map { MDNSSubnet(address: $0, prefixLength: $0.bitCount) }
+        self.subnets = subnets
     }
+
+    /// What records and sockets depend on: the interface and its addresses. Subnets only decide
+    /// which sources are on-link, so a change of them alone re-announces nothing.
+    func isSameForPublishing(as other: MDNSInterface) -> Bool {
+        index == other.index && name == other.name && addresses == other.addresses
+    }
+}
+
+extension [MDNSInterface] {
+    func isSameForPublishing(as other: [MDNSInterface]) -> Bool { elementsEqual(other) { $0.isSameForPublishing(as: $1) } }
 }
 
 /// Where a packet came from.
@@ -75,11 +89,14 @@ public struct MDNSSource: Hashable, Sendable {
     public let address: MDNSAddress
     public let port: UInt16
     public let interfaceIndex: Int
+    /// Sent to the mDNS group (224.0.0.251 or ff02::fb), not straight to us.
+    public let sentToGroup: Bool
 
-    public init(address: MDNSAddress, port: UInt16, interfaceIndex: Int) {
+    public init(address: MDNSAddress, port: UInt16, interfaceIndex: Int, sentToGroup: Bool) {
         self.address = address
         self.port = port
         self.interfaceIndex = interfaceIndex
+        self.sentToGroup = sentToGroup
     }
 }
 

@@ -59,19 +59,14 @@ extension MDNSAddress {
     }
 }
 
-extension MDNSInterface {
-    /// RFC 6762 §11: mDNS takes packets from its own link only. A source is on-link when it lies
-    /// in one of the interface's subnets, or is an IPv6 link-local address. (The RFC also accepts
-    /// any packet with IP TTL 255; the sockets do not read the TTL, so the subnet test stands alone.)
-    public func isOnLink(_ source: MDNSAddress) -> Bool {
-        source.isIPv6LinkLocal || subnets.contains { $0.contains(source) }
-    }
-}
-
 extension MDNSSource {
-    /// Whether the packet came from the link of the interface it arrived on (one of `interfaces`);
-    /// both cores drop it otherwise, queries and responses alike.
+    /// RFC 6762 §11, the one place the rule lives: mDNS takes packets from its own link only.
+    /// Sent to the group, a packet is link-scope (never routed), so it is on-link whatever its
+    /// source: several subnets on one link, or a misconfigured host, still work. Sent straight
+    /// to us, it is on-link when its source lies in one of the arrival interface's subnets or
+    /// is IPv6 link-local. A packet on an interface the core does not know is on no link of ours.
     func isOnLink(among interfaces: [MDNSInterface]) -> Bool {
-        interfaces.first { $0.index == interfaceIndex }?.isOnLink(address) ?? false
+        guard let interface = interfaces.first(where: { $0.index == interfaceIndex }) else { return false }
+        return sentToGroup || address.isIPv6LinkLocal || interface.subnets.contains { $0.contains(address) }
     }
 }

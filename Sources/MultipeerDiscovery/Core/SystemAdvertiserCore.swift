@@ -80,17 +80,16 @@ struct SystemAdvertiserCore {
     }
 
     /// The interfaces were listed again (`MDNSInterfaces.current`). Those gone or changed (name or
-    /// addresses) are withdrawn; those new or changed are published under the names held, so the
-    /// others keep their records and nothing is renamed.
+    /// addresses; not subnets alone) are withdrawn; those new or changed are published under the
+    /// names held, so the others keep their records and nothing is renamed.
     mutating func updateInterfaces(_ updated: [MDNSInterface]) -> [Action] {
-        guard updated != interfaces else { return [] }
         let old = interfaces
         interfaces = updated
         var actions: [Action] = []
-        let stale = old.filter { !updated.contains($0) }.map(\.index)
+        let stale = old.filter { gone in !updated.contains { $0.isSameForPublishing(as: gone) } }.map(\.index)
         if !stale.isEmpty { actions.append(.withdrawFrom(interfaceIndexes: stale)) }
         // Unpublished (daemon away, or a rename waiting): the next publish takes the new list.
-        let fresh = updated.filter { !old.contains($0) }
+        let fresh = updated.filter { new in !old.contains { $0.isSameForPublishing(as: new) } }
         if published, !fresh.isEmpty { actions.append(.publish(publication(on: fresh))) }
         return actions
     }

@@ -139,16 +139,19 @@ final class MDNSDriver<Core: MDNSCore>: @unchecked Sendable {
 
     fileprivate func received(_ envelope: AddressedEnvelope<ByteBuffer>, on key: MDNSSocket.Key) {
         var interfaceIndex = key.interfaceIndex
+        // Without the packet info, the packet is taken as sent straight to us: the stricter on-link test.
+        var sentToGroup = false
         if let arrival = envelope.metadata?.packetInfo {
             // A multicast reaches all our sockets of the family: the arrival interface's takes it.
             // A unicast reaches one (whichever the kernel picked): it belongs to its arrival interface.
             guard arrival.interfaceIndex == key.interfaceIndex || !arrival.destinationAddress.isMulticast else { return }
             interfaceIndex = arrival.interfaceIndex
+            sentToGroup = MDNSInterfaces.mdnsAddress(arrival.destinationAddress)?.isMDNSGroup ?? false
         }
         guard !closed, let message = try? DNSMessage.decode(envelope.data),
             let address = MDNSInterfaces.mdnsAddress(envelope.remoteAddress), let port = envelope.remoteAddress.port
         else { return }
-        core.received(message, from: MDNSSource(address: address, port: UInt16(truncatingIfNeeded: port), interfaceIndex: interfaceIndex), now: eventLoop.now)
+        core.received(message, from: MDNSSource(address: address, port: UInt16(truncatingIfNeeded: port), interfaceIndex: interfaceIndex, sentToGroup: sentToGroup), now: eventLoop.now)
         afterInput(&core)
         flush()
     }

@@ -29,7 +29,7 @@ enum MDNSSocket {
             .channelOption(.socketOption(.init(rawValue: SO_REUSEPORT)), value: 1)
             // Room for the largest mDNS message (RFC 6762 §17), so none is cut short.
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 9_000))
-            // The arrival interface: the on-link check (RFC 6762 §11) needs it, and a unicast
+            // The arrival interface and destination: the on-link check (RFC 6762 §11) needs both, and a unicast
             // reaches whichever of our sockets the kernel picks.
             .channelOption(.receivePacketInfo, value: true)
             .channelInitializer { channel in
