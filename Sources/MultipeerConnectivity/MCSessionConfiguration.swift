@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import MultipeerSession
 import MultipeerWire
 
 /// The things Apple's framework fixes silently, with the defaults it would use.
@@ -21,7 +22,7 @@ public struct MCSessionConfiguration: Sendable {
     public var maximumDatagramSize: Int = 8_192
     /// Inbound connections that may be mid-handshake at once; past it the least advanced and
     /// longest silent is closed, so idle or trickling strangers cannot lock real peers out.
-    public var maximumPendingConnections: Int = 64
+    public var maximumPendingConnections: Int = SessionEngineConfiguration.defaultPendingConnections
     /// Reliable bytes queued to one peer and not yet sent; a synchronous `send` past it throws
     /// `unavailable` (nothing is queued), the async `send` waits for room.
     public var maximumQueuedBytesPerPeer: Int = 32 << 20

@@ -25,6 +25,7 @@ public struct SessionEngineConfiguration: Sendable {
     /// Inbound connections allowed at once before they are connected; past it, the least
     /// advanced and longest silent is closed to make room (so strangers cannot lock peers out).
     public var maximumPendingConnections: Int
+    public static let defaultPendingConnections = 64
     /// Reliable bytes queued to one peer and not yet handed to its socket. A synchronous send past
     /// it is refused with `queueFull`; an async send waits. One message always fits an empty queue.
     public var maximumQueuedBytesPerPeer: Int
@@ -51,7 +52,7 @@ public struct SessionEngineConfiguration: Sendable {
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         maximumDatagramMessage: Int = 8_192,
         datagramLimits: DatagramPeerState.Limits = .init(),
-        maximumPendingConnections: Int = 64,
+        maximumPendingConnections: Int = defaultPendingConnections,
         maximumQueuedBytesPerPeer: Int = 32 << 20,
         maximumUndeliveredBytesPerPeer: Int = 8 << 20,
         channels: ChannelConfiguration = ChannelConfiguration(),

@@ -1,0 +1,48 @@
+import Foundation
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import Testing
+
+@testable import MultipeerSession
+
+/// SECURITY.md's figures come from the code's constants: each sentence below is built from the
+/// constant and must stand in the document word for word, so changing one without the other fails.
+@Suite struct SecurityFiguresTests {
+    static let document: String = {
+        let url = repositoryRootURL.appendingPathComponent("SECURITY.md")
+        // Lines are wrapped: compare with runs of white space folded to one space.
+        let text = (try? String(contentsOf: url, encoding: .utf8)) ?? ""
+        return text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    }()
+
+    static func grouped(_ value: Int) -> String {
+        let digits = String(value)
+        var out = ""
+        for (index, digit) in digits.enumerated() {
+            if index > 0, (digits.count - index) % 3 == 0 { out += "," }
+            out.append(digit)
+        }
+        return out
+    }
+
+    static func mebibytes(_ bytes: UInt32) -> String { "\(bytes >> 20) MiB" }
+
+    @Test func figuresMatchTheConstants() {
+        let channels = ChannelConfiguration()
+        let sentences = [
+            "\(Self.mebibytes(channels.channelReceiveWindow)) per channel and \(Self.mebibytes(channels.connectionReceiveWindow)) per connection here",
+            "The accept queue is \(Self.grouped(StrangerListenerOptions.backlog)) deep",
+            "caps it at \(InvitationRequest.maximumAnswerWait.nanoseconds / 1_000_000_000) s (`InvitationRequest.maximumAnswerWait`",
+            "At most \(InvitationListener.maximumPending) invitation connections are held at once per advertiser, at most \(InvitationListener.maximumPendingPerSource) from one source",
+            "at most \(SessionEngineConfiguration.defaultPendingConnections) inbound connections",
+            "most \(channels.resumableTransfers) of them (`ChannelConfiguration.resumableTransfers`)",
+            "A kept partial lives \(channels.resumeLifetime.nanoseconds / 60_000_000_000) minutes (`resumeLifetime`)",
+        ]
+        #expect(!Self.document.isEmpty, "SECURITY.md not found")
+        for sentence in sentences {
+            let found = Self.document.contains(sentence)
+            #expect(found, "SECURITY.md lacks: \(sentence)")
+        }
+    }
+}
