@@ -548,7 +548,11 @@ public final class SessionEngine: Sendable {
                 }
                 switch result {
                 case .success(let channel): link.channel = channel
-                case .failure: self.dial(id, plan: plan, endpoints: endpoints.dropFirst())
+                case .failure(let error):
+                    self.configuration.logger.info("dial failed", metadata: [
+                        "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
+                    ])
+                    self.dial(id, plan: plan, endpoints: endpoints.dropFirst())
                 }
             }
     }

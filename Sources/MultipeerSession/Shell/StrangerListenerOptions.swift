@@ -10,7 +10,12 @@ package enum StrangerListenerOptions {
     /// ends, and a real peer met such a burst.)
     package static let backlog = 4_096
 
+    /// One accept per turn of the event loop, so connections already accepted are read between
+    /// accepts: under a flood, four at a time let a real peer be shed as the oldest silent one
+    /// before its preamble, already in the kernel's buffer, was read.
+    package static let acceptsPerRead: UInt = 1
+
     package static func apply(to bootstrap: ServerBootstrap) -> ServerBootstrap {
-        bootstrap.serverChannelOption(.backlog, value: Int32(backlog))
+        bootstrap.serverChannelOption(.backlog, value: Int32(backlog)).serverChannelOption(.maxMessagesPerRead, value: acceptsPerRead)
     }
 }
