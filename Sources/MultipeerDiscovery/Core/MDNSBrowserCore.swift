@@ -61,7 +61,7 @@ public struct MDNSBrowserCore {
     private var firstSeen: [DNSName: NIODeadline] = [:]
     private var lastLivenessQuery: [DNSName: NIODeadline] = [:]
     private var lastResolveQuery: [DNSName: (at: NIODeadline, interval: TimeAmount)] = [:]
-    private var reporter: PeerReporter
+    private var discovered: DiscoveredPeers
     private var queryInterval = TimeAmount.seconds(1)
     private var lostSinceLastQuery = false
     private var generation = 0
@@ -79,14 +79,14 @@ public struct MDNSBrowserCore {
     ) {
         self.serviceType = serviceType
         self.localIdentifier = localIdentifier
-        reporter = PeerReporter(localIdentifier: localIdentifier)
+        discovered = DiscoveredPeers(localIdentifier: localIdentifier)
         self.interfaces = interfaces
         self.limits = limits
         self.random = random
     }
 
     /// Peers currently found.
-    public var foundPeers: [FoundPeer] { reporter.reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
+    public var foundPeers: [FoundPeer] { discovered.reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
     public var cachedRecordCount: Int { cache.count }
 
     // MARK: Inputs
@@ -115,7 +115,7 @@ public struct MDNSBrowserCore {
         lastHeard.removeAll()
         lastLivenessQuery.removeAll()
         lastResolveQuery.removeAll()
-        reporter.removeAll()
+        discovered.removeAll()
     }
 
     /// New subnets alone are taken without asking again.
@@ -333,7 +333,7 @@ public struct MDNSBrowserCore {
             instancePeers[instance] = instanceNames.contains(instance) ? resolved(instance) : nil
         }
         dirty.removeAll(keepingCapacity: true)
-        let changes = reporter.update(instancePeers)
+        let changes = discovered.update(instancePeers)
         // A loss means something changed on the network: ask again soon rather than after a
         // long backoff, so a peer that comes back (an outage on either side) is found again.
         if changes.contains(where: { if case .lost = $0 { true } else { false } }) { lostSinceLastQuery = true }
@@ -353,7 +353,7 @@ public struct MDNSBrowserCore {
             default: return nil
             }
         }
-        return PeerReporter.peer(instance: instance, txt: txt, endpoints: endpoints)
+        return DiscoveredPeers.peer(instance: instance, txt: txt, endpoints: endpoints)
     }
 
     // MARK: Queries and upkeep
@@ -378,7 +378,7 @@ public struct MDNSBrowserCore {
         var questions: [DNSQuestion] = []
         // Liveness first: a found peer that has been quiet is asked directly, and dropped when it
         // stays quiet. (First, so that a flood of other questions cannot crowd it out.)
-        for found in reporter.reported.values {
+        for found in discovered.reported.values {
             let heard = lastHeard[found.instance] ?? now
             let quiet = now - heard
             if quiet >= limits.livenessTimeout {

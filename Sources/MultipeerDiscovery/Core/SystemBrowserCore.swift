@@ -12,7 +12,7 @@ struct SystemServiceKey: Hashable, Sendable {
 
 /// The system engine's browser, sans-I/O: Avahi browses and caches; this decides which instances
 /// to resolve (within the embedded browser's caps) and turns the resolutions into found and lost
-/// peers through the same `PeerReporter`, so both engines report alike (docs/PROTOCOL.md §12.3).
+/// peers through the same `DiscoveredPeers`, so both engines report alike (docs/PROTOCOL.md §12.3).
 struct SystemBrowserCore {
     enum Action: Equatable {
         case resolve(SystemServiceKey)
@@ -40,17 +40,17 @@ struct SystemBrowserCore {
     static let maxKeysPerInstance = 32
     private var instances: [DNSName: Instance] = [:]
     private var retryIntervals: [SystemServiceKey: TimeAmount] = [:]
-    private var reporter: PeerReporter
+    private var discovered: DiscoveredPeers
     private var sequence = 0
     private var events: [MDNSBrowserCore.Event] = []
 
     init(serviceType: ServiceType, localIdentifier: Bytes16, limits: MDNSBrowserCore.Limits = MDNSBrowserCore.Limits()) {
         self.serviceType = serviceType
         self.limits = limits
-        reporter = PeerReporter(localIdentifier: localIdentifier)
+        discovered = DiscoveredPeers(localIdentifier: localIdentifier)
     }
 
-    var foundPeers: [MDNSBrowserCore.FoundPeer] { reporter.reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
+    var foundPeers: [MDNSBrowserCore.FoundPeer] { discovered.reported.values.sorted { $0.peer.identifier < $1.peer.identifier } }
     var instanceCount: Int { instances.count }
 
     private func instanceName(_ key: SystemServiceKey) -> DNSName? {
@@ -64,7 +64,7 @@ struct SystemBrowserCore {
         if instances[name] == nil {
             if instances.count >= limits.maxInstances {
                 // Full: an instance that never resolved to a peer makes way (the embedded rule).
-                let reportedNames = Set(reporter.reported.values.map(\.instance))
+                let reportedNames = Set(discovered.reported.values.map(\.instance))
                 guard let stale = instances.first(where: { !reportedNames.contains($0.key) && now - $0.value.firstSeen > .seconds(5) && !$0.value.resolutions.values.contains { $0 != nil } })
                 else { return [] }
                 actions += forget(stale.key)
@@ -121,7 +121,7 @@ struct SystemBrowserCore {
     mutating func stop() {
         instances.removeAll()
         retryIntervals.removeAll()
-        reporter.removeAll()
+        discovered.removeAll()
     }
 
     mutating func takeEvents() -> [MDNSBrowserCore.Event] {
@@ -143,8 +143,8 @@ struct SystemBrowserCore {
             let endpoints = resolved.map { key, resolution in
                 MDNSBrowserCore.Endpoint(address: resolution.address, port: resolution.port, interfaceIndex: key.interfaceIndex)
             }
-            peers[name] = PeerReporter.peer(instance: name, txt: latest.1.txt, endpoints: endpoints)
+            peers[name] = DiscoveredPeers.peer(instance: name, txt: latest.1.txt, endpoints: endpoints)
         }
-        events += reporter.update(peers)
+        events += discovered.update(peers)
     }
 }

@@ -4,7 +4,7 @@ import MultipeerWire
 /// Found and lost events, once per peer (docs/PROTOCOL.md §12.3), from what a browser resolved
 /// for each instance. Both engines (the embedded browser and the system one over Avahi) report
 /// through this, so they agree on what a peer is and when it is found or lost.
-struct PeerReporter {
+struct DiscoveredPeers {
     typealias FoundPeer = MDNSBrowserCore.FoundPeer
     typealias Endpoint = MDNSBrowserCore.Endpoint
 
