@@ -185,13 +185,10 @@ package final class ResourceReceiver: InboundChannel {
                 return (Int(position - batch.at), error)
             }
         }.whenComplete { [self] outcome in
-            let result: Result<Int, any Error>
-            switch outcome {
-            case .success((let bytes, nil)): result = .success(bytes)
-            case .success((_, let error?)): result = .failure(error)
-            case .failure(let error): result = .failure(error)  // the pool is shutting down
+            let (bytes, failure): (Int, (any Error)?) = switch outcome {
+            case .success(let written): written
+            case .failure(let error): (0, error)  // the pool is shutting down: nothing was written
             }
-            let bytes = (try? outcome.get().bytes) ?? 0
             let (written, lost) = state.withLock { state -> (UInt64, TransferError?) in
                 state.writeInFlight = false
                 state.written += UInt64(bytes)
@@ -202,13 +199,12 @@ package final class ResourceReceiver: InboundChannel {
                 keepPartialAndReport(lost)
                 return
             }
-            switch result {
-            case .success:
+            if let failure {
+                storageFailed(failure)
+            } else {
                 linkage.channelTaken(bytes, on: channel)
                 onProgress(written)
                 writeMore()
-            case .failure(let error):
-                storageFailed(error)
             }
         }
     }

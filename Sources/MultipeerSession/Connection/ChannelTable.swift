@@ -189,7 +189,7 @@ struct ChannelTable {
         switch frame {
         case .streamData(_, let data), .resourceChunk(_, let data): dataBytes = UInt32(data.readableBytes)
         case .streamClose, .streamReset, .resourceCancel: finishes = true
-        case .resourceComplete where !ended[index].completed:
+        case .resourceComplete:
             // The opener may still cancel after completing (§6.4.16): remember it, with no window.
             ended[index].window = 0
             ended[index].completed = true

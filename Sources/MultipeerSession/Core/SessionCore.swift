@@ -42,8 +42,7 @@ final class SessionCore {
     @exclusivity(unchecked) private var activeLink: [Bytes16: LinkID] = [:]
     @exclusivity(unchecked) private var receiverIDs: [UInt32: LinkID] = [:]
     private var tokens = TokenTable()
-    private lazy var pending = PendingConnections<LinkID>(
-        limit: configuration.maximumPendingConnections, perSourceLimit: configuration.maximumPendingConnectionsPerSource)
+    private var pending: PendingConnections<LinkID>
     private var introductions = IntroductionLedger()
     private var reporter = PeerReporter()
     private var nextLinkID = 1
@@ -59,6 +58,8 @@ final class SessionCore {
     init(configuration: SessionCoreConfiguration, random: any RandomNumberGenerator = SystemRandomNumberGenerator()) {
         self.configuration = configuration
         self.random = random
+        pending = PendingConnections(
+            limit: configuration.maximumPendingConnections, perSourceLimit: configuration.maximumPendingConnectionsPerSource)
     }
 
     /// Hands out the actions the last inputs produced, in order, reusing their storage (this runs
