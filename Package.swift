@@ -3,9 +3,10 @@ import PackageDescription
 
 // Layering (dependencies point one way, downwards):
 //   MultipeerConnectivity (public Apple-shaped API)
-//     -> MultipeerSession (connection state machines and their SwiftNIO shells)
-//       -> MultipeerCrypto (OpenSSL TLS, certificates, libsodium, key hygiene)
-//         -> MultipeerWire  (pure sans-I/O codecs, no sockets)
+//     -> MultipeerSession (SwiftNIO shells: sockets, files, timers; they decide nothing)
+//       -> MultipeerProtocol (every protocol decision, sans-I/O: no sockets, files, threads or locks)
+//         -> MultipeerCrypto (OpenSSL TLS, certificates, libsodium, key hygiene)
+//           -> MultipeerWire  (pure sans-I/O codecs, no sockets)
 //   C modules: CMultipeerOpenSSL / CMultipeerSodium (system libraries), CMultipeerShims (macro wrappers)
 // Warnings fail the build of this package's own targets (not of its dependencies).
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
@@ -64,9 +65,20 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // Imports are checked by ProtocolPurityTests: NIOCore for ByteBuffer and deadlines, never NIOPosix.
+        .target(
+            name: "MultipeerProtocol",
+            dependencies: [
+                "MultipeerWire",
+                "MultipeerCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(
             name: "MultipeerSession",
             dependencies: [
+                "MultipeerProtocol",
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -91,6 +103,7 @@ let package = Package(
             dependencies: [
                 "MultipeerDiscovery",
                 "MultipeerSession",
+                "MultipeerProtocol",
                 "MultipeerWire",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -150,7 +163,7 @@ let package = Package(
         .target(
             name: "SessionFuzzChecks",
             dependencies: [
-                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"),
+                "MultipeerSession", "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "Fuzz/Sources/SessionFuzzChecks"
@@ -193,10 +206,29 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // What the protocol core's tests and the shell's tests share: machines wired back to back.
+        .target(
+            name: "ProtocolTestSupport",
+            dependencies: [
+                "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Tests/ProtocolTestSupport"
+        ),
+        // The protocol core's tests: no sockets, threads or files, on virtual clocks.
+        .testTarget(
+            name: "MultipeerProtocolTests",
+            dependencies: [
+                "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport", "ProtocolTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "MultipeerSessionTests",
             dependencies: [
-                "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport", "SessionFuzzChecks",
+                "MultipeerSession", "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport", "ProtocolTestSupport",
+                "SessionFuzzChecks",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -210,7 +242,7 @@ let package = Package(
         .testTarget(
             name: "MultipeerConnectivityTests",
             dependencies: [
-                "MultipeerConnectivity", "MultipeerSession", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
+                "MultipeerConnectivity", "MultipeerSession", "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", "MultipeerTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

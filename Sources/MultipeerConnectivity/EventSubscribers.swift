@@ -1,5 +1,6 @@
 import MultipeerSession
 import Synchronization
+import MultipeerProtocol
 
 /// A session's `events()` streams, and the wake-ups of their consumers during the engine's reads.
 ///

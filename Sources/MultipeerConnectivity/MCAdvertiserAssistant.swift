@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerDiscovery
 import Synchronization
+import MultipeerProtocol
 
 /// Apple's assistant delegate; both calls are optional, as in Apple's protocol.
 public protocol MCAdvertiserAssistantDelegate: AnyObject {

@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerProtocol
 
 extension MCBrowserModel {
     /// Where a listed peer stands, as a browser UI shows it.

@@ -2,6 +2,7 @@ import Foundation
 import MultipeerDiscovery
 import MultipeerWire
 import Synchronization
+import MultipeerProtocol
 
 /// Apple's `MCBrowserViewControllerDelegate`, with its method names, for the browser model.
 public protocol MCBrowserModelDelegate: AnyObject {

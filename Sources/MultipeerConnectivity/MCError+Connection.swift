@@ -1,5 +1,6 @@
 import MultipeerSession
 import MultipeerWire
+import MultipeerProtocol
 
 extension MCError {
     /// The app-facing reason for a connection that ended; nil for a normal goodbye or our own disconnect.

@@ -1,5 +1,6 @@
 import Foundation
 import MultipeerSession
+import MultipeerProtocol
 
 public let MCErrorDomain: String = "MCErrorDomain"
 

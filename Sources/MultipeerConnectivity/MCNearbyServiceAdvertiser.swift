@@ -7,6 +7,7 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// Apple's advertiser delegate. Invitations (docs/PROTOCOL.md §7.2) arrive on a private serial
 /// queue; call the handler once, with `true` and the session to join, or `false`.

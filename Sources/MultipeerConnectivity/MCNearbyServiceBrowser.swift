@@ -3,6 +3,7 @@ import NIOCore
 import MultipeerDiscovery
 import MultipeerWire
 import Synchronization
+import MultipeerProtocol
 
 /// Apple's browser delegate.
 public protocol MCNearbyServiceBrowserDelegate: AnyObject {

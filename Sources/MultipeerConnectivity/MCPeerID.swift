@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerWire
 import NIOCore
+import MultipeerProtocol
 
 /// A peer in a multipeer session: a display name and a random 128-bit identity.
 ///

@@ -5,6 +5,7 @@ import FoundationNetworking
 #endif
 import MultipeerSession
 import Synchronization
+import MultipeerProtocol
 
 // Streams and resources: Apple's API and the Swift-native one over the engine's channels
 // (docs/PROTOCOL.md §7.6, §7.8).

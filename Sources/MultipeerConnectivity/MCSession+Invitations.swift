@@ -4,6 +4,7 @@ import MultipeerSession
 import MultipeerWire
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// Why an invitation did not make a connection (the Swift-native API's error).
 public struct MCInvitationError: Error, Hashable, Sendable, CustomStringConvertible {

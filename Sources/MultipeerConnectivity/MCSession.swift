@@ -7,6 +7,7 @@ import NIOCore
 import NIOFoundationCompat
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
 ///

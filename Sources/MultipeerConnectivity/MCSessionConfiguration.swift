@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import MultipeerSession
 import MultipeerWire
+import MultipeerProtocol
 
 /// The things Apple's framework fixes silently, with the defaults it would use.
 public struct MCSessionConfiguration: Sendable {

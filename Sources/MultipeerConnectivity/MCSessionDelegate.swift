@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerProtocol
 
 /// Apple's session delegate. Calls arrive on the session's private serial queue, in order.
 public protocol MCSessionDelegate: AnyObject {

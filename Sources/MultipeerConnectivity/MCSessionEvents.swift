@@ -1,6 +1,7 @@
 import MultipeerSession
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 extension MCSession {
     /// A session's events from the moment `events()` made it, in order, for `for await` loops.

@@ -1,4 +1,5 @@
 import MultipeerWire
+import MultipeerProtocol
 
 /// How `send(_:toPeers:with:)` delivers data (Apple's raw values).
 public enum MCSessionSendDataMode: Int, Sendable, CaseIterable {

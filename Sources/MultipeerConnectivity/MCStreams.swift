@@ -2,6 +2,7 @@ import Foundation
 import MultipeerSession
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// The `OutputStream` that `MCSession.startStream(withName:toPeer:)` returns. Behaves as Apple's:
 /// open it, then write; `write` takes what fits in the stream's buffer and returns the count (0

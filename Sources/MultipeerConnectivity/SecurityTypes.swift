@@ -1,5 +1,6 @@
 import Foundation
 import MultipeerCrypto
+import MultipeerProtocol
 
 // Linux counterparts of Apple's Security types, so that the array Apple's
 // `MCSession(peer:securityIdentity:encryptionPreference:)` takes is written the same way:

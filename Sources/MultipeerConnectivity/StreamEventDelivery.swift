@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerProtocol
 
 /// Delivers `Stream` delegate events the way Apple's streams do: on each run loop the stream is
 /// scheduled in, in the scheduled modes, never on the thread that produced them. Level-triggered

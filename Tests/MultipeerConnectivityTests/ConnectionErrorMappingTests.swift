@@ -1,6 +1,7 @@
 @testable import MultipeerConnectivity
 import MultipeerSession
 import Testing
+import MultipeerProtocol
 
 /// What the app is told when a dial met another listener than its connection data named.
 @Suite("MCError for a pin or peer mismatch (docs/PROTOCOL.md §9.3)")

@@ -7,6 +7,7 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Testing
+import MultipeerProtocol
 
 @Suite("Peer objects the session keeps", .serialized)
 struct KnownPeersTests {

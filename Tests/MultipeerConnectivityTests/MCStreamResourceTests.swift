@@ -5,6 +5,7 @@ import MultipeerCrypto
 import MultipeerTestSupport
 import Synchronization
 import Testing
+@testable import MultipeerProtocol
 
 /// A thread running its own run loop, as an app's thread that schedules streams would.
 final class RunLoopThread: @unchecked Sendable {

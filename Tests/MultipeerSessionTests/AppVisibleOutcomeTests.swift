@@ -4,7 +4,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import NIOPosix
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// What the application sees when a peer's connection ends or cannot carry what it sends.
 @Suite("Outcomes the application sees", .serialized)

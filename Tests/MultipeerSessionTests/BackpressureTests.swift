@@ -3,7 +3,9 @@ import MultipeerSession
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Write backpressure (bounded send queues) and the receive budget (§7.6), between two engines.
 @Suite("Backpressure and receive budgets", .serialized)

@@ -4,7 +4,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Synchronization
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// HELLOs a listener was shown, through its admission callback.
 private final class HelloLog: Sendable {

@@ -5,7 +5,9 @@ import MultipeerWire
 import NIOCore
 import NIOEmbedded
 import Synchronization
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Two EmbeddedChannels back to back, each with a ConnectionHandler: complete handshakes in memory.
 final class EmbeddedPair {
@@ -121,11 +123,11 @@ struct ConnectionHandlerTests {
         #expect(!handler.flush())
     }
 
-    @Test(arguments: HandshakeMatrixTests.cases)
-    func everyPreferencePairThroughThePipeline(testCase: HandshakeMatrixTests.Case) throws {
+    @Test(arguments: HandshakeMatrix.cases)
+    func everyPreferencePairThroughThePipeline(testCase: HandshakeMatrix.Case) throws {
         let pair = try EmbeddedPair(
-            dialerIdentity: testCase.dialerHasIdentity ? HandshakeMatrixTests.alice : nil,
-            listenerIdentity: testCase.listenerHasIdentity ? HandshakeMatrixTests.bob : nil,
+            dialerIdentity: testCase.dialerHasIdentity ? HandshakeMatrix.alice : nil,
+            listenerIdentity: testCase.listenerHasIdentity ? HandshakeMatrix.bob : nil,
             dialerPreference: testCase.dialer, listenerPreference: testCase.listener)
         try pair.activate()
         let dialerEvents = try EmbeddedPair.events(pair.dialer)

@@ -6,7 +6,9 @@ import Foundation
 import NIOCore
 import NIOPosix
 import Synchronization
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Attack finding 3: a PING flood whose PONGs the attacker never reads grew the victim's memory
 /// without bound (100 MB of PINGs, +1 GB). Now the victim stops reading from such a peer.

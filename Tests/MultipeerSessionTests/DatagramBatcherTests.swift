@@ -5,7 +5,9 @@ import Glibc
 import NIOCore
 import MultipeerTestSupport
 import MultipeerWire
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 @Suite("Datagram batches for segmentation offload")
 struct DatagramBatcherTests {

@@ -6,7 +6,9 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 /// Records whatever arrives on a UDP socket of the test's own, with its sender.
 final class DatagramRecorder: ChannelInboundHandler, Sendable {

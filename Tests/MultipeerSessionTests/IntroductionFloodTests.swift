@@ -5,7 +5,9 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Attack finding 4: connected members introducing made-up peers. Before the fix one member
 /// introduced 20 fake members and the session connected all of them (21 peers), and 2,000

@@ -5,9 +5,11 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import ProtocolTestSupport
 import Testing
 
 @testable import MultipeerSession
+@testable import MultipeerProtocol
 
 /// Issue 28, hole 1: one host on the LAN held all 16 of the advertiser's places with idle
 /// connections, reopened before their 10 s handshake deadline, and every real invitation was

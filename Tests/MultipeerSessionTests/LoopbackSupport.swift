@@ -5,6 +5,8 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
+import ProtocolTestSupport
 
 /// Records a connection's events where a test can poll them.
 final class EventLog: Sendable {

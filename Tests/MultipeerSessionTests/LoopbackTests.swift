@@ -4,7 +4,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import NIOPosix
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 @Suite("Secure channel over real loopback sockets, with a man in the middle")
 struct LoopbackTests {

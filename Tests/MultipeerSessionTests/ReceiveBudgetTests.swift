@@ -1,9 +1,11 @@
 import Foundation
 import MultipeerTestSupport
 import Synchronization
+import ProtocolTestSupport
 import Testing
 
 @testable import MultipeerSession
+@testable import MultipeerProtocol
 
 @Suite("Receive budget")
 struct ReceiveBudgetTests {

@@ -5,7 +5,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Synchronization
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 /// Resources between two engines over loopback (docs/PROTOCOL.md §6.4.14-§6.4.19, §7.8).
 @Suite("Resources over loopback", .serialized)
@@ -151,7 +153,7 @@ struct ResourceChannelTests {
         #expect(senderError.code == (senderCancels ? .cancelled : .cancelledByPeer))
         #expect(receiverError.code == (senderCancels ? .cancelledByPeer : .cancelled))
         try #require(try await eventually { scratch.leftovers.isEmpty }, "left \(scratch.leftovers)")
-        #expect(bob.engine.resumeStore.count == 0)
+        #expect(bob.engine.resumeStore.withLock { $0.count } == 0)
         // Bytes queued when it stopped went back to the sender's window: the connection carries
         // the next transfer whole (a leak here would stall it for good).
         bob.engine.storageFault.withLockedValue { $0 = nil }
@@ -266,7 +268,7 @@ struct ResourceChannelTests {
         guard case .failure(let cut) = try await Self.outcome(first) else { Issue.record("finished before the cut"); return }
         #expect(cut.code == .connectionLost)
         try #require(try await eventually { bob.finishedResources.count == 1 })
-        #expect(bob.engine.resumeStore.count == 1)
+        #expect(bob.engine.resumeStore.withLock { $0.count } == 1)
 
         try #require(try await alice.connect(bob))
         let second = try Self.send(source, from: alice, to: bob)
@@ -278,7 +280,7 @@ struct ResourceChannelTests {
         // It started where the first attempt's file ended, not at zero.
         #expect(bob.resumeOffsets.last ?? 0 >= cutAt, "resumed at \(bob.resumeOffsets)")
         #expect(resumed.completedBytes == UInt64(size))
-        #expect(bob.engine.resumeStore.count == 0)
+        #expect(bob.engine.resumeStore.withLock { $0.count } == 0)
     }
 
     /// The digest covers the kept prefix too: content that changed under the same transfer ID
@@ -297,7 +299,7 @@ struct ResourceChannelTests {
         await alice.shutdown()
         gate.open()
         _ = try await Self.outcome(first)
-        try #require(try await eventually { bob.engine.resumeStore.count == 1 })
+        try #require(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 1 })
         content[0] ^= 0xFF  // the kept prefix no longer matches
         _ = try scratch.file("source", content)
         try #require(try await alice.connect(bob))

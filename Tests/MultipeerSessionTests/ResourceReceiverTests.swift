@@ -6,7 +6,9 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 /// The receiving end of a resource on its own, fed frames by hand (docs/PROTOCOL.md §6.4.16,
 /// §7.8): a short transfer and a wrong digest are refused with RESOURCE_CANCEL 2 and leave no file.
@@ -83,21 +85,21 @@ struct ResourceReceiverTests {
         var checked = 0
         for round in 0..<400 {
             let path = directory + "/\(round).part"
-            let store = ResumeStore(capacity: 4, lifetime: .seconds(60))
+            let store = Mutex(ResumeStore(capacity: 4, lifetime: .seconds(60)))
             let key = ResumeStore.Key(peer: .zero, fingerprint: nil, transferID: .zero, size: 1 << 20)
             let done = Mutex(false)
             let receiver = ResourceReceiver(
                 channel: 1, offer: try ResourceOffer(size: 1 << 20, transferID: .zero, name: "x"),
                 peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
                 file: try OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
-                linkage: Linkage(), keepPartial: { store.keep($0, for: key, resumed: $1, now: .now()) }, writeFault: nil,
+                linkage: Linkage(), keepPartial: { partial, resumed in store.withLock { _ = $0.keep(partial, for: key, resumed: resumed, now: .now()) } }, writeFault: nil,
                 onProgress: { _ in }, onCompletion: { _ in done.withLock { $0 = true } })
             for _ in 0..<(round % 7 + 2) { _ = receiver.peerSent(.resourceChunk(channel: 1, chunk)) }
             receiver.failed(TransferError(.connectionLost))
             try #require(try await eventually { done.withLock { $0 } })
             // Whatever was still being written has landed once the pool is idle.
             try await NIOThreadPool.singleton.runIfActive { }
-            guard let partial = store.take(key, now: .now()).partial else { continue }
+            guard let partial = store.withLock({ $0.take(key, now: .now()).partial }) else { continue }
             checked += 1
             let length = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? 0
             if length != partial.length { mismatches += 1 }

@@ -5,7 +5,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Synchronization
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 /// What a peer can make the receiver spend on a partial it keeps for resuming (docs/PROTOCOL.md
 /// §7.8, issue 28): offers of a kept transfer cost no re-reading, and kept files go on time.
@@ -75,7 +77,7 @@ struct ResumeCostTests {
     /// The connection drops; Bob keeps what reached its file.
     static func drop(_ member: RawMember, from bob: EngineProbe) async throws {
         try await member.channel.close()
-        try #require(try await eventually { isGone(bob, member.peer.identifier) && bob.engine.resumeStore.count == 1 })
+        try #require(try await eventually { isGone(bob, member.peer.identifier) && bob.engine.resumeStore.withLock { $0.count } == 1 })
     }
 
     /// A raw peer sends `kept` bytes of `offer` and drops the connection: Bob keeps them.
@@ -118,7 +120,7 @@ struct ResumeCostTests {
             try await Self.leavePartial(offer, kept: 65_536, in: bob, as: .random())
             #expect(scratch.leftovers.count == 1)
             #expect(try await eventually(seconds: 15) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
-            #expect(bob.engine.resumeStore.count == 0)
+            #expect(bob.engine.resumeStore.withLock { $0.count } == 0)
         }
     }
 

@@ -2,9 +2,11 @@ import Foundation
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
+import ProtocolTestSupport
 import Testing
 
 @testable import MultipeerSession
+@testable import MultipeerProtocol
 
 /// SECURITY.md's figures come from the code's constants: each sentence below is built from the
 /// constant and must stand in the document word for word, so changing one without the other fails.

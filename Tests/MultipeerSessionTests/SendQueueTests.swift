@@ -1,5 +1,7 @@
 @testable import MultipeerSession
+import ProtocolTestSupport
 import Testing
+@testable import MultipeerProtocol
 
 @Suite("Send queue (batches sends onto the event loop)")
 struct SendQueueTests {

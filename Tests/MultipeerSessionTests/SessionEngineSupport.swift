@@ -7,6 +7,8 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
+import ProtocolTestSupport
 
 /// One engine on loopback with everything it reported.
 final class EngineProbe: Sendable {

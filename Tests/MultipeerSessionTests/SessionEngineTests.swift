@@ -4,7 +4,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import NIOPosix
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 @Suite("Session engine over loopback", .serialized)
 struct SessionEngineTests {

@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerTestSupport
 import SessionFuzzChecks
+import ProtocolTestSupport
 import Testing
 
 /// Every checked-in seed and past crash input of the session fuzz targets, through the same

@@ -4,7 +4,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Synchronization
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Named byte streams between two engines over loopback (docs/PROTOCOL.md §6.4.9-§6.4.13, §7.6).
 @Suite("Streams over loopback", .serialized)

@@ -3,7 +3,9 @@ import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import NIOEmbedded
+import ProtocolTestSupport
 import Testing
+import MultipeerProtocol
 
 /// Random interleavings of the application's writes and flushes, the peer's messages and PINGs
 /// arriving whole or joined into one read, and answers written from inside a read: whatever the

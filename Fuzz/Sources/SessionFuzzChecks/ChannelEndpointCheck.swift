@@ -5,6 +5,7 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// What one channel endpoint script did, so tests can tell that a seed reaches the state it is named for.
 public struct ChannelEndpointRun: Sendable {
@@ -150,12 +151,12 @@ extension SessionFuzzChecks {
         let path = scratchDirectory + "/\(UUID().uuidString).part"
         let linkage = RecordingLinkage()
         let outcomes = Mutex<[Result<String, TransferError>]>([])
-        let store = usesStore ? ResumeStore(capacity: 4, lifetime: .seconds(60)) : nil
+        let store = usesStore ? LockedResumeStore() : nil
         let key = ResumeStore.Key(peer: fuzzPeer.identifier, fingerprint: nil, transferID: .zero, size: UInt64(size))
         var keep: (@Sendable (ResumeStore.Partial, ResumeStore.Partial?) -> Void)?
         if let store {
             keep = { partial, resumed in
-                for dropped in store.keep(partial, for: key, resumed: resumed, now: NIODeadline.now()) { unlink(dropped.path) }
+                for dropped in store.value.withLock({ $0.keep(partial, for: key, resumed: resumed, now: NIODeadline.now()) }) { unlink(dropped.path) }
             }
         }
         let loop = MultiThreadedEventLoopGroup.singleton.next()
@@ -285,7 +286,7 @@ extension SessionFuzzChecks {
                 precondition(connectionLost && frames.isEmpty, "a lost connection answers nothing")
                 if let store {
                     // An empty partial is not worth keeping: then there is no file either.
-                    if let partial = store.take(key, now: .now()).partial {
+                    if let partial = store.value.withLock({ $0.take(key, now: .now()).partial }) {
                         keptPartial = true
                         precondition(partial.path == path && partial.length > 0, "the kept partial is not this transfer's")
                         let kept = contents(of: path) ?? []
@@ -349,4 +350,9 @@ extension SessionFuzzChecks {
         precondition(made != nil, "cannot make a scratch directory")
         return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }()
+}
+
+/// The engine keeps its store behind a lock, shared by every receiver's keep callback.
+private final class LockedResumeStore: Sendable {
+    let value = Mutex(ResumeStore(capacity: 4, lifetime: .seconds(60)))
 }

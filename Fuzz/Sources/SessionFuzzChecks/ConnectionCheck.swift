@@ -2,6 +2,7 @@ import MultipeerCrypto
 import MultipeerSession
 import MultipeerWire
 import NIOCore
+import MultipeerProtocol
 
 /// What one connection script did, so tests can tell that a seed reaches the state it is named for.
 public struct ConnectionRun: Sendable {

@@ -1,16 +1,17 @@
 import MultipeerWire
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// The reading end of a named byte stream from one peer. Holds at most what the windows let the
 /// peer send (docs/PROTOCOL.md §7.6); window goes back as the application reads, so a reader
 /// that stops reading stops the writer. An `AsyncSequence` of chunks that ends at STREAM_CLOSE
 /// and throws when the stream is reset or the connection lost; or read it by polling
 /// (`read(into:)`). Thread-safe.
-public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
-    public typealias Element = ByteBuffer
+package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
+    package typealias Element = ByteBuffer
 
-    public enum Event: Sendable {
+    package enum Event: Sendable {
         case bytesAvailable
         case endEncountered
         case failed(TransferError)
@@ -25,8 +26,8 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         var cancelled = false
     }
 
-    public let name: String
-    public let peer: WirePeerID
+    package let name: String
+    package let peer: WirePeerID
     let channel: UInt32
 
     deinit {
@@ -46,7 +47,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     }
 
     /// Called with events from the engine's thread (and once at once for what is already there).
-    public func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
+    package func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
         let pending = state.withLock { state -> Event? in
             state.observer = observer
             if let failure = state.failure { return .failed(failure) }
@@ -56,24 +57,24 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         if let pending { observer?(pending) }
     }
 
-    public var hasBytesAvailable: Bool { state.withLock { $0.chunks.byteCount > 0 } }
+    package var hasBytesAvailable: Bool { state.withLock { $0.chunks.byteCount > 0 } }
     /// Bytes arrived and not yet read: never more than the channel's window (docs/PROTOCOL.md §7.6).
-    public var bufferedByteCount: Int { state.withLock { $0.chunks.byteCount } }
+    package var bufferedByteCount: Int { state.withLock { $0.chunks.byteCount } }
     /// Buffers held for those bytes (bounded by the bytes, whatever the peer's frame sizes).
     var bufferedChunkCount: Int { state.withLock { $0.chunks.chunkCount } }
     /// The writer closed and every byte has been read.
-    public var isAtEnd: Bool { state.withLock { $0.ended && $0.chunks.byteCount == 0 } }
-    public var failure: TransferError? { state.withLock { $0.failure } }
+    package var isAtEnd: Bool { state.withLock { $0.ended && $0.chunks.byteCount == 0 } }
+    package var failure: TransferError? { state.withLock { $0.failure } }
 
     /// Copies up to `buffer.count` bytes; 0 when none are available now (see `isAtEnd`).
-    public func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
         let copied = state.withLock { $0.chunks.read(into: buffer) }
         if copied > 0 { linkage.channelTaken(copied, on: channel) }
         return copied
     }
 
     /// The next chunk, waiting for one; nil at the end of the stream.
-    public func next() async throws(TransferError) -> ByteBuffer? {
+    package func next() async throws(TransferError) -> ByteBuffer? {
         while true {
             let outcome = state.withLock { state -> Result<ByteBuffer?, TransferError>? in
                 if let chunk = state.chunks.popFirst() { return .success(chunk) }
@@ -104,7 +105,7 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     /// Stops reading: buffered bytes are dropped (their window goes back to the peer) and a
     /// writer still writing is told (STREAM_RESET 1). Also after the end or a failure, to let
     /// go of what was never read.
-    public func cancel() {
+    package func cancel() {
         let (send, dropped) = state.withLock { state -> (Bool, Int) in
             let dropped = state.chunks.removeAll()
             state.cancelled = true
@@ -122,12 +123,12 @@ public final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
     }
 
-    public struct AsyncIterator: AsyncIteratorProtocol {
+    package struct AsyncIterator: AsyncIteratorProtocol {
         let reader: ByteStreamReader
-        public mutating func next() async throws -> ByteBuffer? { try await reader.next() }
+        package mutating func next() async throws -> ByteBuffer? { try await reader.next() }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: self) }
+    package func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: self) }
 
     // MARK: The engine's side (on its loop)
 

@@ -1,13 +1,14 @@
 import MultipeerWire
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// The writing end of a named byte stream to one peer (docs/PROTOCOL.md §6.4.9-§6.4.13).
 /// Bytes wait in a bounded buffer until the peer's windows let them go, so a reader that stops
 /// reading stops the writer: `write(_:)` suspends and `write(from:)` takes less.
 /// Thread-safe; the engine drains it on its event loop.
-public final class ByteStreamWriter: Sendable, OutboundChannel {
-    public enum Event: Sendable {
+package final class ByteStreamWriter: Sendable, OutboundChannel {
+    package enum Event: Sendable {
         /// Room again after a write that did not fit.
         case spaceAvailable
         case failed(TransferError)
@@ -30,10 +31,10 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         var observer: (@Sendable (Event) -> Void)?
     }
 
-    public let name: String
-    public let peer: WirePeerID
+    package let name: String
+    package let peer: WirePeerID
     /// Bytes the writer holds before `write` waits; the windows bound what is in flight beyond it.
-    public let bufferLimit: Int
+    package let bufferLimit: Int
     private let state = Mutex(State())
 
     init(name: String, peer: WirePeerID, bufferLimit: Int) {
@@ -43,22 +44,22 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     }
 
     /// Called with events from the engine's thread; set it before writing for `spaceAvailable`.
-    public func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
+    package func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
         state.withLock { $0.observer = observer }
     }
 
     /// Whether `write(from:)` would take at least one byte now.
-    public var hasSpaceAvailable: Bool {
+    package var hasSpaceAvailable: Bool {
         state.withLock { $0.failure == nil && !$0.closeRequested && $0.buffered < bufferLimit }
     }
 
-    public var failure: TransferError? { state.withLock { $0.failure } }
+    package var failure: TransferError? { state.withLock { $0.failure } }
     /// Bytes written and not yet handed to the connection.
-    public var bufferedByteCount: Int { state.withLock { $0.buffered } }
+    package var bufferedByteCount: Int { state.withLock { $0.buffered } }
 
     /// Takes as many bytes as fit now and returns how many (0: no room now, an event follows when
     /// there is). Throws once the stream failed or was closed.
-    public func write(from bytes: UnsafeRawBufferPointer) throws(TransferError) -> Int {
+    package func write(from bytes: UnsafeRawBufferPointer) throws(TransferError) -> Int {
         let (taken, linkage, channel) = try state.withLock { state throws(TransferError) -> (Int, (any ChannelLinkage)?, UInt32?) in
             if let failure = state.failure { throw failure }
             guard !state.closeRequested else { throw TransferError(.invalidParameter, detail: "write after close") }
@@ -81,7 +82,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
 
     /// Writes all of `bytes`, waiting while the buffer is full. Throws if the stream fails
     /// (reset by the peer, connection lost) or was closed.
-    public func write(_ bytes: ByteBuffer) async throws(TransferError) {
+    package func write(_ bytes: ByteBuffer) async throws(TransferError) {
         var remaining = bytes
         while remaining.readableBytes > 0 {
             let taken = try remaining.withUnsafeReadableBytes { raw throws(TransferError) in try write(from: raw) }
@@ -90,7 +91,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         }
     }
 
-    public func write(_ bytes: some Sequence<UInt8>) async throws(TransferError) {
+    package func write(_ bytes: some Sequence<UInt8>) async throws(TransferError) {
         try await write(ByteBuffer(bytes: Array(bytes)))
     }
 
@@ -121,7 +122,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     }
 
     /// Ends the stream once buffered bytes are sent (STREAM_CLOSE). Idempotent.
-    public func close() {
+    package func close() {
         let wake = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
             guard !state.closeRequested, state.failure == nil else { return (nil, nil) }
             state.closeRequested = true
@@ -133,13 +134,13 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
     /// Closes the stream and returns once every byte and the close were handed to the connection;
     /// throws if the stream failed first (the reader reset it, the connection was lost). Unlike
     /// `close()`, a writer learns that a refused or cancelled stream did not get through.
-    public func finish() async throws(TransferError) {
+    package func finish() async throws(TransferError) {
         close()
         try await wait(until: \.finishSent, in: \.finishWaiters)
     }
 
     /// Abandons the stream (STREAM_RESET 1); buffered bytes are dropped.
-    public func cancel() {
+    package func cancel() {
         let send = state.withLock { state -> ((any ChannelLinkage)?, UInt32?) in
             guard state.failure == nil, !state.finishSent else { return (nil, nil) }
             state.failure = TransferError(.cancelled)
@@ -155,9 +156,9 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
 
     // MARK: The engine's side (on its loop)
 
-    var carriesResource: Bool { false }
+    package var carriesResource: Bool { false }
 
-    func bind(channel: UInt32, linkage: any ChannelLinkage) -> Bool {
+    package func bind(channel: UInt32, linkage: any ChannelLinkage) -> Bool {
         let (wanted, ready) = state.withLock { state -> (Bool, Bool) in
             state.channel = channel
             state.linkage = linkage
@@ -167,9 +168,9 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         return wanted
     }
 
-    func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
+    package func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
 
-    func nextOutput(allowance: Int) -> ChannelOutput {
+    package func nextOutput(allowance: Int) -> ChannelOutput {
         var finished: [UnsafeContinuation<Void, any Error>] = []
         defer { for waiter in finished { waiter.resume() } }
         let (output, wakeWaiters) = state.withLock { state -> (ChannelOutput, Bool) in
@@ -203,7 +204,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         observer?(.spaceAvailable)
     }
 
-    func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) -> Bool {
         switch frame {
         case .streamReset(_, let code):
             failed(TransferError.fromPeerReset(code))
@@ -213,7 +214,7 @@ public final class ByteStreamWriter: Sendable, OutboundChannel {
         }
     }
 
-    func failed(_ error: TransferError) {
+    package func failed(_ error: TransferError) {
         let first = state.withLock { state -> Bool in
             guard state.failure == nil, !state.finishSent else { return false }
             state.failure = error

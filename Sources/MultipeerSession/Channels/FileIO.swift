@@ -5,6 +5,7 @@ import Darwin
 #endif
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// Positioned reads and writes on a file descriptor, run on a thread pool (never on an event
 /// loop). Errors carry errno's text, never file contents.

@@ -3,6 +3,7 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// Receives one resource into a file of the session's own naming (docs/PROTOCOL.md §7.8): writes
 /// chunks in order on a thread pool, gives window back as they reach the file, checks the size

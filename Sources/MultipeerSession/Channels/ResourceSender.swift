@@ -3,6 +3,7 @@ import MultipeerWire
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// Sends one file on a resource channel (docs/PROTOCOL.md §7.8): RESOURCE_OFFER, then, once the
 /// receiver accepted at an offset, the bytes from there in window-sized chunks, then

@@ -1,15 +1,16 @@
 import MultipeerWire
 import Synchronization
+import MultipeerProtocol
 
 /// One resource transfer, outgoing or incoming, as the application sees it: its progress in
 /// bytes, a way to cancel it (which stops it on both sides), and its outcome. Thread-safe.
-public final class ResourceTransfer: Sendable {
-    public enum Direction: Sendable { case outgoing, incoming }
+package final class ResourceTransfer: Sendable {
+    package enum Direction: Sendable { case outgoing, incoming }
 
-    public let name: String
-    public let peer: WirePeerID
-    public let size: UInt64
-    public let direction: Direction
+    package let name: String
+    package let peer: WirePeerID
+    package let size: UInt64
+    package let direction: Direction
 
     private struct State {
         var completed: UInt64 = 0
@@ -30,18 +31,18 @@ public final class ResourceTransfer: Sendable {
     }
 
     /// Bytes sent (outgoing) or stored (incoming) so far, counting a resumed prefix.
-    public var completedBytes: UInt64 { state.withLock { $0.completed } }
+    package var completedBytes: UInt64 { state.withLock { $0.completed } }
 
     /// The outcome once known: the received file's path (incoming), nil (outgoing), or why it failed.
-    public var outcome: Result<String?, TransferError>? { state.withLock { $0.outcome } }
+    package var outcome: Result<String?, TransferError>? { state.withLock { $0.outcome } }
 
     /// Called with the byte count as it grows, from the engine's threads.
-    public func setProgressObserver(_ observer: (@Sendable (UInt64) -> Void)?) {
+    package func setProgressObserver(_ observer: (@Sendable (UInt64) -> Void)?) {
         state.withLock { $0.progressObserver = observer }
     }
 
     /// Stops the transfer on both sides; the outcome becomes `cancelled`. Does nothing once it ended.
-    public func cancel() {
+    package func cancel() {
         let handler = state.withLock { state -> (@Sendable () -> Void)? in
             guard state.outcome == nil else { return nil }
             state.cancelRequested = true
@@ -51,7 +52,7 @@ public final class ResourceTransfer: Sendable {
     }
 
     /// Waits for the outcome.
-    public func result() async -> Result<String?, TransferError> {
+    package func result() async -> Result<String?, TransferError> {
         await withUnsafeContinuation { continuation in
             let now = state.withLock { state -> Result<String?, TransferError>? in
                 if let outcome = state.outcome { return outcome }

@@ -2,9 +2,10 @@ import MultipeerCrypto
 import MultipeerWire
 import NIOConcurrencyHelpers
 import NIOCore
+import MultipeerProtocol
 
 /// What a connection tells the handlers after it.
-public enum ConnectionEvent {
+package enum ConnectionEvent {
     case established(EstablishedConnection)
     case frame(Frame)
     /// The connection ended (after `established` or instead of it); the channel closes next.
@@ -16,7 +17,7 @@ public enum ConnectionEvent {
 }
 
 /// Commands for a connection, sent as user outbound events.
-public enum ConnectionCommand: Sendable {
+package enum ConnectionCommand: Sendable {
     /// Say GOODBYE with this reason and close.
     case close(GoodbyeReason)
     /// End the connection for this error: GOODBYE with its reason, and the error reported.
@@ -29,34 +30,17 @@ public enum ConnectionCommand: Sendable {
     case answerInvitation(InvitationAnswer)
 }
 
-/// How often to probe an idle peer, and when to give up on a silent one.
-public struct KeepalivePolicy: Sendable {
-    public var interval: TimeAmount
-    public var deadPeerDeadline: TimeAmount
-
-    public init(
-        interval: TimeAmount = .seconds(Int64(WireLimits.defaultKeepaliveIntervalSeconds)),
-        deadPeerDeadline: TimeAmount = .seconds(Int64(WireLimits.defaultDeadPeerDeadlineSeconds))
-    ) {
-        self.interval = interval
-        self.deadPeerDeadline = deadPeerDeadline
-    }
-
-    /// Checks run four times per interval, so a dead peer is noticed at most a quarter interval late.
-    var tick: TimeAmount { .nanoseconds(max(interval.nanoseconds / 4, 1_000_000)) }
-}
-
 /// The SwiftNIO shell around `ConnectionStateMachine`: moves bytes, runs the trust and handshake
 /// timers, and asks the application for its trust decision. It holds no protocol logic.
-public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    public typealias InboundIn = ByteBuffer
-    public typealias InboundOut = ConnectionEvent
-    public typealias OutboundIn = Frame
-    public typealias OutboundOut = ByteBuffer
+package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    package typealias InboundIn = ByteBuffer
+    package typealias InboundOut = ConnectionEvent
+    package typealias OutboundIn = Frame
+    package typealias OutboundOut = ByteBuffer
 
     /// Called with the peer to judge and a completion to call once, from any thread.
     /// When no evaluator is given, every peer is accepted (Apple's behaviour without a certificate handler).
-    public typealias TrustEvaluator = @Sendable (PeerTrustRequest, @escaping @Sendable (Bool) -> Void) -> Void
+    package typealias TrustEvaluator = @Sendable (PeerTrustRequest, @escaping @Sendable (Bool) -> Void) -> Void
 
     // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
     // event loop and is never entered re-entrantly, and the checks cost time on every frame.
@@ -98,7 +82,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
     static let invitationAnswerGrace = TimeAmount.seconds(2)
 
-    public init(
+    package init(
         configuration: ConnectionConfiguration,
         trustEvaluator: TrustEvaluator? = nil,
         trustTimeout: TimeAmount = .seconds(30),
@@ -113,29 +97,29 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     /// How far establishment got (see `ConnectionStateMachine.establishmentProgress`).
-    public var establishmentProgress: Int { machine.establishmentProgress }
+    package var establishmentProgress: Int { machine.establishmentProgress }
 
     /// When the peer last sent anything.
-    public var lastActivity: NIODeadline { lastReceived }
+    package var lastActivity: NIODeadline { lastReceived }
 
     /// The TLS engine, once TLS was negotiated (exporter keys, key-update counters).
-    public var tlsEngine: TLSEngine? { machine.tlsEngine }
+    package var tlsEngine: TLSEngine? { machine.tlsEngine }
 
-    public func handlerAdded(context: ChannelHandlerContext) {
+    package func handlerAdded(context: ChannelHandlerContext) {
         ownContext = context
         if context.channel.isActive { start(context: context) }
     }
 
-    public func handlerRemoved(context: ChannelHandlerContext) {
+    package func handlerRemoved(context: ChannelHandlerContext) {
         ownContext = nil  // the context refers back to the handler
     }
 
-    public func channelActive(context: ChannelHandlerContext) {
+    package func channelActive(context: ChannelHandlerContext) {
         start(context: context)
         context.fireChannelActive()
     }
 
-    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         lastReceived = context.eventLoop.now
         keepaliveClock?.received(at: lastReceived)
         let repliedBefore = machine.replyByteCount
@@ -146,7 +130,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         }
     }
 
-    public func read(context: ChannelHandlerContext) {
+    package func read(context: ChannelHandlerContext) {
         if readsHeld {
             readPending = true
         } else {
@@ -154,7 +138,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         }
     }
 
-    public func channelWritabilityChanged(context: ChannelHandlerContext) {
+    package func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             replyBacklog = 0
             readsHeldForReplies = false
@@ -170,7 +154,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         }
     }
 
-    public func channelInactive(context: ChannelHandlerContext) {
+    package func channelInactive(context: ChannelHandlerContext) {
         perform(machine.transportClosed(), context: context)
         cancelTimers()
         stopKeepalive()
@@ -179,7 +163,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
 
     /// The promise completes when the frame's bytes are handed to the channel (or fail); at once
     /// for a frame TLS holds to share a record, whose bytes follow at the flush.
-    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+    package func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         write(unwrapOutboundIn(data), context: context, promise: promise)
     }
 
@@ -221,7 +205,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     /// Frames held to share TLS records are sealed and written here.
-    public func flush(context: ChannelHandlerContext) {
+    package func flush(context: ChannelHandlerContext) {
         let holdsFrames = writesSinceFlush > 1
         writesSinceFlush = 0
         if holdsFrames {
@@ -231,7 +215,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
         context.flush()
     }
 
-    public func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+    package func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
         guard let command = event as? ConnectionCommand else {
             context.triggerUserOutboundEvent(event, promise: promise)
             return
@@ -254,7 +238,7 @@ public final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHand
     }
 
     /// A close from the application says GOODBYE first.
-    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+    package func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         if !machine.isClosed {
             perform(machine.disconnect(), context: context, closing: false)
         }

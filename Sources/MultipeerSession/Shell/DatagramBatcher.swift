@@ -1,4 +1,5 @@
 import NIOCore
+import MultipeerProtocol
 
 /// Joins sealed datagrams bound for the same address into one buffer that the kernel cuts back
 /// into the same datagrams (UDP generic segmentation offload, `UDP_SEGMENT`), so a burst crosses

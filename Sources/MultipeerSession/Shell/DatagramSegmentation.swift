@@ -5,6 +5,7 @@ import Darwin
 #endif
 import MultipeerWire
 import NIOCore
+import MultipeerProtocol
 
 /// What the engine has learned about the kernel's segmentation offload on its UDP socket: how
 /// long a datagram may be to travel in a segmented write, and whether to segment at all. A

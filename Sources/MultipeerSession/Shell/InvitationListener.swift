@@ -2,6 +2,7 @@ import MultipeerCrypto
 import MultipeerWire
 import NIOCore
 import NIOPosix
+import MultipeerProtocol
 
 /// The advertiser's listener (docs/PROTOCOL.md §7.2): accepts invitation connections from
 /// strangers and hands each invitation up with the connection to answer on. Which pending

@@ -1,4 +1,5 @@
 import NIOCore
+import MultipeerProtocol
 
 extension PendingProgress {
     /// A connection's progress as its handler knows it; none yet counts as least advanced.

@@ -1,13 +1,14 @@
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// Bytes of one connection's messages handed to the application and not yet taken by it
 /// (docs/PROTOCOL.md §7.6: a receiver limits MESSAGE memory by not reading). Past the limit the
 /// connection stops reading; it reads again once the application has taken half of it.
 /// Charged on the event loop, released from any thread.
 /// Lock-free: it is charged and released once per message, from two threads.
-public final class ReceiveBudget: Sendable {
-    public let limit: Int
+package final class ReceiveBudget: Sendable {
+    package let limit: Int
     private let held = Atomic<Int>(0)
     private let paused = Atomic<Bool>(false)
     private let resumeReading: @Sendable () -> Void
@@ -17,7 +18,7 @@ public final class ReceiveBudget: Sendable {
         self.resumeReading = resumeReading
     }
 
-    public var heldBytes: Int { held.load(ordering: .acquiring) }
+    package var heldBytes: Int { held.load(ordering: .acquiring) }
 
     /// Whether a datagram of `bytes` may be delivered now (datagrams are dropped, not waited for).
     func hasRoom(for bytes: Int) -> Bool { held.load(ordering: .acquiring) + bytes <= limit }
@@ -47,9 +48,9 @@ public final class ReceiveBudget: Sendable {
 
 /// Hands a delivered message's bytes back to its budget once the application took it.
 /// Call `consumed()` exactly once per receipt (or per share, for a shared receipt).
-public struct DeliveryReceipt: Sendable {
+package struct DeliveryReceipt: Sendable {
     private let target: (any ReceiptTarget)?
-    public let bytes: Int
+    package let bytes: Int
 
     init(budget: ReceiveBudget?, bytes: Int) {
         target = budget
@@ -62,12 +63,12 @@ public struct DeliveryReceipt: Sendable {
     }
 
     /// Nothing to give back (a receipt for an event that charged nothing).
-    public static let none = DeliveryReceipt(budget: nil, bytes: 0)
+    package static let none = DeliveryReceipt(budget: nil, bytes: 0)
 
-    public func consumed() { target?.release(bytes) }
+    package func consumed() { target?.release(bytes) }
 
     /// One receipt for each of `consumers` that all must take the message before it counts as taken.
-    public func shared(among consumers: Int) -> DeliveryReceipt {
+    package func shared(among consumers: Int) -> DeliveryReceipt {
         guard consumers > 1, let target else { return self }
         return DeliveryReceipt(target: SharedReceipt(target: target, remaining: consumers), bytes: bytes)
     }

@@ -1,5 +1,6 @@
 import MultipeerWire
 import Synchronization
+import MultipeerProtocol
 
 /// The connected peers, readable from any thread, with the bytes of reliable messages queued to
 /// each and not yet handed to its socket. `send` reserves room here before anything is queued,

@@ -1,4 +1,5 @@
 import Synchronization
+import MultipeerProtocol
 
 /// Sends queued from any thread and drained on the engine's event loop in batches, so a burst
 /// of sends costs one hop onto the loop and one flush per socket rather than one per message.

@@ -5,6 +5,7 @@ import MultipeerCrypto
 import MultipeerWire
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 // Streams and resources (docs/PROTOCOL.md §7.6, §7.8): the shell that opens channels, takes or
 // refuses the peer's, feeds the scheduler and returns windows. Decisions about windows and turns
@@ -14,14 +15,14 @@ extension SessionEngine {
 
     /// Whether anyone takes the peers' streams and resources; asked as each arrives. Without
     /// it (or when it says no) they are refused with STREAM_RESET 3.
-    public func setChannelAcceptance(_ check: @escaping @Sendable () -> Bool) {
+    package func setChannelAcceptance(_ check: @escaping @Sendable () -> Bool) {
         channelAcceptance.withLockedValue { $0 = check }
     }
 
     /// Deletes the partial files kept for resuming, and keeps none from now on (the session is
     /// going away): a transfer that a disconnect still to run cuts off is deleted too.
-    public func discardResumableTransfers() {
-        removeKept(resumeStore.close())
+    package func discardResumableTransfers() {
+        removeKept(resumeStore.withLock { $0.close() })
         armResumeExpiry()  // cancels the timer: nothing is kept
     }
 
@@ -30,7 +31,7 @@ extension SessionEngine {
     /// Opens a named byte stream to a connected peer. Returns at once; bytes written before the
     /// channel opens wait in the writer. Throws `notConnected`, `tooManyChannels` (64 of ours
     /// open to the peer) or `invalidParameter` (a name over 255 bytes).
-    public func openStream(named name: String, to peer: Bytes16) throws(TransferError) -> ByteStreamWriter {
+    package func openStream(named name: String, to peer: Bytes16) throws(TransferError) -> ByteStreamWriter {
         guard name.utf8.count <= WireLimits.maxChannelNameBytes else {
             throw TransferError(.invalidParameter, detail: "stream name of \(name.utf8.count) bytes, at most 255")
         }
@@ -45,7 +46,7 @@ extension SessionEngine {
     /// the receiver never uses it as a path). `sourceIdentity` names the content for resuming
     /// (docs/PROTOCOL.md §7.8): the same identity, size and modification time give the same
     /// transfer ID. Throws at once for an unreadable file, a bad name or size, or an unknown peer.
-    public func sendResource(
+    package func sendResource(
         atPath path: String, named name: String, sourceIdentity: String, modificationTime: Int64? = nil, to peer: Bytes16
     ) throws(TransferError) -> ResourceTransfer {
         guard name.utf8.count <= WireLimits.maxChannelNameBytes else {
@@ -243,7 +244,7 @@ extension SessionEngine {
             return refuse("too many incoming resources at once")
         }
         let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
-        let (kept, expired) = resumeStore.take(key, now: eventLoop.now)
+        let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
         removeKept(expired)
         armResumeExpiry()
         let reopened = kept.flatMap { reopen($0) }
@@ -300,7 +301,7 @@ extension SessionEngine {
     /// A receiver cut off by a lost connection, on any thread. Kept before the receiver reports,
     /// so a resend right after finds it.
     func keepPartial(_ partial: ResumeStore.Partial, for key: ResumeStore.Key, resumed: ResumeStore.Partial?) {
-        removeKept(resumeStore.keep(partial, for: key, resumed: resumed, now: eventLoop.now))
+        removeKept(resumeStore.withLock { $0.keep(partial, for: key, resumed: resumed, now: eventLoop.now) })
         armResumeExpiry()
     }
 
@@ -312,7 +313,7 @@ extension SessionEngine {
             return
         }
         let state = state.value
-        let next = resumeStore.nextExpiry
+        let next = resumeStore.withLock { $0.nextExpiry }
         guard state.resumeExpiry?.deadline != next else { return }
         state.resumeExpiry?.task.cancel()
         state.resumeExpiry = next.map { deadline in
@@ -320,7 +321,7 @@ extension SessionEngine {
             let task = eventLoop.scheduleTask(deadline: deadline) { [weak self] in
                 guard let self else { return }
                 self.state.value.resumeExpiry = nil
-                removeKept(resumeStore.expire(now: eventLoop.now))
+                removeKept(resumeStore.withLock { $0.expire(now: eventLoop.now) })
                 armResumeExpiry()
             }
             return (deadline, task)

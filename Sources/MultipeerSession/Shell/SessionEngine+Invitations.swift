@@ -1,9 +1,10 @@
 import MultipeerWire
 import NIOCore
 import NIOPosix
+import MultipeerProtocol
 
 /// How an invitation ended for the inviter (docs/PROTOCOL.md §7.2).
-public enum InvitationOutcome: Sendable, Equatable {
+package enum InvitationOutcome: Sendable, Equatable {
     /// Accepted: the session is dialing the invitee with the connection data it sent; the
     /// peer's state events tell whether it connects.
     case accepted
@@ -23,7 +24,7 @@ extension SessionEngine {
     /// invitation port, sends HELLO purpose 2 and INVITATION, and waits for the answer; on
     /// acceptance dials the accepting session with the connection data it sent (§7.2).
     /// `addresses` are socket addresses, so IPv6 link-local ones keep their interface.
-    public func invite(
+    package func invite(
         _ peer: WirePeerID, at addresses: [SocketAddress], context: ByteBuffer, timeoutMilliseconds: UInt32
     ) -> EventLoopFuture<InvitationOutcome> {
         let invitation: Invitation

@@ -5,14 +5,15 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// The SwiftNIO shell of a session: one TCP listener, one UDP socket and one secure connection
 /// per peer, all on one event loop. Every decision is the `SessionCore`'s; this keeps sockets,
-/// bootstraps, write batching and the hops onto the loop. The public methods may be called from
+/// bootstraps, write batching and the hops onto the loop. The package methods may be called from
 /// any thread.
-public final class SessionEngine: Sendable {
-    public let configuration: SessionEngineConfiguration
-    public let eventLoop: any EventLoop
+package final class SessionEngine: Sendable {
+    package let configuration: SessionEngineConfiguration
+    package let eventLoop: any EventLoop
     let state: NIOLoopBoundBox<EngineState>
     let onEvent: @Sendable (SessionEngineEvent) -> Void
     /// A read that delivered messages is over: a consumer need not be woken for each message of
@@ -30,7 +31,7 @@ public final class SessionEngine: Sendable {
     /// Whether stale partial files in the resource directory have been swept this run.
     let resourceDirectorySwept = Atomic<Bool>(false)
     /// Interrupted incoming transfers, for their senders to resume.
-    let resumeStore: ResumeStore
+    let resumeStore: Mutex<ResumeStore>
     /// Reads and writes resource files, off the event loop.
     let fileIOPool = NIOThreadPool.singleton
     /// Tests make the resource store fail with this (called before each write, with the offset).
@@ -50,7 +51,7 @@ public final class SessionEngine: Sendable {
     private static let datagramsPerRead = 16
     private static let receiveSlot = 65_536 - 8
 
-    public init(
+    package init(
         configuration: SessionEngineConfiguration,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
         onEvent: @escaping @Sendable (SessionEngineEvent) -> Void,
@@ -75,24 +76,24 @@ public final class SessionEngine: Sendable {
                 bytesPerSegmentedWrite: Self.datagramFlushBytes),
             eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
-        resumeStore = ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime)
+        resumeStore = Mutex(ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime))
     }
 
     deinit {
         // Kept partials go with the engine: its expiry timer holds it weakly and would never run.
-        removeKept(resumeStore.close())
+        removeKept(resumeStore.withLock { $0.close() })
     }
 
     var core: SessionCore { state.value.core }
 
-    public var connectedPeers: [WirePeerID] {
+    package var connectedPeers: [WirePeerID] {
         sendBudget.peers.sorted { $0.identifier < $1.identifier }
     }
 
     // MARK: Connection data
 
     /// Starts listening if needed and returns a blob that `peer` can dial us with, once, for 120 s.
-    public func connectionData(forPeer peer: Bytes16) -> EventLoopFuture<ConnectionData> {
+    package func connectionData(forPeer peer: Bytes16) -> EventLoopFuture<ConnectionData> {
         eventLoop.flatSubmit { [self] in
             ensureStarted().flatMapThrowing { port in
                 try ConnectionData(
@@ -109,7 +110,7 @@ public final class SessionEngine: Sendable {
 
     /// Dials the peer that made `data`. The outcome arrives as peer state events. `linkScope`:
     /// the interface to reach its IPv6 link-local endpoints through, when known.
-    public func connect(to data: ConnectionData, linkScope: UInt32? = nil) {
+    package func connect(to data: ConnectionData, linkScope: UInt32? = nil) {
         eventLoop.execute { [self] in
             core.connect(DialPlan(data, linkScope: linkScope))
             perform()
@@ -117,7 +118,7 @@ public final class SessionEngine: Sendable {
     }
 
     /// Abandons a connection attempt that has not completed.
-    public func cancelConnect(peer: Bytes16) {
+    package func cancelConnect(peer: Bytes16) {
         eventLoop.execute { [self] in
             core.cancelConnect(peer: peer)
             perform()
@@ -128,7 +129,7 @@ public final class SessionEngine: Sendable {
 
     /// Queues a reliable message to each peer; returns at once. Throws for an empty peer list, an
     /// unconnected peer, an oversized message or a full send queue, and then sends nothing.
-    public func send(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
+    package func send(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
         guard !peers.isEmpty else { throw .noPeers }
         guard message.readableBytes <= WireLimits.maxMessageSize else { throw .messageTooLarge(message.readableBytes) }
         let frames: [Frame]
@@ -149,16 +150,16 @@ public final class SessionEngine: Sendable {
     }
 
     /// Returns once each peer's send queue has room for a message of `bytes` (or the peer left).
-    public func waitForSendRoom(_ bytes: Int, to peers: [Bytes16]) async {
+    package func waitForSendRoom(_ bytes: Int, to peers: [Bytes16]) async {
         await sendBudget.waitForRoom(bytes, for: peers)
     }
 
     /// Reliable bytes queued to `peer` and not yet handed to its socket.
-    public func queuedBytes(to peer: Bytes16) -> Int { sendBudget.queuedBytes(to: peer) }
+    package func queuedBytes(to peer: Bytes16) -> Int { sendBudget.queuedBytes(to: peer) }
 
     /// Sends one datagram to each peer; returns at once. Unreliable: a datagram that cannot be
     /// written at once is dropped. Throws like `send` for bad peers or sizes, and then sends nothing.
-    public func sendUnreliable(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
+    package func sendUnreliable(_ message: ByteBuffer, to peers: [Bytes16]) throws(SessionSendError) {
         guard !peers.isEmpty else { throw .noPeers }
         guard message.readableBytes <= configuration.maximumDatagramMessage else { throw .messageTooLarge(message.readableBytes) }
         let refused = sendBudget.datagramRefusals(peers)
@@ -299,13 +300,13 @@ public final class SessionEngine: Sendable {
     }
 
     /// The UDP port, once the session has started.
-    public var datagramPort: EventLoopFuture<Int?> {
+    package var datagramPort: EventLoopFuture<Int?> {
         eventLoop.submit { [self] in self.state.value.datagramPort }
     }
 
     /// Segmented writes sent and joined datagrams received so far, and what the engine learned
     /// about segmenting (`DatagramSegmentation`): whether offload is in use.
-    public var datagramOffload: EventLoopFuture<DatagramOffloadReport> {
+    package var datagramOffload: EventLoopFuture<DatagramOffloadReport> {
         eventLoop.submit { [self] in
             let state = self.state.value
             return DatagramOffloadReport(
@@ -317,7 +318,7 @@ public final class SessionEngine: Sendable {
 
     /// Says goodbye to every peer, reports each as not connected, and stops listening. The engine
     /// can be used again afterwards: the next connection data starts a new listener.
-    public func disconnect() -> EventLoopFuture<Void> {
+    package func disconnect() -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
             let state = state.value
             var closes = state.links.values.compactMap { $0.channel?.closeFuture }

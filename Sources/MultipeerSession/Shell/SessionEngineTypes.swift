@@ -5,42 +5,43 @@ import Logging
 import MultipeerCrypto
 import MultipeerWire
 import NIOCore
+import MultipeerProtocol
 
-/// What a session engine needs to know; MCSession builds it from its public configuration.
-public struct SessionEngineConfiguration: Sendable {
-    public var localPeer: WirePeerID
-    public var encryptionPreference: WireEncryptionPreference
-    public var tls: TLSContext
+/// What a session engine needs to know; MCSession builds it from its package configuration.
+package struct SessionEngineConfiguration: Sendable {
+    package var localPeer: WirePeerID
+    package var encryptionPreference: WireEncryptionPreference
+    package var tls: TLSContext
     /// Where to accept connections: "0.0.0.0" (all IPv4), "::" (all), or one address such as "127.0.0.1".
-    public var listenHost: String
+    package var listenHost: String
     /// Addresses to put in connection data; nil derives them from the listener and the interfaces.
-    public var advertisedAddresses: [String]?
-    public var trustTimeout: TimeAmount
-    public var handshakeTimeout: TimeAmount
-    public var keepalive: KeepalivePolicy
-    public var recordsPerKeyUpdate: UInt64
+    package var advertisedAddresses: [String]?
+    package var trustTimeout: TimeAmount
+    package var handshakeTimeout: TimeAmount
+    package var keepalive: KeepalivePolicy
+    package var recordsPerKeyUpdate: UInt64
     /// Largest unreliable message accepted for sending (at most 65,471 bytes).
-    public var maximumDatagramMessage: Int
-    public var datagramLimits: DatagramPeerState.Limits
+    package var maximumDatagramMessage: Int
+    package var datagramLimits: DatagramPeerState.Limits
     /// Inbound connections allowed at once before they are connected; past it, the least
     /// advanced and longest silent is closed to make room (so strangers cannot lock peers out).
-    public var maximumPendingConnections: Int
-    public static let defaultPendingConnections = 64
+    package var maximumPendingConnections: Int
+    package static let defaultPendingConnections = 64
     /// Reliable bytes queued to one peer and not yet handed to its socket. A synchronous send past
     /// it is refused with `queueFull`; an async send waits. One message always fits an empty queue.
-    public var maximumQueuedBytesPerPeer: Int
+    package var maximumQueuedBytesPerPeer: Int
     /// Message bytes from one peer delivered to the app and not yet taken; past it the session
     /// stops reading from that peer (and drops its datagrams) until the app catches up.
-    public var maximumUndeliveredBytesPerPeer: Int
+    package var maximumUndeliveredBytesPerPeer: Int
     /// Streams and resources: buffers, where received files go, what is accepted.
-    public var channels: ChannelConfiguration
+    package var channels: ChannelConfiguration
     /// Bursts of datagrams to one peer go to the kernel as one write that it cuts into the same
     /// datagrams (UDP GSO), and arrive joined (UDP GRO), where the system supports it.
-    public var datagramSegmentationOffload: Bool
+    package var datagramSegmentationOffload: Bool
     /// Connection life cycle, refusals and their reasons; never keys or payloads.
-    public var logger: Logger
+    package var logger: Logger
 
-    public init(
+    package init(
         localPeer: WirePeerID,
         encryptionPreference: WireEncryptionPreference,
         tls: TLSContext,
@@ -80,18 +81,18 @@ public struct SessionEngineConfiguration: Sendable {
 }
 
 /// Whether datagrams travel in segmented writes and arrive joined (`SessionEngine.datagramOffload`).
-public struct DatagramOffloadReport: Sendable, Equatable {
-    public let segmentedWrites: Int
-    public let joinedReceived: Int
+package struct DatagramOffloadReport: Sendable, Equatable {
+    package let segmentedWrites: Int
+    package let joinedReceived: Int
     /// Every datagram read from the socket, whatever became of it.
-    public let read: Int
-    public let segmenting: Bool
-    public let refusals: Int
-    public let largestSegment: Int
-    public let socketOpen: Bool
+    package let read: Int
+    package let segmenting: Bool
+    package let refusals: Int
+    package let largestSegment: Int
+    package let socketOpen: Bool
 }
 
-public enum SessionEngineEvent: Sendable {
+package enum SessionEngineEvent: Sendable {
     case peerStateChanged(WirePeerID, PeerConnectionState)
     /// Ask the application; call `answer` once, from any thread.
     case trustRequested(PeerTrustRequest, answer: @Sendable (Bool) -> Void)
@@ -110,33 +111,33 @@ public enum SessionEngineEvent: Sendable {
 }
 
 /// Streams and resources (docs/PROTOCOL.md §7.6, §7.8).
-public struct ChannelConfiguration: Sendable {
+package struct ChannelConfiguration: Sendable {
     /// Bytes a stream writer holds before `write` waits or takes less.
-    public var streamBufferLimit: Int
+    package var streamBufferLimit: Int
     /// What a peer may send on one channel before the app has taken some (a WINDOW_UPDATE
     /// raises the protocol's initial 256 KiB when the channel opens, if this is larger). Keep it
     /// well below the connection window, so one stalled reader cannot stop the other channels.
     /// 1 MiB and 4 MiB by default: with the initial windows a stream ran at half the rate of
     /// reliable messages on loopback (docs/PERFORMANCE.md); larger ones also queue more ahead of
     /// a small message sent meanwhile.
-    public private(set) var channelReceiveWindow: UInt32
+    package private(set) var channelReceiveWindow: UInt32
     /// What a peer may send on all its channels together before the app has taken some: the
     /// most channel data from one peer held in memory at once.
-    public private(set) var connectionReceiveWindow: UInt32
+    package private(set) var connectionReceiveWindow: UInt32
     /// Where incoming resources are written, under names of the session's own making; created
     /// if missing. The default is a directory of its own under the system's temporary directory.
-    public var resourceDirectory: String
+    package var resourceDirectory: String
     /// Larger offers are refused (STREAM_RESET 3).
-    public var maximumIncomingResourceSize: UInt64
+    package var maximumIncomingResourceSize: UInt64
     /// Incoming resources at once, from all peers; more are refused.
-    public var maximumConcurrentIncomingResources: Int
+    package var maximumConcurrentIncomingResources: Int
     /// Incoming resources at once from one peer, so one peer cannot take every place.
-    public var maximumIncomingResourcesPerPeer: Int
+    package var maximumIncomingResourcesPerPeer: Int
     /// Interrupted incoming transfers kept for the sender to resume, and for how long.
-    public var resumableTransfers: Int
-    public var resumeLifetime: TimeAmount
+    package var resumableTransfers: Int
+    package var resumeLifetime: TimeAmount
 
-    public init(
+    package init(
         streamBufferLimit: Int = 256 << 10,
         channelReceiveWindow: UInt32 = 1 << 20,
         connectionReceiveWindow: UInt32 = 4 << 20,

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import MultipeerProtocol
 
 /// Socket options for a listener that strangers may flood (the session's and the advertiser's).
 package enum StrangerListenerOptions {

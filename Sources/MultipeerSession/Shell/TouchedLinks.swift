@@ -1,3 +1,4 @@
+import MultipeerProtocol
 /// The links one drain of the send queue wrote to, each once, in the order first written.
 /// Most drains touch one link, which is held without allocating; the rest go in an array, since
 /// a session has at most a few peers.

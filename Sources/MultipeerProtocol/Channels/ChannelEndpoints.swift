@@ -1,0 +1,50 @@
+import MultipeerWire
+import NIOCore
+
+/// What one of our channels offers the scheduler on its turn.
+package enum ChannelOutput {
+    /// At most the allowance, at least one byte.
+    case data(ByteBuffer)
+    /// The channel's last frame (STREAM_CLOSE, RESOURCE_COMPLETE); it needs no window.
+    case finish(Frame)
+    /// Nothing now; the source marks itself ready again when it has something.
+    case idle
+    /// Data waits but the allowance was 0.
+    case blocked
+}
+
+/// A channel we opened, as the engine drives it on its event loop.
+package protocol OutboundChannel: AnyObject, Sendable {
+    /// RESOURCE_CHUNK rather than STREAM_DATA.
+    var carriesResource: Bool { get }
+    /// On the loop, before the opening frame: false when it was cancelled meanwhile (then
+    /// nothing is sent).
+    func bind(channel: UInt32, linkage: any ChannelLinkage) -> Bool
+    /// The frame that opens the channel (STREAM_OPEN, RESOURCE_OFFER).
+    func openingFrame(channel: UInt32) -> Frame
+    /// On the loop, on the channel's turn.
+    func nextOutput(allowance: Int) -> ChannelOutput
+    /// A frame the peer sent for this channel (not WINDOW_UPDATE, which the scheduler applies).
+    /// Returns true when the channel has ended.
+    func peerSent(_ frame: Frame) -> Bool
+    /// The connection ended, or the channel could not be opened.
+    func failed(_ error: TransferError)
+}
+
+/// A channel the peer opened and we took, as the engine drives it on its event loop.
+package protocol InboundChannel: AnyObject, Sendable {
+    /// A frame the peer sent for this channel. Returns true when the channel has ended.
+    func peerSent(_ frame: Frame) -> Bool
+    func failed(_ error: TransferError)
+}
+
+/// What a channel object asks of the engine, from any thread.
+package protocol ChannelLinkage: AnyObject, Sendable {
+    /// The outbound channel has something to send.
+    func channelReady(_ channel: UInt32)
+    /// The application took `bytes` of an inbound channel: give window back.
+    func channelTaken(_ bytes: Int, on channel: UInt32)
+    /// Sends a frame of ours for the channel (a reset, an accept, an answer) and ends it
+    /// when `ends`.
+    func channelSend(_ frame: Frame, ends: Bool)
+}

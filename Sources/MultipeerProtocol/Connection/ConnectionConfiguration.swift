@@ -1,0 +1,79 @@
+import MultipeerCrypto
+import MultipeerWire
+
+/// Everything one connection's handshake needs to know about the local side.
+package struct ConnectionConfiguration: Sendable {
+    package enum Role: Sendable { case dialer, listener }
+
+    /// The listener's answer to a dialer's HELLO, before trust is asked.
+    package enum Admission: Sendable, Equatable {
+        case admit
+        case refuse(GoodbyeReason)
+    }
+
+    package var role: Role
+    package var localPeer: WirePeerID
+    package var encryptionPreference: WireEncryptionPreference
+    /// The session's TLS contexts, which also carry its identity (or none).
+    package var tls: TLSContext
+    /// The dialer's reason to connect; the listener always answers with `.answer`.
+    package var purpose: Hello.Purpose
+    package var token: Bytes16
+    package var listenPort: UInt16
+    package var datagramPort: UInt16
+    package var datagramReceiverID: UInt32
+    package var recordsPerKeyUpdate: UInt64
+    /// Dialer only: the peer identifier the listener's HELLO must carry (the one the connection
+    /// data or introduction named); nil accepts any (docs/PROTOCOL.md §9.3).
+    package var expectedPeer: Bytes16?
+    /// Dialer only: SHA-256 of the listener's leaf certificate (DER) from its connection data,
+    /// checked before our HELLO (and its token) goes out; nil pins nothing (docs/PROTOCOL.md §9.3).
+    package var expectedCertificateFingerprint: SHA256Digest?
+    /// Consulted by a listener when the dialer's HELLO arrives.
+    package var admission: @Sendable (Hello) -> Admission
+    /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
+    package var invitation: Invitation?
+    /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
+    package var randomBytes: @Sendable (Int) -> [UInt8] = { count in
+        // Eight bytes a draw: each draw is a system call, and every accepted connection makes a nonce.
+        var generator = SystemRandomNumberGenerator()
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count { withUnsafeBytes(of: generator.next() as UInt64) { bytes += $0 } }
+        return Array(bytes.prefix(count))
+    }
+
+    package init(
+        role: Role,
+        localPeer: WirePeerID,
+        encryptionPreference: WireEncryptionPreference,
+        tls: TLSContext,
+        purpose: Hello.Purpose? = nil,
+        token: Bytes16 = .zero,
+        listenPort: UInt16 = 0,
+        datagramPort: UInt16 = 0,
+        datagramReceiverID: UInt32 = 0,
+        recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
+        expectedPeer: Bytes16? = nil,
+        expectedCertificateFingerprint: SHA256Digest? = nil,
+        admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit },
+        invitation: Invitation? = nil
+    ) {
+        self.role = role
+        self.localPeer = localPeer
+        self.encryptionPreference = encryptionPreference
+        self.tls = tls
+        self.purpose = purpose ?? (role == .dialer ? .connectionData : .answer)
+        self.token = token
+        self.listenPort = listenPort
+        self.datagramPort = datagramPort
+        self.datagramReceiverID = datagramReceiverID
+        self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        self.expectedPeer = expectedPeer
+        self.expectedCertificateFingerprint = expectedCertificateFingerprint
+        self.admission = admission
+        self.invitation = invitation
+    }
+
+    var hasIdentity: Bool { tls.identity != nil }
+}

@@ -1,0 +1,466 @@
+import Logging
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+
+/// Every decision of a session, sans-I/O (docs/PROTOCOL.md §7): admission of dialers (tokens,
+/// introductions, the duplicate-connection rule, the member limit), mesh planning and its retries,
+/// which link carries a peer, reassembly and datagram routing, and what the app is told.
+/// Inputs are API commands, connection events, decoded frames and datagrams, each with the time;
+/// outputs are `SessionAction`s, handed out by `forEachAction` after every input. Randomness is
+/// injected; nothing here touches a socket, a clock or a thread.
+package final class SessionCore {
+    package final class Link {
+        let dialed: Bool
+        var peer: WirePeerID?
+        var plan: DialPlan?
+        var attempt = 0
+        var isConnected = false
+        /// Where the peer accepts connections, for introducing it to others.
+        var listenEndpoint: WireEndpoint?
+        /// Set when its end must not be reported (a superseded duplicate).
+        var closingSilently = false
+        var receiverID: UInt32 = 0
+        // Exclusivity unchecked: mutated for every message and datagram, on the engine's loop,
+        // by code that does not call back into the core.
+        @exclusivity(unchecked) var assembler = MessageAssembler()
+        @exclusivity(unchecked) var datagram: DatagramPeerState?
+        var datagramAddress: SocketAddress?
+
+        init(dialed: Bool, plan: DialPlan? = nil) {
+            self.dialed = dialed
+            self.plan = plan
+            peer = plan?.peer
+        }
+    }
+
+    let configuration: SessionCoreConfiguration
+    private var random: any RandomNumberGenerator
+    // Exclusivity unchecked on the tables read for every message and datagram: the core is
+    // confined to its engine's loop, and nothing re-enters it while one of them is accessed.
+    @exclusivity(unchecked) private(set) var links: [LinkID: Link] = [:]
+    @exclusivity(unchecked) private var activeLink: [Bytes16: LinkID] = [:]
+    @exclusivity(unchecked) private var receiverIDs: [UInt32: LinkID] = [:]
+    private var tokens = TokenTable()
+    private var pending: PendingConnections<LinkID>
+    private var introductions = IntroductionLedger()
+    private var reporter = PeerReporter()
+    private var nextLinkID = 1
+    /// Timers scheduled and not yet fired or called off; a firing that is not here is ignored,
+    /// so a disconnect or cancel is final even with timers in flight.
+    private var liveTimers: Set<SessionTimer> = []
+    private var actions: [SessionAction] = []
+    private var spareActions: [SessionAction] = []
+
+    private var local: Bytes16 { configuration.localPeer.identifier }
+    private var logger: Logger { configuration.logger }
+
+    package init(configuration: SessionCoreConfiguration, random: any RandomNumberGenerator = SystemRandomNumberGenerator()) {
+        self.configuration = configuration
+        self.random = random
+        pending = PendingConnections(
+            limit: configuration.maximumPendingConnections, perSourceLimit: configuration.maximumPendingConnectionsPerSource)
+    }
+
+    /// Hands out the actions the last inputs produced, in order, reusing their storage (this runs
+    /// for every message). `body` may feed the core again; what that produces is handed out by
+    /// the caller's next drain.
+    package func forEachAction(_ body: (SessionAction) -> Void) {
+        guard !actions.isEmpty else { return }
+        var taken = actions
+        actions = spareActions
+        spareActions = []
+        for action in taken { body(action) }
+        taken.removeAll(keepingCapacity: true)
+        if spareActions.capacity == 0 { spareActions = taken }
+    }
+
+    // MARK: Commands from the API
+
+    /// A fresh single-use token that lets `peer` dial us until `now` plus the token lifetime.
+    package func issueToken(forPeer peer: Bytes16, now: NIODeadline) -> Bytes16 {
+        let token = Bytes16.random(using: &random)
+        tokens.issue(token, forPeer: peer, until: now + .seconds(Int64(WireLimits.connectionTokenLifetimeSeconds)), now: now)
+        return token
+    }
+
+    /// Dial the peer that made some connection data, unless we already have a link to it.
+    package func connect(_ plan: DialPlan) {
+        let peer = plan.peer.identifier
+        guard peer != local, linkIDs(for: peer).isEmpty else { return }
+        guard hasRoomForMember(besides: peer) else {
+            report(plan.peer, .connecting)
+            report(plan.peer, .notConnected(ConnectionError(.notAdmitted(.sessionFull))))
+            return
+        }
+        startDialing(plan)
+    }
+
+    /// Abandons every connection attempt to `peer` that has not completed.
+    package func cancelConnect(peer: Bytes16) {
+        for id in linkIDs(for: peer) where !links[id]!.isConnected {
+            let link = forget(id)
+            actions.append(.drop(id))
+            if let wirePeer = link?.peer { report(wirePeer, .notConnected(ConnectionError(.closedLocally))) }
+        }
+        // A redial or a wait for the peer's own connection is called off too.
+        for timer in liveTimers where timer.peer.identifier == peer {
+            liveTimers.remove(timer)
+            if linkIDs(for: peer).isEmpty { report(timer.peer, .notConnected(ConnectionError(.closedLocally))) }
+        }
+    }
+
+    /// Ends every connection; each peer the app saw is reported not connected.
+    package func disconnect() {
+        for id in links.keys.sorted() { actions.append(.drop(id)) }
+        for peer in activeLink.keys.sorted() { actions.append(.memberLeft(peer)) }
+        for peer in reporter.visiblePeers.sorted(by: { $0.identifier < $1.identifier }) {
+            report(peer, .notConnected(ConnectionError(.closedLocally)))
+        }
+        links.removeAll()
+        pending.removeAll()
+        liveTimers.removeAll()
+        activeLink.removeAll()
+        receiverIDs.removeAll()
+        tokens.removeAll()
+        introductions = IntroductionLedger()
+    }
+
+    // MARK: Connection life cycle
+
+    /// A connection from `source` was accepted. Returns its link and, when pending connections
+    /// are at their limit, the one to close first (`PendingConnections` says which).
+    package func inboundAccepted(from source: PendingSource, progress: (LinkID) -> PendingProgress) -> (LinkID, shed: LinkID?) {
+        let id = addLink(Link(dialed: false))
+        return (id, pending.accepted(id, from: source, progress: progress))
+    }
+
+    /// Out of file descriptors: the pending inbound connection to close.
+    package func pendingToShed(progress: (LinkID) -> PendingProgress) -> LinkID? {
+        pending.shedOne(progress: progress)
+    }
+
+    var pendingCount: Int { pending.count }
+
+    /// The receiver ID our HELLO on this link announces (docs/PROTOCOL.md §8): unique among our links.
+    package func allocateReceiverID(for id: LinkID) -> UInt32 {
+        // A dial that moves on to its next endpoint keeps the ID it had.
+        guard let link = links[id] else { return 0 }  // a forgotten link gets no ID (and no handlers)
+        if link.receiverID != 0 { return link.receiverID }
+        while true {
+            let candidate = UInt32.random(in: 1 ... .max, using: &random)
+            if receiverIDs[candidate] == nil {
+                receiverIDs[candidate] = id
+                link.receiverID = candidate
+                return candidate
+            }
+        }
+    }
+
+    /// Whether the link still exists (a dial whose socket lands after a cancel must be closed).
+    package func isLive(_ id: LinkID) -> Bool { links[id] != nil }
+
+    /// None of a dial's endpoints took the TCP connection.
+    package func dialFailed(_ id: LinkID) {
+        guard let link = forget(id), let peer = link.peer else { return }
+        report(peer, .notConnected(ConnectionError(.connectionClosed)))
+    }
+
+    /// A listener's decision on a dialer's HELLO (docs/PROTOCOL.md §7.3-§7.5, §9.3).
+    package func admit(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+        let admission = decideAdmission(hello, on: id, now: now)
+        if case .refuse(let reason) = admission {
+            logger.notice("refused a connection", metadata: ["peer": hello.peerID.logValue, "reason": "\(reason)"])
+            // The app hears of refusals a genuine peer can meet (stale data, a full session), not
+            // of duplicates or of protocol misuse, which a stranger could repeat at will.
+            if reason == .unknownToken || reason == .sessionFull { actions.append(.refused(hello.peerID, reason)) }
+        }
+        return admission
+    }
+
+    private func decideAdmission(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+        let peer = hello.peerID.identifier
+        guard peer != local else { return .refuse(.protocolError) }
+        switch hello.purpose {
+        case .connectionData:
+            guard tokens.redeem(hello.token, by: peer, now: now) else { return .refuse(.unknownToken) }
+        case .meshIntroduction:
+            // A member we are connected to must have introduced this peer to us (§7.4).
+            guard activeLink[hello.token] != nil, introductions.consume(peer, by: hello.token, now: now) else {
+                return .refuse(.unknownToken)
+            }
+        case .invitation:
+            // No advertiser takes invitations yet: they arrive with discovery (§7.2).
+            return .refuse(.protocolError)
+        case .answer:
+            return .refuse(.protocolError)  // the connection already treats this as a violation
+        }
+        for otherID in linkIDs(for: peer) where otherID != id {
+            let other = links[otherID]!
+            // Both dialed at once: the connection dialed by the larger identifier survives (§7.5).
+            guard other.dialed && !other.isConnected && peer > local else { return .refuse(.duplicateConnection) }
+            other.closingSilently = true
+            forget(otherID)
+            actions.append(.close(otherID, .duplicateConnection))
+        }
+        guard hasRoomForMember(besides: peer) else { return .refuse(.sessionFull) }
+        links[id]?.peer = hello.peerID
+        return .admit
+    }
+
+    /// Both TLS and HELLO are done and the app must judge the peer. Returns whether to ask it:
+    /// false ends the connection without asking (a dial that met another peer than it planned).
+    package func trustRequested(_ request: PeerTrustRequest, on id: LinkID) -> Bool {
+        guard let link = links[id] else { return false }
+        // The connection already ended a dial that met another certificate or peer ID than the
+        // plan named (§9.3); this keeps a mismatch from ever reaching the app.
+        if let plan = link.plan, request.peer.identifier != plan.peer.identifier { return false }
+        link.peer = request.peer
+        report(request.peer, .connecting)
+        return true
+    }
+
+    /// Both sides accepted each other. `remoteHost` is the peer's IP address as the socket saw it;
+    /// `datagramKeys` derives datagram keys from the TLS session (nil on a plaintext connection).
+    package func established(
+        _ connection: EstablishedConnection, on id: LinkID, remoteHost: String?,
+        datagramKeys: @escaping DatagramPeerState.KeySource
+    ) {
+        guard let link = links[id] else { return }
+        let peer = connection.peer
+        // Admission and dialing keep the member limit; this holds it whatever the path.
+        guard activeLink.keys.filter({ $0 != peer.identifier }).count < WireLimits.maxSessionMembers - 1 else {
+            actions.append(.close(id, .sessionFull))
+            return
+        }
+        link.isConnected = true
+        pending.remove(id)
+        link.peer = peer
+        let hello = connection.peerHello
+        if hello.datagramPort != 0, link.receiverID != 0, let host = remoteHost,
+            let address = try? SocketAddress(ipAddress: host, port: Int(hello.datagramPort))
+        {
+            link.datagramAddress = address
+            link.datagram = DatagramPeerState(
+                isEncrypted: connection.isEncrypted, weAreDialer: link.dialed, peerReceiverID: hello.datagramReceiverID,
+                limits: configuration.datagramLimits, keySource: datagramKeys)
+        }
+        if let host = remoteHost,
+            let seen = try? WireEndpoint(socketAddress: SocketAddress(ipAddress: host, port: Int(max(hello.listenPort, 1))))
+        {
+            // A peer that accepts no connections is still introduced, so that others let it dial them.
+            link.listenEndpoint = hello.listenPort == 0 ? .notListening(at: seen.address) : seen
+        }
+        activeLink[peer.identifier] = id
+        actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
+        logger.info("connected", metadata: [
+            "peer": peer.logValue, "encrypted": "\(connection.isEncrypted)",
+            "cipherSuite": "\(connection.cipherSuite ?? "none")", "dialed": "\(link.dialed)",
+        ])
+        report(peer, .connected)
+        // A member that joined through an introduction already knows everyone the introducer knew.
+        let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || hello.purpose == .meshIntroduction
+        if !joinedByIntroduction { introduceMembers(toAndAbout: id) }
+    }
+
+    /// A frame the connection delivered (only after `established`).
+    /// Returns a completed message to deliver (the hot path, so not an action); anything else
+    /// comes out as actions. `now` is read only for the frames that need it, not per message.
+    package func received(_ frame: Frame, on id: LinkID, now: @autoclosure () -> NIODeadline) -> (ByteBuffer, WirePeerID)? {
+        guard let link = links[id], let peer = link.peer else { return nil }
+        switch frame {
+        case .message(let fragment, let isEnd):
+            do {
+                if let message = try link.assembler.append(fragment, isEnd: isEnd) { return (message, peer) }
+            } catch {
+                // The app learns why: a message over the limit is the peer's violation.
+                actions.append(.abort(id, ConnectionError(.protocolViolation(error))))
+            }
+        case .meshIntroduction(let introduction) where link.isConnected && activeLink[peer.identifier] == id:
+            introduced(introduction, by: peer, now: now())
+        default:
+            // PONG needs nothing. Stream, resource and window frames never get here: the
+            // connection answers them itself (refusal, discard or GOODBYE, §7.6).
+            break
+        }
+        return nil
+    }
+
+    /// One UDP datagram from anywhere: the message it carries, or nil when it is dropped.
+    /// Never answered (docs/PROTOCOL.md §8).
+    /// `admits` is asked, with the link and the message's length, before the datagram is opened:
+    /// one the application has no room for is dropped unopened, without the AEAD's work and
+    /// without moving any state, as if it had been lost on the way.
+    package func datagramReceived(
+        _ data: ByteBuffer, from source: SocketAddress, admits: (LinkID, Int) -> Bool = { _, _ in true }
+    ) -> (ByteBuffer, WirePeerID, LinkID)? {
+        guard let (header, body) = try? DatagramHeader.decode(datagram: data),
+            let id = receiverIDs[header.receiverID], let link = links[id], link.isConnected,
+            let peer = link.peer, let kind = link.datagram?.kind
+        else { return nil }
+        // Without keys, at least insist on the peer's own address.
+        if kind == .plain && source.ipAddress != link.datagramAddress?.ipAddress { return nil }
+        let length = kind == .sealed ? max(0, body.readableBytes - WireLimits.datagramTagLength) : body.readableBytes
+        guard admits(id, length) else { return nil }
+        switch link.datagram?.open(header: header, body: body) {
+        case .message(let message): return (message, peer, id)
+        case .dropped, nil: return nil
+        case .integrityLimitReached:
+            actions.append(.close(id, .timedOut))
+            return nil
+        }
+    }
+
+    /// Seals one unreliable message for `peer`: the datagram and where it goes, or nil when the
+    /// peer is not connected or takes no datagrams.
+    package func sealDatagram(_ message: ByteBuffer, to peer: Bytes16) -> (ByteBuffer, SocketAddress)? {
+        guard let id = activeLink[peer], let link = links[id], let address = link.datagramAddress,
+            let datagram = link.datagram?.seal(message)
+        else { return nil }
+        return (datagram, address)
+    }
+
+    /// The link that carries reliable messages to `peer`.
+    package func activeLink(to peer: Bytes16) -> LinkID? { activeLink[peer] }
+
+    /// The connection ended (after `established` or instead of it).
+    package func closed(_ id: LinkID, _ error: ConnectionError, now: NIODeadline) {
+        guard let link = forget(id) else { return }
+        guard let peer = link.peer else {
+            logger.debug("a connection closed before HELLO", metadata: ["reason": "\(error)", "dialed": "\(link.dialed)"])
+            return
+        }
+        logger.info(
+            link.isConnected ? "connection ended" : "connection failed",
+            metadata: ["peer": peer.logValue, "reason": "\(error)", "dialed": "\(link.dialed)"])
+        // A superseded duplicate, or a peer with another link, goes quietly.
+        guard !link.closingSilently, linkIDs(for: peer.identifier).isEmpty else { return }
+        if let plan = link.plan, plan.purpose == .meshIntroduction, link.attempt < configuration.introducedDialRetries,
+            error == ConnectionError(.peerSaidGoodbye(.unknownToken))
+        {
+            // Our introduction may have overtaken the one the introducer sent the peer: try again.
+            schedule(.redialIntroduced(plan, attempt: link.attempt + 1), at: now + configuration.introducedDialRetryDelay)
+            return
+        }
+        if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) && !link.isConnected {
+            // The peer kept its own connection to us, which may not have said HELLO here yet:
+            // stay "connecting" until it shows up, or until the handshake deadline passes.
+            schedule(.awaitPeersConnection(peer, error), at: now + configuration.handshakeTimeout)
+            return
+        }
+        report(peer, .notConnected(error))
+    }
+
+    package func timerFired(_ timer: SessionTimer) {
+        guard liveTimers.remove(timer) != nil else { return }
+        switch timer {
+        case .redialIntroduced(let plan, let attempt):
+            let peer = plan.peer.identifier
+            if linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
+                startDialing(plan, attempt: attempt)
+            } else if linkIDs(for: peer).isEmpty {
+                report(plan.peer, .notConnected(ConnectionError(.notAdmitted(.sessionFull))))
+            }
+        case .awaitPeersConnection(let peer, let error):
+            if linkIDs(for: peer.identifier).isEmpty { report(peer, .notConnected(error)) }
+        }
+    }
+
+    // MARK: Mesh (docs/PROTOCOL.md §7.4)
+
+    /// Tells a new member about the others, and the others about it.
+    private func introduceMembers(toAndAbout newID: LinkID) {
+        guard let newcomer = links[newID], let newcomerPeer = newcomer.peer else { return }
+        let others = activeLink.filter { $0.key != newcomerPeer.identifier }.sorted { $0.key < $1.key }
+        let entries = others.compactMap { _, otherID -> MeshIntroduction.Entry? in
+            guard let other = links[otherID], let peer = other.peer, let endpoint = other.listenEndpoint else { return nil }
+            return MeshIntroduction.Entry(peerID: peer, endpoint: endpoint)
+        }
+        if !entries.isEmpty, let introduction = try? MeshIntroduction(entries: entries) {
+            actions.append(.sendFrame(.meshIntroduction(introduction), on: newID))
+        }
+        guard let endpoint = newcomer.listenEndpoint,
+            let aboutNewcomer = try? MeshIntroduction(entries: [MeshIntroduction.Entry(peerID: newcomerPeer, endpoint: endpoint)])
+        else { return }
+        for (_, otherID) in others { actions.append(.sendFrame(.meshIntroduction(aboutNewcomer), on: otherID)) }
+    }
+
+    /// A connected member introduced peers. Of each pair the larger identifier dials, unless one
+    /// of the two accepts no connections: then that one dials, and if neither does, neither can.
+    private func introduced(_ introduction: MeshIntroduction, by introducer: WirePeerID, now: NIODeadline) {
+        for entry in introduction.entries {
+            let peer = entry.peerID.identifier
+            guard peer != local, peer != introducer.identifier else { continue }
+            // Recorded even when a connection to the peer is already under way: if the peer's
+            // introduced dial wins the simultaneous-connect rule, it must be admitted.
+            let deadline = now + .seconds(Int64(WireLimits.meshIntroductionLifetimeSeconds))
+            // An introducer over its quota is ignored: a hostile member cannot make us dial more.
+            guard introductions.record(peer, by: introducer.identifier, until: deadline, now: now) else {
+                logger.notice("ignored an introduction past the introducer's quota", metadata: ["introducer": introducer.logValue])
+                continue
+            }
+            let weDial = switch (configuration.acceptsConnections, entry.endpoint.isListening) {
+            case (true, true): local > peer
+            case (false, true): true
+            case (_, false): false
+            }
+            if weDial && linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
+                startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    private func schedule(_ timer: SessionTimer, at deadline: NIODeadline) {
+        liveTimers.insert(timer)
+        actions.append(.schedule(timer, at: deadline))
+    }
+
+    private func startDialing(_ plan: DialPlan, attempt: Int = 0) {
+        let link = Link(dialed: true, plan: plan)
+        link.attempt = attempt
+        let id = addLink(link)
+        report(plan.peer, .connecting)
+        actions.append(.dial(id, plan))
+    }
+
+    private func addLink(_ link: Link) -> LinkID {
+        defer { nextLinkID += 1 }
+        let id = LinkID(raw: nextLinkID)
+        links[id] = link
+        return id
+    }
+
+    /// Removes a link and everything that pointed at it.
+    @discardableResult
+    private func forget(_ id: LinkID) -> Link? {
+        guard let link = links.removeValue(forKey: id) else { return nil }
+        pending.remove(id)
+        if link.receiverID != 0 { receiverIDs[link.receiverID] = nil }
+        if let peer = link.peer?.identifier, activeLink[peer] == id {
+            activeLink[peer] = nil
+            introductions.forget(introducer: peer)
+            actions.append(.memberLeft(peer))
+        }
+        return link
+    }
+
+    private func report(_ peer: WirePeerID, _ state: PeerConnectionState) {
+        if let change = reporter.change(peer, to: state) { actions.append(.report(peer, change)) }
+    }
+
+    private func linkIDs(for peer: Bytes16) -> [LinkID] {
+        links.filter { $0.value.peer?.identifier == peer }.map(\.key).sorted()
+    }
+
+    /// Whether one more peer fits in the session: every peer with a link counts, connected or
+    /// not, so the member limit holds on every path (connection data, introductions, retries).
+    private func hasRoomForMember(besides peer: Bytes16) -> Bool {
+        var others = Set<Bytes16>()
+        for link in links.values {
+            if let other = link.peer?.identifier, other != peer { others.insert(other) }
+        }
+        return others.count < WireLimits.maxSessionMembers - 1
+    }
+}

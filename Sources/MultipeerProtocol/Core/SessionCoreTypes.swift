@@ -1,0 +1,78 @@
+import Logging
+import MultipeerWire
+import NIOCore
+
+/// One connection (dialed or accepted) within a session core.
+package struct LinkID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    let raw: Int
+    package static func < (lhs: LinkID, rhs: LinkID) -> Bool { lhs.raw < rhs.raw }
+    package var description: String { "link \(raw)" }
+}
+
+/// Deferred work the core asks its shell to schedule; handed back through `timerFired`.
+package enum SessionTimer: Hashable {
+    /// Dial an introduced peer again: our introduction may have overtaken the peer's.
+    case redialIntroduced(DialPlan, attempt: Int)
+    /// The peer kept its own connection to us and has not said HELLO yet; give up at this point.
+    case awaitPeersConnection(WirePeerID, ConnectionError)
+
+    var peer: WirePeerID {
+        switch self {
+        case .redialIntroduced(let plan, _): plan.peer
+        case .awaitPeersConnection(let peer, _): peer
+        }
+    }
+}
+
+/// What the session core asks its shell to do, in order.
+package enum SessionAction {
+    /// Open a TCP connection for `link` and run the handshake the plan describes.
+    case dial(LinkID, DialPlan)
+    case sendFrame(Frame, on: LinkID)
+    /// Say GOODBYE with this reason and close.
+    case close(LinkID, GoodbyeReason)
+    /// End the connection for this error (GOODBYE with its reason; the error is reported).
+    case abort(LinkID, ConnectionError)
+    /// Close the socket; the core has already forgotten the link and reports nothing more.
+    case drop(LinkID)
+    case report(WirePeerID, PeerConnectionState)
+    /// A connection was refused before either app was asked (session full, stale token).
+    case refused(WirePeerID, GoodbyeReason)
+    /// The peer is connected: reliable messages may go to it on this link.
+    case memberJoined(WirePeerID, LinkID, acceptsDatagrams: Bool)
+    /// The peer's active link is gone: nothing more can be sent to it.
+    case memberLeft(Bytes16)
+    case schedule(SessionTimer, at: NIODeadline)
+}
+
+/// The session's rules, without sockets.
+package struct SessionCoreConfiguration {
+    var localPeer: WirePeerID
+    var handshakeTimeout: TimeAmount
+    var maximumPendingConnections: Int
+    /// Of those, how many may come from one source (`PendingSource`).
+    var maximumPendingConnectionsPerSource: Int
+    var datagramLimits: DatagramPeerState.Limits
+    var logger: Logger
+    /// Whether we accept connections (our HELLO's listenPort is not 0). A side that does not
+    /// dials every member it is introduced to (docs/PROTOCOL.md §7.4).
+    var acceptsConnections = true
+
+    /// How often a dial to an introduced peer is retried after `unknownToken`, and how long apart.
+    var introducedDialRetries = 3
+    var introducedDialRetryDelay = TimeAmount.milliseconds(250)
+
+    package init(
+        localPeer: WirePeerID, handshakeTimeout: TimeAmount, maximumPendingConnections: Int,
+        maximumPendingConnectionsPerSource: Int, datagramLimits: DatagramPeerState.Limits, logger: Logger,
+        acceptsConnections: Bool = true
+    ) {
+        self.localPeer = localPeer
+        self.handshakeTimeout = handshakeTimeout
+        self.maximumPendingConnections = maximumPendingConnections
+        self.maximumPendingConnectionsPerSource = maximumPendingConnectionsPerSource
+        self.datagramLimits = datagramLimits
+        self.logger = logger
+        self.acceptsConnections = acceptsConnections
+    }
+}

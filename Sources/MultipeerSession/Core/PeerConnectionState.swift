@@ -1,7 +1,0 @@
-/// A peer's place in the session, as the session reports it.
-public enum PeerConnectionState: Sendable, Equatable {
-    case connecting
-    case connected
-    /// With the reason when the connection failed or ended for one.
-    case notConnected(ConnectionError?)
-}

@@ -1,0 +1,492 @@
+import Logging
+import MultipeerCrypto
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+
+@testable import MultipeerProtocol
+import ProtocolTestSupport
+
+/// Session cores run against each other on a virtual clock, with no sockets (in the spirit of
+/// quinn-proto's and swift-nio-ssl's back-to-back tests). Between two cores, each link is a pair
+/// of real `ConnectionStateMachine`s (real TLS, real HELLO and trust step) whose bytes the network
+/// moves after a per-direction latency. Nodes are addressed 10.0.0.x, a name only: nothing leaves
+/// the process. Everything is single-threaded and ordered by (time, insertion), and the cores'
+/// randomness is seeded, so a run is a function of its seed and script.
+final class VirtualNetwork {
+    private(set) var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+    private var queue: [(time: NIODeadline, sequence: Int, work: () -> Void)] = []
+    private var sequence = 0
+    private var random: SeededGenerator
+    private(set) var nodes: [Node] = []
+    /// One-way latency between two nodes, by their indices; `defaultLatency` when not set.
+    var latency: [Pair: TimeAmount] = [:]
+    var defaultLatency = TimeAmount.milliseconds(2)
+    let handshakeTimeout = TimeAmount.seconds(10)
+    let trustTimeout = TimeAmount.seconds(30)
+    let keepalive = KeepalivePolicy()
+
+    struct Pair: Hashable {
+        let from: Int
+        let to: Int
+    }
+
+    init(seed: UInt64) {
+        random = SeededGenerator(seed: seed)
+    }
+
+    // MARK: Nodes
+
+    final class Node {
+        let index: Int
+        let peer: WirePeerID
+        let core: SessionCore
+        let tls: TLSContext
+        let preference: WireEncryptionPreference
+        /// The app's answer to a trust request; nil never answers (the trust timeout decides).
+        var trustPolicy: ((PeerTrustRequest) -> Bool)? = { _ in true }
+        /// False: every byte and datagram to or from this node is lost (a dead or unplugged peer).
+        var isReachable = true
+        /// False: dials to this node find nothing listening (a transient failure; compare
+        /// `acceptsConnections`, which the node announces).
+        var isListening = true
+        /// False: the node has no listener at all and says so (HELLO listenPort 0).
+        let acceptsConnections: Bool
+        fileprivate(set) var reports: [(peer: WirePeerID, state: PeerConnectionState)] = []
+        fileprivate(set) var refusals: [(peer: WirePeerID, reason: GoodbyeReason)] = []
+        fileprivate(set) var messages: [(from: Bytes16, message: ByteBuffer)] = []
+        fileprivate(set) var members: Set<Bytes16> = []
+        fileprivate(set) var dials: [DialPlan] = []
+        fileprivate var connections: [LinkID: Connection] = [:]
+
+        var host: String { "10.0.0.\(index + 1)" }
+        var listenPort: UInt16 { acceptsConnections ? 7000 : 0 }
+        var datagramPort: UInt16 { 9000 }
+        /// Where the node listens, or would if it accepted connections.
+        var endpoint: WireEndpoint { try! WireEndpoint(address: .ipv4(0x0A00_0001 + UInt32(index)), port: 7000) }
+
+        init(
+            index: Int, peer: WirePeerID, core: SessionCore, tls: TLSContext, preference: WireEncryptionPreference,
+            acceptsConnections: Bool
+        ) {
+            self.acceptsConnections = acceptsConnections
+            self.index = index
+            self.peer = peer
+            self.core = core
+            self.tls = tls
+            self.preference = preference
+        }
+
+        /// Every state reported for `other`, in order.
+        func states(of other: Node) -> [PeerConnectionState] {
+            reports.filter { $0.peer.identifier == other.peer.identifier }.map(\.state)
+        }
+
+        func lastState(of other: Node) -> PeerConnectionState? { states(of: other).last }
+
+        func isConnected(to other: Node) -> Bool { lastState(of: other) == .connected }
+
+        /// Whether the one connection this node holds open is one it dialed; nil unless it holds one.
+        var openConnectionDialedHere: Bool? {
+            let open = connections.values.filter { !$0.isClosed }
+            return open.count == 1 ? open[0].dialPlan != nil : nil
+        }
+
+        /// Connections this node holds open, connected or not.
+        var openConnections: Int { connections.values.filter { !$0.isClosed }.count }
+    }
+
+    /// Adds a node with a fresh identity (or none, for preference `.none`).
+    @discardableResult
+    func addNode(
+        _ name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
+        acceptsConnections: Bool = true, identifier: Bytes16? = nil
+    ) throws -> Node {
+        var identifierBytes = [UInt8](repeating: 0, count: 16)
+        for index in identifierBytes.indices { identifierBytes[index] = UInt8.random(in: 0...255, using: &random) }
+        let peer = try WirePeerID(identifier: identifier ?? Bytes16(bytes: identifierBytes)!, displayName: name)
+        let logger = Logger(label: "VirtualNetwork", factory: { _ in SwiftLogNoOpLogHandler() })
+        let core = SessionCore(
+            configuration: SessionCoreConfiguration(
+                localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64, maximumPendingConnectionsPerSource: 64,
+                datagramLimits: .init(), logger: logger, acceptsConnections: acceptsConnections),
+            random: SeededGenerator(seed: random.next()))
+        let node = Node(
+            index: nodes.count, peer: peer, core: core, tls: try TLSContext(identity: identity), preference: preference,
+            acceptsConnections: acceptsConnections)
+        nodes.append(node)
+        return node
+    }
+
+    // MARK: Commands, as an app would issue them
+
+    /// The connection data `maker` would hand `dialer`.
+    func connectionData(from maker: Node, for dialer: Node) throws -> ConnectionData {
+        let token = maker.core.issueToken(forPeer: dialer.peer.identifier, now: now)
+        return try ConnectionData(
+            encryptionPreference: maker.preference, token: token, forPeer: dialer.peer.identifier, peerID: maker.peer,
+            certificateFingerprint: try maker.tls.identity.map { try SHA256Digest(bytes: $0.certificate.sha256Fingerprint) },
+            endpoints: [maker.endpoint])
+    }
+
+    /// `dialer` dials `maker` with connection data made for it (now, or after `delay`).
+    func connect(_ dialer: Node, to maker: Node, after delay: TimeAmount = .zero) throws {
+        let data = try connectionData(from: maker, for: dialer)
+        connect(dialer, with: data, after: delay)
+    }
+
+    func connect(_ dialer: Node, with data: ConnectionData, after delay: TimeAmount = .zero) {
+        schedule(after: delay) {
+            dialer.core.connect(DialPlan(data))
+            self.drain(dialer)
+        }
+    }
+
+    func cancelConnect(_ node: Node, peer: Node) {
+        node.core.cancelConnect(peer: peer.peer.identifier)
+        drain(node)
+    }
+
+    func disconnect(_ node: Node) {
+        node.core.disconnect()
+        drain(node)
+    }
+
+    /// A reliable message; false when `to` is not a member of `from`'s session.
+    @discardableResult
+    func send(_ text: String, from: Node, to: Node) -> Bool {
+        guard let id = from.core.activeLink(to: to.peer.identifier), let connection = from.connections[id] else { return false }
+        for frame in try! Frame.messageFragments(of: ByteBuffer(string: text)) { connection.send(frame) }
+        return true
+    }
+
+    /// Any frame, as a (possibly hostile) peer's connection would send it on `link`.
+    func send(frame: Frame, from node: Node, on link: LinkID) {
+        node.connections[link]?.send(frame)
+    }
+
+    /// Seals a datagram as `from` would send it to `to`; deliver it with `deliverDatagram`.
+    func sealDatagram(_ text: String, from: Node, to: Node) -> (ByteBuffer, SocketAddress)? {
+        from.core.sealDatagram(ByteBuffer(string: text), to: to.peer.identifier)
+    }
+
+    /// A datagram arrives at `node` from `source` (any address: an attacker can send from anywhere).
+    func deliverDatagram(_ datagram: ByteBuffer, to node: Node, from source: SocketAddress) {
+        schedule(after: defaultLatency) {
+            guard node.isReachable, let (message, peer, _) = node.core.datagramReceived(datagram, from: source) else {
+                self.drain(node)
+                return
+            }
+            node.messages.append((peer.identifier, message))
+            self.drain(node)
+        }
+    }
+
+    func datagramAddress(of node: Node) -> SocketAddress {
+        try! SocketAddress(ipAddress: node.host, port: Int(node.datagramPort))
+    }
+
+    // MARK: Running
+
+    func schedule(after delay: TimeAmount, _ work: @escaping () -> Void) {
+        schedule(at: now + delay, work)
+    }
+
+    func schedule(at time: NIODeadline, _ work: @escaping () -> Void) {
+        sequence += 1
+        let item = (time: max(time, now), sequence: sequence, work: work)
+        let position = queue.firstIndex { ($0.time, $0.sequence) > (item.time, item.sequence) } ?? queue.endIndex
+        queue.insert(item, at: position)
+    }
+
+    /// Runs everything due within `duration` of virtual time; the clock ends at now + duration.
+    func run(for duration: TimeAmount) {
+        let end = now + duration
+        while let first = queue.first, first.time <= end {
+            queue.removeFirst()
+            now = first.time
+            first.work()
+        }
+        now = end
+    }
+
+    /// Runs until `condition` holds, checking after every event, for at most `limit` of virtual time.
+    @discardableResult
+    func run(until condition: () -> Bool, limit: TimeAmount = .seconds(60)) -> Bool {
+        let end = now + limit
+        while !condition() {
+            guard let first = queue.first, first.time <= end else {
+                now = end
+                return condition()
+            }
+            queue.removeFirst()
+            now = first.time
+            first.work()
+        }
+        return true
+    }
+
+    func latency(from: Node, to: Node) -> TimeAmount {
+        latency[Pair(from: from.index, to: to.index)] ?? defaultLatency
+    }
+
+    // MARK: The shell: carrying out a core's actions
+
+    func drain(_ node: Node) {
+        node.core.forEachAction { action in
+            switch action {
+            case .dial(let id, let plan):
+                node.dials.append(plan)
+                let connection = Connection(network: self, node: node, link: id, dialPlan: plan)
+                node.connections[id] = connection
+                // The TCP connection completes (or fails) one latency later.
+                let target = nodes.first { plan.endpoints.contains($0.endpoint) }
+                schedule(after: target.map { latency(from: node, to: $0) } ?? defaultLatency) { self.completeDial(connection, plan: plan) }
+            case .sendFrame(let frame, let id):
+                node.connections[id]?.send(frame)
+            case .close(let id, let reason):
+                node.connections[id]?.command { $0.disconnect(reason: reason) }
+            case .abort(let id, let error):
+                node.connections[id]?.command { $0.abort(error) }
+            case .drop(let id):
+                // The socket closes: our side says GOODBYE if it can, as a channel close does.
+                node.connections[id]?.command { $0.disconnect() }
+                node.connections[id]?.closeTransport()
+            case .report(let peer, let state):
+                node.reports.append((peer, state))
+            case .refused(let peer, let reason):
+                node.refusals.append((peer, reason))
+            case .memberJoined(let peer, _, _):
+                node.members.insert(peer.identifier)
+            case .memberLeft(let peer):
+                node.members.remove(peer)
+            case .schedule(let timer, let deadline):
+                schedule(at: deadline) {
+                    node.core.timerFired(timer)
+                    self.drain(node)
+                }
+            }
+        }
+    }
+
+    private func completeDial(_ dialer: Connection, plan: DialPlan) {
+        let node = dialer.node
+        guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
+        let target = nodes.first { node in plan.endpoints.contains(node.endpoint) }
+        guard let target, target.isListening, target.acceptsConnections else {
+            // Connection refused: nobody listens there.
+            dialer.isClosed = true
+            node.core.dialFailed(dialer.link)
+            drain(node)
+            return
+        }
+        guard node.isReachable && target.isReachable else {
+            // The SYN is lost: the connect times out.
+            schedule(after: handshakeTimeout) {
+                guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
+                dialer.isClosed = true
+                node.core.dialFailed(dialer.link)
+                self.drain(node)
+            }
+            return
+        }
+        let (listenerLink, shed) = target.core.inboundAccepted(from: PendingSource(nil)) { id in
+            PendingProgress(
+                stage: target.connections[id]?.machine.establishmentProgress ?? 0, lastActivity: target.connections[id]?.lastActivity ?? .distantPast)
+        }
+        if let shed { target.connections[shed]?.closeTransport() }
+        let listener = Connection(network: self, node: target, link: listenerLink, dialPlan: nil)
+        target.connections[listenerLink] = listener
+        dialer.remote = listener
+        listener.remote = dialer
+        dialer.start()
+        listener.start()
+    }
+}
+
+/// One end of a simulated TCP connection: a real connection state machine, and the timers the
+/// NIO shell (ConnectionHandler) runs for it, on the virtual clock.
+final class Connection {
+    unowned let network: VirtualNetwork
+    let node: VirtualNetwork.Node
+    let link: LinkID
+    let dialPlan: DialPlan?
+    private(set) var machine: ConnectionStateMachine!
+    weak var remote: Connection?
+    /// The transport is closed (or the dial abandoned).
+    var isClosed = false
+    private var endReported = false
+    private var isEstablished = false
+    private(set) var lastActivity: NIODeadline
+    private var keepalive: KeepaliveClock?
+    /// Bumped to cancel the pending handshake or trust deadline.
+    private var deadlineGeneration = 0
+
+    init(network: VirtualNetwork, node: VirtualNetwork.Node, link: LinkID, dialPlan: DialPlan?) {
+        self.network = network
+        self.node = node
+        self.link = link
+        self.dialPlan = dialPlan
+        lastActivity = network.now
+    }
+
+    func start() {
+        let core = node.core
+        let link = link
+        let context = UncheckedBox((node, network))
+        let configuration = ConnectionConfiguration(
+            role: dialPlan == nil ? .listener : .dialer, localPeer: node.peer, encryptionPreference: node.preference,
+            tls: node.tls, purpose: dialPlan?.purpose ?? .answer, token: dialPlan?.token ?? .zero,
+            listenPort: node.listenPort, datagramPort: node.datagramPort,
+            datagramReceiverID: core.allocateReceiverID(for: link),
+            expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint,
+            admission: { hello in
+                let (node, network) = context.value
+                // As the shell does, the core's other actions (closing a superseded dial) run at once;
+                // they touch other connections, never this one's machine.
+                let admission = node.core.admit(hello, on: link, now: network.now)
+                network.drain(node)
+                return admission
+            })
+        machine = try! ConnectionStateMachine(configuration: configuration)
+        armDeadline(after: network.handshakeTimeout)
+        perform(machine.start())
+    }
+
+    func send(_ frame: Frame) {
+        guard machine != nil, let actions = try? machine.send(frame) else { return }
+        perform(actions)
+    }
+
+    func command(_ body: (inout ConnectionStateMachine) -> [ConnectionAction]) {
+        guard machine != nil else {
+            // Still connecting: the dial is abandoned.
+            isClosed = true
+            return
+        }
+        perform(body(&machine))
+    }
+
+    /// The socket closes under us; the peer sees the transport end, unless one of us is unreachable.
+    func closeTransport() {
+        guard !isClosed else { return }
+        isClosed = true
+        deadlineGeneration += 1
+        if machine != nil { report(machine.transportClosed()) }
+        guard let remote, node.isReachable else { return }
+        network.schedule(after: network.latency(from: node, to: remote.node)) { [weak remote] in
+            guard let remote, remote.node.isReachable else { return }
+            remote.transportEnded()
+        }
+    }
+
+    private func transportEnded() {
+        guard !isClosed, machine != nil else { return }
+        isClosed = true
+        deadlineGeneration += 1
+        report(machine.transportClosed())
+    }
+
+    private func receive(_ bytes: ByteBuffer) {
+        guard !isClosed, node.isReachable else { return }
+        lastActivity = network.now
+        keepalive?.received(at: network.now)
+        perform(machine.receive(bytes))
+    }
+
+    /// Carries out the machine's actions as ConnectionHandler does.
+    private func perform(_ actions: [ConnectionAction]) {
+        for action in actions {
+            switch action {
+            case .send(let bytes):
+                guard let remote, node.isReachable, !isClosed else { continue }
+                network.schedule(after: network.latency(from: node, to: remote.node)) { [weak remote] in
+                    guard let remote, remote.node.isReachable else { return }
+                    remote.receive(bytes)
+                }
+            case .evaluateTrust(let request):
+                deadlineGeneration += 1
+                let ask = node.core.trustRequested(request, on: link)
+                network.drain(node)
+                if !ask {
+                    answerTrust(false)
+                } else if let policy = node.trustPolicy {
+                    let accepted = policy(request)
+                    network.schedule(after: .milliseconds(1)) { self.answerTrust(accepted) }
+                } else {
+                    let generation = deadlineGeneration
+                    network.schedule(after: network.trustTimeout) {
+                        guard generation == self.deadlineGeneration else { return }
+                        self.perform(self.machine.trustTimedOut())
+                    }
+                }
+            case .established(let connection):
+                deadlineGeneration += 1
+                isEstablished = true
+                let tls = machine.tlsEngine
+                node.core.established(connection, on: link, remoteHost: remote?.node.host) { direction, epoch in
+                    try? tls?.exportKeyingMaterial(
+                        label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
+                        length: DatagramCipher.keyLength)
+                }
+                network.drain(node)
+                keepalive = KeepaliveClock(policy: network.keepalive, now: network.now)
+                scheduleKeepaliveTick()
+            case .deliver(let frame):
+                if let (message, peer) = node.core.received(frame, on: link, now: network.now) {
+                    node.messages.append((peer.identifier, message))
+                }
+                network.drain(node)
+            case .close(let error):
+                report([.close(error)])
+                closeTransport()
+            case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
+                break  // sessions never carry invitation connections (their admission refuses purpose 2)
+            }
+        }
+    }
+
+    /// The connection ended: the core learns why, once.
+    private func report(_ actions: [ConnectionAction]) {
+        for case .close(let error) in actions where !endReported {
+            endReported = true
+            node.core.closed(link, error, now: network.now)
+            network.drain(node)
+        }
+    }
+
+    private func answerTrust(_ accepted: Bool) {
+        guard !isClosed else { return }
+        perform(machine.trustDecided(accepted: accepted))
+        if !machine.isConnected && !machine.isClosed { armDeadline(after: network.trustTimeout + network.handshakeTimeout) }
+    }
+
+    private func armDeadline(after timeout: TimeAmount) {
+        deadlineGeneration += 1
+        let generation = deadlineGeneration
+        network.schedule(after: timeout) {
+            guard generation == self.deadlineGeneration, !self.isClosed else { return }
+            self.perform(self.machine.handshakeTimedOut())
+        }
+    }
+
+    private func scheduleKeepaliveTick() {
+        network.schedule(after: network.keepalive.tick) {
+            guard !self.isClosed, var clock = self.keepalive else { return }
+            let due = clock.tick(now: self.network.now, readsHeld: false)
+            self.keepalive = clock
+            switch due {
+            case .peerDead: self.perform(self.machine.peerUnresponsive())
+            case .ping: self.send(.ping(UInt64(self.network.now.uptimeNanoseconds)))
+            case .nothing: break
+            }
+            self.scheduleKeepaliveTick()
+        }
+    }
+}
+
+/// The machine's admission callback must be Sendable; the harness is single-threaded.
+private final class UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
