@@ -114,7 +114,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         let channel: InvitationListener
         do {
             channel = try await InvitationListener.bind(host: listenHost, localPeer: myPeerID.wire, eventLoop: eventLoop) {
-                [weak self] request, connection in self?.received(request, on: connection)
+                [weak self] request, reply in self?.received(request, reply: reply)
             }
         } catch {
             throw MCError(.unavailable, reason: "cannot listen for invitations: \(error)")
@@ -148,17 +148,13 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
 
     // MARK: Invitations
 
-    private func received(_ request: InvitationRequest, on connection: any Channel) {
+    private func received(_ request: InvitationRequest, reply: InvitationReply) {
         let inviter = MCPeerID(wire: request.peer)
         let context = Data(request.invitation.context.readableBytesView)
-        let answered = Atomic<Bool>(false)
-        // Exactly one answer goes out; a late or second one is ignored.
+        // The listener's core takes the first answer and drops any later one.
         let respond: @Sendable (MCSession?) -> Void = { session in
-            guard answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-            Task {
-                let answer = if let session { await session.answer(for: request) } else { try! InvitationAnswer(.declined) }
-                connection.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)
-            }
+            guard let session, let facts = session.invitingSession else { return reply.decline() }
+            reply.accept(into: facts) { await session.connectionData(forInviter: request.peer) }
         }
         if delegate != nil {
             delegateQueue.async {

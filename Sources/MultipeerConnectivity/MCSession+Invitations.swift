@@ -68,7 +68,9 @@ extension MCSession {
             throw failure
         }
         // Accepted: the session dials the invitee; wait for it to connect or fail.
-        let deadline = configuration.handshakeTimeout + configuration.certificateDecisionTimeout * 2 + .seconds(5)
+        let deadline = Duration.nanoseconds(InvitationTiming.connectionAfterAcceptance(
+            handshakeTimeout: TimeAmount(configuration.handshakeTimeout),
+            trustTimeout: TimeAmount(configuration.certificateDecisionTimeout)).nanoseconds)
         let connected: Bool
         do {
             connected = try await withDeadline(deadline) {
@@ -85,20 +87,20 @@ extension MCSession {
         guard connected else { throw MCInvitationError(.connectionFailed, "accepted, but the connection failed") }
     }
 
-    /// The advertiser's side: connection data for `inviter` from this session, or why this
-    /// session cannot take it (docs/PROTOCOL.md §7.2).
-    func answer(for request: InvitationRequest) async -> InvitationAnswer {
-        guard let engine else { return try! InvitationAnswer(.declined) }
-        guard connectedPeers.count < WireLimits.maxSessionMembers - 1 else { return try! InvitationAnswer(.sessionFull) }
-        let ours = try? Preamble(encryptionPreference: encryptionPreference.wire, hasIdentity: engine.configuration.tls.identity != nil)
-        if let ours, case .refused = Negotiation.outcome(dialer: request.inviterPreamble, listener: ours) {
-            return try! InvitationAnswer(.encryptionIncompatible)
-        }
-        remember(mcPeer(request.peer))
-        guard let data = try? await engine.connectionData(forPeer: request.peer.identifier).get() else {
-            return try! InvitationAnswer(.declined)
-        }
-        return (try? InvitationAnswer(.accepted, connectionData: data)) ?? (try! InvitationAnswer(.declined))
+    /// What an advertiser's `Advertiser` core checks an invitation into this session against
+    /// (docs/PROTOCOL.md §7.2); nil when the session is unusable.
+    var invitingSession: InvitingSession? {
+        guard let engine,
+            let preamble = try? Preamble(encryptionPreference: encryptionPreference.wire, hasIdentity: engine.configuration.tls.identity != nil)
+        else { return nil }
+        return InvitingSession(members: connectedPeers.count, preamble: preamble)
+    }
+
+    /// The advertiser's side, once the core let the inviter in: connection data made for it.
+    func connectionData(forInviter inviter: WirePeerID) async -> ConnectionData? {
+        guard let engine else { return nil }
+        remember(mcPeer(inviter))
+        return try? await engine.connectionData(forPeer: inviter.identifier).get()
     }
 }
 

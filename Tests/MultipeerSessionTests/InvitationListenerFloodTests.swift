@@ -22,9 +22,9 @@ struct InvitationListenerFloodTests {
         let advertiser = try WirePeerID(identifier: .random(), displayName: "advertiser")
         let listener = try await InvitationListener.bind(
             host: "127.0.0.1", localPeer: advertiser, eventLoop: MultiThreadedEventLoopGroup.singleton.next()
-        ) { _, connection in
+        ) { _, reply in
             asked.withLock { $0 += 1 }
-            connection.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(try! InvitationAnswer(.declined)), promise: nil)
+            reply.decline()
         }
         let port = try #require(listener.port)
         let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
@@ -66,10 +66,10 @@ struct InvitationListenerFloodTests {
         let waiting = Mutex(0)
         let listener = try await InvitationListener.bind(
             host: "127.0.0.1", localPeer: advertiser, eventLoop: MultiThreadedEventLoopGroup.singleton.next()
-        ) { request, connection in
+        ) { request, reply in
             // The attacker's invitations are left to wait, as a slow user would.
             guard request.peer.displayName == "inviter" else { return waiting.withLock { $0 += 1 } }
-            connection.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(try! InvitationAnswer(.declined)), promise: nil)
+            reply.decline()
         }
         let port = try #require(listener.port)
         let target = try SocketAddress(ipAddress: "127.0.0.1", port: port)
@@ -114,7 +114,7 @@ struct InvitationListenerFloodTests {
         let invitation = try Invitation(timeoutMilliseconds: WireLimits.invitationTimeoutMilliseconds.upperBound, context: ByteBuffer())
         let peer = try WirePeerID(identifier: .random(), displayName: "inviter")
         let request = InvitationRequest(peer: peer, invitation: invitation, inviterPreamble: try Preamble(encryptionPreference: .optional, hasIdentity: false))
-        #expect(request.answerWait == InvitationRequest.maximumAnswerWait)
+        #expect(request.answerWait == InvitationTiming.maximumAnswerWait)
         let short = InvitationRequest(
             peer: peer, invitation: try Invitation(timeoutMilliseconds: 5_000, context: ByteBuffer()),
             inviterPreamble: try Preamble(encryptionPreference: .optional, hasIdentity: false))

@@ -33,14 +33,8 @@ package struct InvitationRequest: Sendable {
     /// identity, so the application's chosen session can be checked against it.
     package let inviterPreamble: Preamble
 
-    /// The longest an advertiser waits for its application's answer, whatever the inviter asked:
-    /// a pending invitation holds one of the listener's few places (docs/PROTOCOL.md §7.2).
-    package static let maximumAnswerWait = TimeAmount.seconds(120)
-
     /// How long this advertiser waits for its application: the inviter's timeout, capped.
-    package var answerWait: TimeAmount {
-        min(.milliseconds(Int64(invitation.timeoutMilliseconds)), Self.maximumAnswerWait)
-    }
+    package var answerWait: TimeAmount { InvitationTiming.advertiserWait(timeoutMilliseconds: invitation.timeoutMilliseconds) }
 }
 
 package enum ConnectionAction {

@@ -229,7 +229,7 @@ package final class SessionCore {
         guard let link = links[id] else { return }
         let peer = connection.peer
         // Admission and dialing keep the member limit; this holds it whatever the path.
-        guard activeLink.keys.filter({ $0 != peer.identifier }).count < WireLimits.maxSessionMembers - 1 else {
+        guard MemberLimit.hasRoom(besides: activeLink.keys.filter({ $0 != peer.identifier }).count) else {
             actions.append(.close(id, .sessionFull))
             return
         }
@@ -461,6 +461,6 @@ package final class SessionCore {
         for link in links.values {
             if let other = link.peer?.identifier, other != peer { others.insert(other) }
         }
-        return others.count < WireLimits.maxSessionMembers - 1
+        return MemberLimit.hasRoom(besides: others.count)
     }
 }

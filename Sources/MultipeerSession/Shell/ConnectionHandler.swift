@@ -79,8 +79,6 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// directly: through the pipeline each frame is boxed in an `NIOAny` and cast back.
     @exclusivity(unchecked) private var ownContext: ChannelHandlerContext?
     static let replyBacklogLimit = 64 * 1024
-    /// How long past the invitation's timeout an inviter waits for the advertiser's answer (§7.2).
-    static let invitationAnswerGrace = TimeAmount.seconds(2)
 
     package init(
         configuration: ConnectionConfiguration,
@@ -314,11 +312,8 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
                 armInvitationDeadline(after: request.answerWait, context: context)
                 context.fireChannelRead(wrapInboundOut(.invitationReceived(request)))
             case .awaitingInvitationAnswer(let milliseconds):
-                // The advertiser's application has the timeout; a little more lets the advertiser's
-                // own timedOut answer arrive first, and no more: the app asked for that timeout.
-                let grace = min(handshakeTimeout, Self.invitationAnswerGrace)
-                let total = Int64(milliseconds) * 1_000_000 + grace.nanoseconds  // below 2^63 for any UInt32
-                armInvitationDeadline(after: .nanoseconds(total), context: context)
+                let wait = InvitationTiming.inviterWait(timeoutMilliseconds: milliseconds, handshakeTimeout: handshakeTimeout)
+                armInvitationDeadline(after: wait, context: context)
             case .invitationAnswered(let answer):
                 handshakeTimer?.cancel()
                 context.fireChannelRead(wrapInboundOut(.invitationAnswered(answer)))

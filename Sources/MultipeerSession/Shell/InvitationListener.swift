@@ -5,16 +5,18 @@ import NIOPosix
 import MultipeerProtocol
 
 /// The advertiser's listener (docs/PROTOCOL.md §7.2): accepts invitation connections from
-/// strangers and hands each invitation up with the connection to answer on. Which pending
-/// connection goes when there are too many is `PendingConnections`' decision.
+/// strangers, hands each invitation up with a reply to answer it by, and carries out what the
+/// `Advertiser` core decides (which pending connection goes, what each invitation is answered).
 package final class InvitationListener: Sendable {
-    /// Invitation connections held at once, and from one source (`PendingSource`).
-    package static let maximumPending = 16
-    package static let maximumPendingPerSource = 4
+    package static var maximumPending: Int { Advertiser<Int>.maximumPending }
+    package static var maximumPendingPerSource: Int { Advertiser<Int>.maximumPendingPerSource }
 
-    private final class State {
-        var pending = PendingConnections<Int>(limit: maximumPending, perSourceLimit: maximumPendingPerSource)
+    /// The core and the connections it speaks of; only touched on the listener's event loop.
+    fileprivate final class State {
+        var advertiser = Advertiser<Int>()
         var connections: [Int: (channel: any Channel, handler: ConnectionHandler)] = [:]
+        /// How each accepted invitation makes its connection data, once the core asks.
+        var dataMakers: [Int: @Sendable () async -> ConnectionData?] = [:]
         var nextID = 0
 
         func progress(_ id: Int) -> PendingProgress {
@@ -27,10 +29,10 @@ package final class InvitationListener: Sendable {
     private init(channel: any Channel) { self.channel = channel }
 
     /// Listens on `host` (any free port); `onInvitation` runs on the listener's loop for each
-    /// invitation, with the connection to send `ConnectionCommand.answerInvitation` to.
+    /// invitation, with the reply that answers it.
     package static func bind(
         host: String, localPeer: WirePeerID, eventLoop: any EventLoop,
-        onInvitation: @escaping @Sendable (InvitationRequest, any Channel) -> Void
+        onInvitation: @escaping @Sendable (InvitationRequest, InvitationReply) -> Void
     ) async throws -> InvitationListener {
         // No session yet: optional encryption with an ephemeral certificate (§7.2).
         let tls = try TLSContext(identity: nil)
@@ -43,9 +45,7 @@ package final class InvitationListener: Sendable {
                     try channel.pipeline.syncOperations.addHandler(
                         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in
                             let state = box.value
-                            if let shed = state.pending.shedOne(progress: state.progress) {
-                                state.connections[shed]?.channel.close(promise: nil)
-                            }
+                            perform(state.advertiser.shedOne(progress: state.progress), box: box)
                             return .milliseconds(20)
                         })
                 }
@@ -56,26 +56,55 @@ package final class InvitationListener: Sendable {
                     let state = box.value
                     state.nextID += 1
                     let id = state.nextID
-                    if let shed = state.pending.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress) {
-                        state.connections[shed]?.channel.close(promise: nil)
-                    }
                     // Registered first: a failed setup below closes the child, and this forgets it.
                     child.closeFuture.whenComplete { _ in
                         let state = box.value
-                        state.pending.remove(id)
+                        state.advertiser.closed(id)
                         state.connections[id] = nil
+                        state.dataMakers[id] = nil
                     }
                     let configuration = ConnectionConfiguration(
                         role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
                         admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
                     let handler = try ConnectionHandler(configuration: configuration, keepalive: nil)
                     state.connections[id] = (child, handler)
-                    try child.pipeline.syncOperations.addHandler(handler)
-                    try child.pipeline.syncOperations.addHandler(InvitationRequestHandler { request in onInvitation(request, child) })
+                    perform(state.advertiser.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress), box: box)
+                    let reply = InvitationReply(box: box, id: id)
+                    try child.pipeline.syncOperations.addHandler(InvitationRequestHandler { request in
+                        let state = box.value
+                        for action in state.advertiser.invitationReceived(request, on: id) {
+                            if case .askApplication = action { onInvitation(request, reply) }
+                        }
+                    })
                 }
             }
             .bind(to: SocketAddress.listening(on: host)).get()
         return InvitationListener(channel: channel)
+    }
+
+    /// Carries out the core's actions, on the loop.
+    fileprivate static func perform(_ actions: [Advertiser<Int>.Action], box: NIOLoopBoundBox<State>) {
+        let state = box.value
+        for action in actions {
+            switch action {
+            case .close(let id):
+                state.connections[id]?.channel.close(promise: nil)
+            case .askApplication:
+                break  // asked where the invitation arrives, with its reply
+            case .makeConnectionData(let id, _):
+                guard let make = state.dataMakers.removeValue(forKey: id) else {
+                    perform(state.advertiser.connectionDataMade(id, nil), box: box)
+                    continue
+                }
+                let loopBound = NIOLoopBound(box, eventLoop: box.eventLoop)
+                Task {
+                    let data = await make()
+                    loopBound.eventLoop.execute { perform(loopBound.value.value.advertiser.connectionDataMade(id, data), box: loopBound.value) }
+                }
+            case .answer(let id, let answer):
+                state.connections[id]?.channel.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)
+            }
+        }
     }
 
     package var port: Int? { channel.localAddress?.port }
@@ -84,6 +113,31 @@ package final class InvitationListener: Sendable {
     package func close() async { try? await channel.close().get() }
 
     package func closeNow() { channel.close(promise: nil) }
+}
+
+/// The application's answer to one invitation, from any thread. The first answer counts; a
+/// later one, or one after the invitation timed out, is dropped (the `Advertiser` core decides).
+package struct InvitationReply: Sendable {
+    fileprivate let box: NIOLoopBoundBox<InvitationListener.State>
+    fileprivate let id: Int
+
+    package func decline() {
+        let (box, id) = (box, id)
+        box.eventLoop.execute {
+            InvitationListener.perform(box.value.advertiser.appAnswered(id, accept: false, into: nil), box: box)
+        }
+    }
+
+    /// Accepts into the session described by `session`, which makes the inviter's connection
+    /// data with `connectionData` if the core lets it in.
+    package func accept(into session: InvitingSession, connectionData: @escaping @Sendable () async -> ConnectionData?) {
+        let (box, id) = (box, id)
+        box.eventLoop.execute {
+            let state = box.value
+            if state.dataMakers[id] == nil, state.connections[id] != nil { state.dataMakers[id] = connectionData }
+            InvitationListener.perform(state.advertiser.appAnswered(id, accept: true, into: session), box: box)
+        }
+    }
 }
 
 /// Hands an invitation connection's request on.

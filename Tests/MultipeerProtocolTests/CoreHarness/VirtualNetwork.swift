@@ -58,6 +58,12 @@ final class VirtualNetwork {
         fileprivate(set) var members: Set<Bytes16> = []
         fileprivate(set) var dials: [DialPlan] = []
         fileprivate var connections: [LinkID: Connection] = [:]
+        /// The node's advertiser, while it advertises (VirtualNetwork+Invitations).
+        var invitations: AdvertiserSide?
+        /// How each invitation this node sent ended, in order.
+        var invitationOutcomes: [(peer: WirePeerID, outcome: InvitationOutcome)] = []
+        /// The advertiser's listener has no session yet: an ephemeral certificate (§7.2).
+        lazy var advertiserTLS = try! TLSContext(identity: nil)
 
         var host: String { "10.0.0.\(index + 1)" }
         var listenPort: UInt16 { acceptsConnections ? 7000 : 0 }
