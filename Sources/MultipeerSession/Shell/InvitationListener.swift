@@ -68,6 +68,7 @@ package final class InvitationListener: Sendable {
                         admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
                     let handler = try ConnectionHandler(configuration: configuration, keepalive: nil)
                     state.connections[id] = (child, handler)
+                    try child.pipeline.syncOperations.addHandler(handler)
                     perform(state.advertiser.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress), box: box)
                     let reply = InvitationReply(box: box, id: id)
                     try child.pipeline.syncOperations.addHandler(InvitationRequestHandler { request in
