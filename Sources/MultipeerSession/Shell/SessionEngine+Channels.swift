@@ -7,9 +7,9 @@ import NIOCore
 import Synchronization
 import MultipeerProtocol
 
-// Streams and resources (docs/PROTOCOL.md §7.6, §7.8): the shell that opens channels, takes or
-// refuses the peer's, feeds the scheduler and returns windows. Decisions about windows and turns
-// are the sans-I/O `ChannelScheduler` and `WindowReturns`; the channel objects hold the data.
+// Streams and resources (docs/PROTOCOL.md §7.6, §7.8): the shell that carries out what each
+// connection's `ChannelMux` decides (which channels open, whose turn, what the peer's frames
+// lead to, when windows go back) and holds the channel objects, their bytes and files.
 extension SessionEngine {
     // MARK: Public API (any thread)
 
@@ -63,7 +63,7 @@ extension SessionEngine {
             throw TransferError(.tooLarge, detail: "\(opened.size) bytes, at most \(WireLimits.maxResourceSize)")
         }
         guard channelCounts.reserve(peer) else { throw TransferError(.tooManyChannels) }
-        let transferID = Self.transferID(
+        let transferID = ChannelMux.transferID(
             receiver: peer, sourceIdentity: sourceIdentity, size: opened.size, modified: modificationTime ?? opened.modified)
         let transfer = ResourceTransfer(name: name, peer: wirePeer, size: opened.size, direction: .outgoing)
         let sender = ResourceSender(
@@ -76,15 +76,6 @@ extension SessionEngine {
         return transfer
     }
 
-    /// docs/PROTOCOL.md §7.8: the first 16 bytes of SHA-256 over a label, the receiver, the
-    /// source's identity, its size and its modification time.
-    static func transferID(receiver: Bytes16, sourceIdentity: String, size: UInt64, modified: Int64) -> Bytes16 {
-        var input = Array("mpcp-resource-id".utf8) + receiver.bytes + Array(sourceIdentity.utf8)
-        input += withUnsafeBytes(of: size.bigEndian, Array.init)
-        input += withUnsafeBytes(of: modified.bigEndian, Array.init)
-        return Bytes16(bytes: SHA256Hasher.digest(input).prefix(16))!
-    }
-
     // MARK: Our channels (on the loop)
 
     private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16) {
@@ -95,14 +86,14 @@ extension SessionEngine {
             source.failed(TransferError(.notConnected))
             return
         }
-        guard let channel = mux.scheduler.open() else {
+        guard let channel = mux.state.open(source.carriesResource ? .resource : .stream) else {
             channelCounts.release(peer)
             source.failed(TransferError(.tooManyChannels))
             return
         }
         guard source.bind(channel: channel, linkage: mux) else {
             // Cancelled before it opened: nothing was sent.
-            mux.scheduler.ended(channel)
+            mux.state.endOutbound(channel)
             channelCounts.release(peer)
             return
         }
@@ -114,69 +105,66 @@ extension SessionEngine {
     func serveChannels(_ link: EngineState.Link, on connection: any Channel) {
         guard let mux = link.mux else { return }
         var wrote = false
-        while connection.isWritable, let (channel, allowance) = mux.scheduler.next() {
+        while connection.isWritable, let (channel, allowance) = mux.state.next() {
             guard let source = mux.outbound[channel] else {
-                mux.scheduler.ended(channel)
+                mux.state.endOutbound(channel)
                 continue
             }
             switch source.nextOutput(allowance: allowance) {
             case .data(let bytes):
-                mux.scheduler.served(channel, .data(bytes.readableBytes))
+                mux.state.served(channel, .data(bytes.readableBytes))
                 let frame: Frame = source.carriesResource ? .resourceChunk(channel: channel, bytes) : .streamData(channel: channel, bytes)
                 writeChannelFrame(frame, on: connection, flush: false)
                 wrote = true
             case .finish(let frame):
-                mux.scheduler.served(channel, .idle)
+                mux.state.served(channel, .idle)
                 writeChannelFrame(frame, on: connection, flush: false)
                 wrote = true
                 if case .streamClose = frame { endOutbound(channel, of: link) }
             case .idle:
-                mux.scheduler.served(channel, .idle)
+                mux.state.served(channel, .idle)
             case .blocked:
-                mux.scheduler.served(channel, .blocked)
+                mux.state.served(channel, .blocked)
             }
         }
         if wrote { connection.flush() }
     }
 
     private func endOutbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, mux.outbound.removeValue(forKey: channel) != nil else { return }
-        mux.scheduler.ended(channel)
+        guard let mux = link.mux, mux.state.endOutbound(channel) else { return }
+        mux.outbound[channel] = nil
         if let peer = link.member?.identifier { channelCounts.release(peer) }
     }
 
     private func endInbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, let inbound = mux.inbound.removeValue(forKey: channel) else { return }
-        mux.returns.forget(channel)
+        guard let mux = link.mux, mux.state.endInbound(channel), let inbound = mux.inbound.removeValue(forKey: channel) else { return }
         if inbound is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
     }
 
     func channelReady(_ channel: UInt32, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux else { return }
-        mux.scheduler.markReady(channel)
+        mux.state.markReady(channel)
         pump(link, peer: id)
     }
 
     func channelTaken(_ taken: [UInt32: Int], on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
-        var frames: [Frame] = []
-        for (channel, bytes) in taken {
-            frames += mux.returns.taken(bytes, on: channel, channelOpen: mux.inbound[channel] != nil)
-        }
-        for frame in frames { writeChannelFrame(frame, on: connection, flush: false) }
-        if !frames.isEmpty { connection.flush() }
+        writeChannelFrames(mux.state.taken(taken), on: connection)
     }
 
     func channelSend(_ frame: Frame, ends: Bool, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
         let channel = frame.channel
-        let ours = mux.isOurs(channel)
-        // Only for a channel still open here: a late cancel after the peer's own end sends nothing.
-        guard ours ? mux.outbound[channel] != nil : mux.inbound[channel] != nil else { return }
+        guard mux.state.maySend(on: channel) else { return }
         writeChannelFrame(frame, on: connection, flush: true)
         if ends {
-            if ours { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
+            if mux.state.isOurs(channel) { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
         }
+    }
+
+    private func writeChannelFrames(_ frames: [Frame], on connection: any Channel) {
+        for frame in frames { writeChannelFrame(frame, on: connection, flush: false) }
+        if !frames.isEmpty { connection.flush() }
     }
 
     private func writeChannelFrame(_ frame: Frame, on connection: any Channel, flush: Bool) {
@@ -193,56 +181,39 @@ extension SessionEngine {
     // MARK: The peer's frames (on the loop)
 
     func channelFrameReceived(_ frame: Frame, on id: LinkID) {
-        guard let link = state.value.links[id], let mux = link.mux, let peer = link.member else { return }
-        let channel = frame.channel
-        switch frame {
-        case .windowUpdate(0, let increment):
-            mux.scheduler.connectionWindowUpdate(increment: increment)
+        guard let link = state.value.links[id], let mux = link.mux, let peer = link.member, let connection = link.channel else { return }
+        let decision = mux.state.peerSent(
+            frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed))
+        switch decision {
+        case .serve:
             pump(link, peer: id)
-        case .windowUpdate(_, let increment):
-            mux.scheduler.windowUpdate(channel, increment: increment)
-            pump(link, peer: id)
-        case .streamOpen(_, let name):
-            guard acceptsChannels else {
-                // Nobody would read it: refused at once rather than left to hold the window.
-                if let connection = link.channel { writeChannelFrame(.streamReset(channel: channel, code: .refused), on: connection, flush: true) }
-                return
-            }
+        case .takeStream(let channel, let name, let reply):
             let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux)
             mux.inbound[channel] = reader
-            if let connection = link.channel { widenWindow(of: channel, on: connection) }
+            writeChannelFrames(reply, on: connection)
             onEvent(.streamOpened(reader))
-        case .resourceOffer(_, let offer):
-            takeOrRefuse(offer, on: channel, link: link, mux: mux, peer: peer)
-        default:
-            if mux.isOurs(channel) {
-                if let source = mux.outbound[channel], source.peerSent(frame) { endOutbound(channel, of: link) }
-            } else if let sink = mux.inbound[channel] {
-                if sink.peerSent(frame) { endInbound(channel, of: link) }
-            } else if case .streamData(_, let data) = frame {
-                // Delivered before our refusal went out: the connection's share comes back.
-                channelTaken([channel: data.readableBytes], on: id)
-            } else if case .resourceChunk(_, let data) = frame {
-                channelTaken([channel: data.readableBytes], on: id)
+        case .considerResource(let channel, let offer):
+            take(offer, on: channel, link: link, mux: mux, peer: peer, connection: connection)
+        case .refuse(_, let reason, let reply):
+            if case .resourceOffer = frame {
+                configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "\(reason)"])
             }
+            writeChannelFrames(reply, on: connection)
+        case .toOutbound(let channel):
+            if let source = mux.outbound[channel], source.peerSent(frame) { endOutbound(channel, of: link) }
+        case .toInbound(let channel):
+            if let sink = mux.inbound[channel], sink.peerSent(frame) { endInbound(channel, of: link) }
+        case .giveBack(let frames):
+            writeChannelFrames(frames, on: connection)
         }
     }
 
-    private func takeOrRefuse(_ offer: ResourceOffer, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID) {
-        guard let connection = link.channel else { return }
+    /// A resource offer within the limits: resumed from a kept partial, or stored in a new file.
+    private func take(
+        _ offer: ResourceOffer, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID,
+        connection: any Channel
+    ) {
         let limits = configuration.channels
-        func refuse(_ why: String) {
-            configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "\(why)"])
-            writeChannelFrame(.streamReset(channel: channel, code: .refused), on: connection, flush: true)
-        }
-        guard acceptsChannels else { return refuse("nobody takes resources (no delegate, no event stream)") }
-        guard offer.size <= limits.maximumIncomingResourceSize else { return refuse("\(offer.size) bytes, over the limit") }
-        guard mux.inbound.values.count(where: { $0 is ResourceReceiver }) < limits.maximumIncomingResourcesPerPeer else {
-            return refuse("too many incoming resources from this peer at once")
-        }
-        guard incomingResources.load(ordering: .relaxed) < limits.maximumConcurrentIncomingResources else {
-            return refuse("too many incoming resources at once")
-        }
         let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
         let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
         removeKept(expired)
@@ -260,7 +231,8 @@ extension SessionEngine {
                 file = try OpenFile.create(path)
             }
         } catch {
-            return refuse("cannot store it: \(error)")
+            configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "cannot store it: \(error)"])
+            return writeChannelFrames(mux.state.resourceRefused(channel), on: connection)
         }
         let offset = resumed?.length ?? 0
         incomingResources.add(1, ordering: .relaxed)
@@ -279,8 +251,7 @@ extension SessionEngine {
             })
         transfer.setCancelHandler { receiver.cancel() }
         mux.inbound[channel] = receiver
-        writeChannelFrame(.resourceAccept(channel: channel, offset: offset), on: connection, flush: false)
-        widenWindow(of: channel, on: connection)
+        writeChannelFrames(mux.state.resourceTaken(channel, offset: offset), on: connection)
         transfer.progressed(to: offset)
         onEvent(.resourceStarted(transfer))
     }
@@ -333,22 +304,16 @@ extension SessionEngine {
         for partial in partials { FileNames.remove(partial.path) }
     }
 
-    /// Raises a channel the peer opened from the protocol's initial window to ours.
-    private func widenWindow(of channel: UInt32, on connection: any Channel) {
-        let extra = configuration.channels.channelReceiveWindow - WireLimits.initialChannelWindow
-        if extra > 0 { writeChannelFrame(.windowUpdate(channel: channel, increment: extra), on: connection, flush: true) } else { connection.flush() }
-    }
-
     /// A new member's connection: raise its connection window from the protocol's initial one to ours.
     func widenConnectionWindow(of link: EngineState.Link) {
-        let extra = configuration.channels.connectionReceiveWindow - WireLimits.initialConnectionWindow
-        guard extra > 0, let connection = link.channel else { return }
-        writeChannelFrame(.windowUpdate(channel: 0, increment: extra), on: connection, flush: true)
+        guard let frame = link.mux?.state.connectionWindowWidening, let connection = link.channel else { return }
+        writeChannelFrame(frame, on: connection, flush: true)
     }
 
     /// The connection ended: every channel on it fails (incoming resources keep their bytes for resuming).
     func failChannels(of link: EngineState.Link) {
         guard let mux = link.mux else { return }
+        _ = mux.state.close()
         let outbound = mux.outbound
         let inbound = mux.inbound
         mux.outbound = [:]
@@ -412,19 +377,17 @@ final class ChannelCounts: Sendable {
     func count(for peer: Bytes16) -> Int { counts.withLock { $0[peer, default: 0] } }
 }
 
-/// One connection's channels: the scheduler and window returns (loop-only), the channel objects,
+/// One connection's channels: what its `ChannelMux` decided (loop-only), the channel objects,
 /// and the hops from their threads onto the loop.
 final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
     // Loop-only state (the engine touches it on its event loop only).
-    var scheduler: ChannelScheduler
-    var returns: WindowReturns
+    var state: ChannelMux
     var outbound: [UInt32: any OutboundChannel] = [:]
     var inbound: [UInt32: any InboundChannel] = [:]
 
     private weak var engine: SessionEngine?
     private let eventLoop: any EventLoop
     private let link: LinkID
-    private let weAreDialer: Bool
     /// Bytes taken by readers, gathered from any thread and returned in one hop.
     private let taken = Mutex<(bytes: [UInt32: Int], scheduled: Bool)>(([:], false))
 
@@ -432,14 +395,13 @@ final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
         self.engine = engine
         eventLoop = engine.eventLoop
         self.link = link
-        self.weAreDialer = weAreDialer
-        scheduler = ChannelScheduler(weAreDialer: weAreDialer)
         let channels = engine.configuration.channels
-        returns = WindowReturns(channelWindow: channels.channelReceiveWindow, connectionWindow: channels.connectionReceiveWindow)
+        state = ChannelMux(weAreDialer: weAreDialer, limits: ChannelMux.Limits(
+            channelReceiveWindow: channels.channelReceiveWindow, connectionReceiveWindow: channels.connectionReceiveWindow,
+            maximumIncomingResourceSize: channels.maximumIncomingResourceSize,
+            maximumIncomingResourcesPerPeer: channels.maximumIncomingResourcesPerPeer,
+            maximumConcurrentIncomingResources: channels.maximumConcurrentIncomingResources))
     }
-
-    /// Whether we opened `channel` (the dialer opens odd numbers).
-    func isOurs(_ channel: UInt32) -> Bool { (channel % 2 == 1) == weAreDialer }
 
     func channelReady(_ channel: UInt32) {
         eventLoop.execute { [weak engine, link] in engine?.channelReady(channel, on: link) }

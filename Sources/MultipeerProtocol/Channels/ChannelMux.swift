@@ -1,0 +1,219 @@
+import MultipeerCrypto
+import MultipeerWire
+
+/// The channels of one connection as the session sees them (docs/PROTOCOL.md §7.6, §7.8),
+/// sans-I/O: which are open each way and of what kind, whose turn it is and the windows the peer
+/// gave us (`ChannelScheduler`), the windows we give back (`WindowReturns`), and what each of the
+/// peer's channel frames leads to: a stream taken or refused, a resource offer admitted or
+/// refused by the limits, a frame for an open channel's endpoint, or window given back for data
+/// that crossed our refusal. The connection machine has already judged each frame legal
+/// (`ChannelTable`); the shell holds the endpoints, their bytes and files, and sends the frames
+/// returned here.
+package struct ChannelMux {
+    package struct Limits: Sendable, Equatable {
+        /// The windows we give the peer, per channel and for the connection.
+        package var channelReceiveWindow: UInt32
+        package var connectionReceiveWindow: UInt32
+        package var maximumIncomingResourceSize: UInt64
+        package var maximumIncomingResourcesPerPeer: Int
+        /// Across every peer of the session; the shell counts them and says how many there are.
+        package var maximumConcurrentIncomingResources: Int
+
+        package init(
+            channelReceiveWindow: UInt32, connectionReceiveWindow: UInt32, maximumIncomingResourceSize: UInt64,
+            maximumIncomingResourcesPerPeer: Int, maximumConcurrentIncomingResources: Int
+        ) {
+            self.channelReceiveWindow = channelReceiveWindow
+            self.connectionReceiveWindow = connectionReceiveWindow
+            self.maximumIncomingResourceSize = maximumIncomingResourceSize
+            self.maximumIncomingResourcesPerPeer = maximumIncomingResourcesPerPeer
+            self.maximumConcurrentIncomingResources = maximumConcurrentIncomingResources
+        }
+    }
+
+    package enum Kind: Sendable, Equatable { case stream, resource }
+
+    /// What one of the peer's channel frames leads to.
+    package enum Decision: Equatable {
+        /// A window grew: serve our channels.
+        case serve
+        /// Take the peer's stream: make its reader, then send `reply` (our wider window).
+        case takeStream(channel: UInt32, name: String, reply: [Frame])
+        /// Within the limits: look for a kept partial and a file to store it in, then answer
+        /// with `resourceTaken` or `resourceRefused`.
+        case considerResource(channel: UInt32, ResourceOffer)
+        /// Refused (STREAM_RESET 3 in `reply`), with the reason for the log.
+        case refuse(channel: UInt32, reason: String, reply: [Frame])
+        /// For the endpoint of our channel, or of the peer's channel we took.
+        case toOutbound(UInt32)
+        case toInbound(UInt32)
+        /// Data for a channel we refused or ended, sent before the peer knew: its connection
+        /// window comes back.
+        case giveBack([Frame])
+    }
+
+    package let limits: Limits
+    private let weAreDialer: Bool
+    private var scheduler: ChannelScheduler
+    private var returns: WindowReturns
+    private var outbound: [UInt32: Kind] = [:]
+    private var inbound: [UInt32: Kind] = [:]
+    /// The peer's resource offers we are still deciding on (looking for a file).
+    private var considering: Set<UInt32> = []
+
+    package init(weAreDialer: Bool, limits: Limits) {
+        self.weAreDialer = weAreDialer
+        self.limits = limits
+        scheduler = ChannelScheduler(weAreDialer: weAreDialer)
+        returns = WindowReturns(channelWindow: limits.channelReceiveWindow, connectionWindow: limits.connectionReceiveWindow)
+    }
+
+    /// Whether we opened `channel` (the dialer opens odd numbers).
+    package func isOurs(_ channel: UInt32) -> Bool { (channel % 2 == 1) == weAreDialer }
+
+    /// Whether the channel is open here, ours or the peer's.
+    package func isOpen(_ channel: UInt32) -> Bool {
+        isOurs(channel) ? outbound[channel] != nil : inbound[channel] != nil
+    }
+
+    package var outboundCount: Int { outbound.count }
+    /// The peer's resources we are receiving, or deciding on.
+    package var incomingResources: Int { inbound.values.count { $0 == .resource } + considering.count }
+
+    /// The first frame a new member's connection gets: our connection window, raised from the
+    /// protocol's initial one. Nil when ours is the initial one.
+    package var connectionWindowWidening: Frame? {
+        let extra = limits.connectionReceiveWindow &- WireLimits.initialConnectionWindow
+        guard limits.connectionReceiveWindow > WireLimits.initialConnectionWindow else { return nil }
+        return .windowUpdate(channel: 0, increment: extra)
+    }
+
+    // MARK: Our channels
+
+    /// A number for a new channel of ours; nil when 64 of ours are open (§7.6).
+    package mutating func open(_ kind: Kind) -> UInt32? {
+        guard let channel = scheduler.open() else { return nil }
+        outbound[channel] = kind
+        return channel
+    }
+
+    /// Our channel ended (closed, reset, cancelled, its resource answered), or was opened and
+    /// then not used. False when it was not open.
+    @discardableResult
+    package mutating func endOutbound(_ channel: UInt32) -> Bool {
+        guard outbound.removeValue(forKey: channel) != nil else { return false }
+        scheduler.ended(channel)
+        return true
+    }
+
+    /// The peer's channel ended here. False when it was not open.
+    @discardableResult
+    package mutating func endInbound(_ channel: UInt32) -> Bool {
+        guard inbound.removeValue(forKey: channel) != nil else { return false }
+        returns.forget(channel)
+        return true
+    }
+
+    /// Whether a frame of ours for `channel` (a reset, an accept, an answer) may still go:
+    /// only while the channel is open here, so a late cancel after the peer's own end sends nothing.
+    package func maySend(on channel: UInt32) -> Bool { isOpen(channel) }
+
+    package mutating func markReady(_ channel: UInt32) { scheduler.markReady(channel) }
+
+    /// The next of our channels to serve and its allowance (§7.6: one frame each in turn).
+    package mutating func next() -> (channel: UInt32, allowance: Int)? { scheduler.next() }
+
+    package mutating func served(_ channel: UInt32, _ served: ChannelScheduler.Served) { scheduler.served(channel, served) }
+
+    // MARK: The peer's frames
+
+    /// One of the peer's channel frames, already judged legal by the connection. `accepting`:
+    /// whether anyone takes streams and resources now; `incomingResourcesInSession`: the
+    /// session's incoming resources across every peer.
+    package mutating func peerSent(_ frame: Frame, accepting: Bool, incomingResourcesInSession: Int) -> Decision {
+        let channel = frame.channel
+        switch frame {
+        case .windowUpdate(0, let increment):
+            scheduler.connectionWindowUpdate(increment: increment)
+            return .serve
+        case .windowUpdate(_, let increment):
+            scheduler.windowUpdate(channel, increment: increment)
+            return .serve
+        case .streamOpen(_, let name):
+            // Nobody would read it: refused at once rather than left to hold the window.
+            guard accepting else { return refuse(channel, "nobody takes streams (no delegate, no event stream)") }
+            inbound[channel] = .stream
+            return .takeStream(channel: channel, name: name, reply: channelWidening(channel))
+        case .resourceOffer(_, let offer):
+            guard accepting else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
+            guard offer.size <= limits.maximumIncomingResourceSize else { return refuse(channel, "\(offer.size) bytes, over the limit") }
+            guard incomingResources < limits.maximumIncomingResourcesPerPeer else {
+                return refuse(channel, "too many incoming resources from this peer at once")
+            }
+            guard incomingResourcesInSession < limits.maximumConcurrentIncomingResources else {
+                return refuse(channel, "too many incoming resources at once")
+            }
+            considering.insert(channel)
+            return .considerResource(channel: channel, offer)
+        default:
+            if isOurs(channel) { return outbound[channel] != nil ? .toOutbound(channel) : .giveBack([]) }
+            if inbound[channel] != nil { return .toInbound(channel) }
+            switch frame {
+            case .streamData(_, let data), .resourceChunk(_, let data): return .giveBack(taken([channel: data.readableBytes]))
+            default: return .giveBack([])
+            }
+        }
+    }
+
+    /// A resource we were considering is taken, from `offset` (a kept partial's length, or 0):
+    /// RESOURCE_ACCEPT, then our wider window.
+    package mutating func resourceTaken(_ channel: UInt32, offset: UInt64) -> [Frame] {
+        guard considering.remove(channel) != nil else { return [] }
+        inbound[channel] = .resource
+        return [.resourceAccept(channel: channel, offset: offset)] + channelWidening(channel)
+    }
+
+    /// A resource we were considering cannot be stored: refused.
+    package mutating func resourceRefused(_ channel: UInt32) -> [Frame] {
+        guard considering.remove(channel) != nil else { return [] }
+        return [.streamReset(channel: channel, code: .refused)]
+    }
+
+    /// The application took (or dropped) bytes of the peer's channels: the window updates due.
+    package mutating func taken(_ bytes: [UInt32: Int]) -> [Frame] {
+        var frames: [Frame] = []
+        for (channel, count) in bytes.sorted(by: { $0.key < $1.key }) {
+            frames += returns.taken(count, on: channel, channelOpen: inbound[channel] != nil)
+        }
+        return frames
+    }
+
+    /// The connection ended: every channel is gone. Returns ours and the peer's that were open.
+    package mutating func close() -> (outbound: [UInt32], inbound: [UInt32]) {
+        defer {
+            for channel in outbound.keys { scheduler.ended(channel) }
+            outbound = [:]
+            inbound = [:]
+            considering = []
+        }
+        return (outbound.keys.sorted(), inbound.keys.sorted())
+    }
+
+    /// docs/PROTOCOL.md §7.8: the first 16 bytes of SHA-256 over a label, the receiver, the
+    /// source's identity, its size and its modification time, as the caller spells them.
+    package static func transferID(receiver: Bytes16, sourceIdentity: String, size: UInt64, modified: Int64) -> Bytes16 {
+        var input = Array("mpcp-resource-id".utf8) + receiver.bytes + Array(sourceIdentity.utf8)
+        input += withUnsafeBytes(of: size.bigEndian, Array.init)
+        input += withUnsafeBytes(of: modified.bigEndian, Array.init)
+        return Bytes16(bytes: SHA256Hasher.digest(input).prefix(16))!
+    }
+
+    private func channelWidening(_ channel: UInt32) -> [Frame] {
+        guard limits.channelReceiveWindow > WireLimits.initialChannelWindow else { return [] }
+        return [.windowUpdate(channel: channel, increment: limits.channelReceiveWindow - WireLimits.initialChannelWindow)]
+    }
+
+    private func refuse(_ channel: UInt32, _ reason: String) -> Decision {
+        .refuse(channel: channel, reason: reason, reply: [.streamReset(channel: channel, code: .refused)])
+    }
+}

@@ -1,0 +1,120 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+import Testing
+
+@testable import MultipeerProtocol
+
+/// The session's decisions about one connection's channels (docs/PROTOCOL.md §7.6, §7.8),
+/// without the endpoints that carry their bytes.
+@Suite("Channel mux: opening, admission, windows")
+struct ChannelMuxTests {
+    static let limits = ChannelMux.Limits(
+        channelReceiveWindow: 1 << 20, connectionReceiveWindow: 4 << 20, maximumIncomingResourceSize: 1 << 30,
+        maximumIncomingResourcesPerPeer: 2, maximumConcurrentIncomingResources: 3)
+
+    static func offer(_ size: UInt64 = 1000) -> ResourceOffer {
+        try! ResourceOffer(size: size, transferID: .zero, name: "file")
+    }
+
+    @Test func ourChannelsStopAtSixtyFourAndNumberBySide() {
+        var dialer = ChannelMux(weAreDialer: true, limits: Self.limits)
+        var listener = ChannelMux(weAreDialer: false, limits: Self.limits)
+        let opened = (0..<WireLimits.maxChannelsOpenedPerSide).compactMap { _ in dialer.open(.stream) }
+        #expect(opened.count == 64 && opened.allSatisfy { $0 % 2 == 1 })
+        #expect(dialer.open(.resource) == nil)
+        #expect(dialer.endOutbound(opened[5]) && !dialer.endOutbound(opened[5]))
+        #expect(dialer.open(.resource) != nil)
+        #expect(listener.open(.stream) == 2)
+    }
+
+    @Test func aStreamIsTakenWithAWiderWindowOrRefusedWhenNobodyReads() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        #expect(mux.peerSent(.streamOpen(channel: 2, name: "s"), accepting: true, incomingResourcesInSession: 0) == .takeStream(
+            channel: 2, name: "s", reply: [.windowUpdate(channel: 2, increment: (1 << 20) - WireLimits.initialChannelWindow)]))
+        #expect(mux.isOpen(2))
+        guard case .refuse(4, _, let reply) = mux.peerSent(.streamOpen(channel: 4, name: "t"), accepting: false, incomingResourcesInSession: 0)
+        else { Issue.record("not refused"); return }
+        #expect(reply == [.streamReset(channel: 4, code: .refused)])
+        #expect(!mux.isOpen(4))
+    }
+
+    /// Size, per-peer count and session-wide count, in that order; then the shell looks for a file.
+    @Test func resourceOffersAreAdmittedWithinEachLimit() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        func decide(_ channel: UInt32, size: UInt64 = 1000, inSession: Int = 0) -> String {
+            switch mux.peerSent(.resourceOffer(channel: channel, Self.offer(size)), accepting: true, incomingResourcesInSession: inSession) {
+            case .considerResource: "consider"
+            case .refuse(_, let reason, _): reason
+            default: "other"
+            }
+        }
+        #expect(decide(2, size: (1 << 30) + 1).contains("over the limit"))
+        #expect(decide(2, inSession: 3).contains("at once"))
+        #expect(decide(2) == "consider")
+        #expect(mux.incomingResources == 1)
+        #expect(mux.resourceTaken(2, offset: 7) == [
+            .resourceAccept(channel: 2, offset: 7), .windowUpdate(channel: 2, increment: (1 << 20) - WireLimits.initialChannelWindow),
+        ])
+        #expect(decide(4) == "consider")
+        // Two from this peer, one being considered: the third is refused.
+        #expect(decide(6).contains("from this peer"))
+        #expect(mux.resourceRefused(4) == [.streamReset(channel: 4, code: .refused)])
+        #expect(mux.resourceRefused(4) == [])
+        #expect(mux.incomingResources == 1)
+        #expect(decide(6) == "consider")
+    }
+
+    /// Data the peer sent before it learned of our refusal gives the connection's share back.
+    @Test func dataForARefusedChannelGivesTheConnectionWindowBack() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        _ = mux.peerSent(.streamOpen(channel: 2, name: "s"), accepting: false, incomingResourcesInSession: 0)
+        var given: UInt32 = 0
+        for _ in 0..<20 {
+            let decision = mux.peerSent(
+                .streamData(channel: 2, ByteBuffer(repeating: 1, count: 16_384)), accepting: false, incomingResourcesInSession: 0)
+            guard case .giveBack(let frames) = decision else { Issue.record("\(decision)"); return }
+            for case .windowUpdate(0, let increment) in frames { given += increment }
+            #expect(!frames.contains { $0.channel == 2 })
+        }
+        #expect(given == 20 * 16_384 / 65_536 * 65_536)
+    }
+
+    @Test func framesForOpenChannelsGoToTheirEndpoints() {
+        var mux = ChannelMux(weAreDialer: false, limits: Self.limits)
+        let ours = mux.open(.resource)!
+        _ = mux.peerSent(.streamOpen(channel: 1, name: "s"), accepting: true, incomingResourcesInSession: 0)
+        #expect(mux.peerSent(.resourceAccept(channel: ours, offset: 0), accepting: true, incomingResourcesInSession: 0) == .toOutbound(ours))
+        #expect(mux.peerSent(.streamClose(channel: 1), accepting: true, incomingResourcesInSession: 0) == .toInbound(1))
+        #expect(mux.maySend(on: 1) && mux.maySend(on: ours))
+        #expect(mux.close() == (outbound: [ours], inbound: [1]) ? true : false)
+        #expect(!mux.maySend(on: 1) && !mux.maySend(on: ours))
+    }
+
+    /// A window update lets a blocked channel of ours go again.
+    @Test func windowUpdatesServeOurBlockedChannels() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        let channel = mux.open(.stream)!
+        mux.markReady(channel)
+        let first = mux.next()
+        #expect(first?.channel == channel && first?.allowance == min(Int(WireLimits.initialChannelWindow), WireLimits.maxFramePayload))
+        mux.served(channel, .data(Int(WireLimits.initialChannelWindow)))
+        mux.markReady(channel)
+        #expect(mux.next()?.allowance == 0)
+        mux.served(channel, .blocked)
+        #expect(mux.next() == nil)
+        #expect(mux.peerSent(.windowUpdate(channel: channel, increment: 100), accepting: true, incomingResourcesInSession: 0) == .serve)
+        #expect(mux.next()?.allowance == 100)
+    }
+
+    /// docs/PROTOCOL.md §7.8's construction, spelled out independently.
+    @Test func theTransferIDIsTheSpecsHash() throws {
+        let receiver = Bytes16(high: 0x0102_0304_0506_0708, low: 0x090A_0B0C_0D0E_0F10)
+        let source = "file:///tmp/a%20b.txt"
+        var input = Array("mpcp-resource-id".utf8) + receiver.bytes + Array(source.utf8)
+        input += [0, 0, 0, 0, 0, 0, 0x30, 0x39]  // 12,345
+        input += [0, 0, 0, 0, 0, 0, 0, 0x2A]  // 42
+        let expected = Array(SHA256Hasher.digest(input).prefix(16))
+        #expect(ChannelMux.transferID(receiver: receiver, sourceIdentity: source, size: 12_345, modified: 42).bytes == expected)
+    }
+}
