@@ -58,6 +58,8 @@ final class VirtualNetwork {
         fileprivate(set) var members: Set<Bytes16> = []
         fileprivate(set) var dials: [DialPlan] = []
         fileprivate var connections: [LinkID: Connection] = [:]
+        /// Streams and resources (VirtualNetwork+Channels).
+        let channels = NodeChannels()
         /// The node's advertiser, while it advertises (VirtualNetwork+Invitations).
         var invitations: AdvertiserSide?
         /// How each invitation this node sent ended, in order.
@@ -97,6 +99,16 @@ final class VirtualNetwork {
             let open = connections.values.filter { !$0.isClosed }
             return open.count == 1 ? open[0].dialPlan != nil : nil
         }
+
+        func connection(_ id: LinkID) -> Connection? { connections[id] }
+
+        /// Open connections whose other end is `other`.
+        func openConnectionsTo(_ other: Node) -> [Connection] {
+            connections.values.filter { !$0.isClosed && $0.remote?.node === other }
+        }
+
+        /// The channel drivers of the node's open, established connections.
+        var openChannelDrivers: [ChannelDriver] { connections.values.filter { !$0.isClosed }.compactMap(\.channels) }
 
         /// Connections this node holds open, connected or not.
         var openConnections: Int { connections.values.filter { !$0.isClosed }.count }
@@ -327,6 +339,9 @@ final class Connection {
     private var keepalive: KeepaliveClock?
     /// Bumped to cancel the pending handshake or trust deadline.
     private var deadlineGeneration = 0
+    /// Streams and resources, once established (VirtualNetwork+Channels).
+    private(set) var channels: ChannelDriver?
+    private(set) var peerIdentifier: Bytes16?
 
     init(network: VirtualNetwork, node: VirtualNetwork.Node, link: LinkID, dialPlan: DialPlan?) {
         self.network = network
@@ -362,6 +377,18 @@ final class Connection {
     func send(_ frame: Frame) {
         guard machine != nil, let actions = try? machine.send(frame) else { return }
         perform(actions)
+    }
+
+    /// A frame the core decided to send: the connection refusing it is a bug, recorded.
+    func sendChecked(_ frame: Frame) {
+        guard machine != nil, !isClosed else { return }
+        do {
+            perform(try machine.send(frame))
+        } catch .notConnected {
+            return  // closing: as the shell, nothing goes out
+        } catch {
+            node.channels.refusals.append(error)
+        }
     }
 
     func command(_ body: (inout ConnectionStateMachine) -> [ConnectionAction]) {
@@ -430,6 +457,8 @@ final class Connection {
                 deadlineGeneration += 1
                 isEstablished = true
                 let tls = machine.tlsEngine
+                peerIdentifier = connection.peer.identifier
+                channels = ChannelDriver(connection: self, weAreDialer: dialPlan != nil)
                 node.core.established(connection, on: link, remoteHost: remote?.node.host) { direction, epoch in
                     try? tls?.exportKeyingMaterial(
                         label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
@@ -438,6 +467,8 @@ final class Connection {
                 network.drain(node)
                 keepalive = KeepaliveClock(policy: network.keepalive, now: network.now)
                 scheduleKeepaliveTick()
+            case .deliver(let frame) where frame.type.isChannelFrame:
+                channels?.peerSent(frame)
             case .deliver(let frame):
                 if let (message, peer) = node.core.received(frame, on: link, now: network.now) {
                     node.messages.append((peer.identifier, message))
@@ -456,6 +487,7 @@ final class Connection {
     private func report(_ actions: [ConnectionAction]) {
         for case .close(let error) in actions where !endReported {
             endReported = true
+            channels?.connectionLost()
             node.core.closed(link, error, now: network.now)
             network.drain(node)
         }
