@@ -19,8 +19,8 @@ struct InvitationPhaseTests {
                 purpose: .invitation, expectedPeer: bobPeer.identifier,
                 invitation: try Invitation(timeoutMilliseconds: timeout, context: context)),
             listener: ConnectionConfiguration(
-                role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: try TLSContext(identity: nil),
-                admission: { $0.purpose == .invitation ? .admit : .refuse(.protocolError) }))
+                role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: try TLSContext(identity: nil)),
+            admission: Advertiser<Int>.admission)
     }
 
     static let data = try! ConnectionData(
@@ -72,8 +72,8 @@ struct InvitationPhaseTests {
                 role: .dialer, localPeer: alicePeer, encryptionPreference: .required, tls: try TLSContext(identity: nil),
                 purpose: .invitation, invitation: try Invitation(timeoutMilliseconds: 1_000, context: ByteBuffer())),
             listener: ConnectionConfiguration(
-                role: .listener, localPeer: bobPeer, encryptionPreference: .required, tls: try TLSContext(identity: nil),
-                admission: { $0.purpose == .invitation ? .refuse(.protocolError) : .admit }))
+                role: .listener, localPeer: bobPeer, encryptionPreference: .required, tls: try TLSContext(identity: nil)),
+            admission: { $0.purpose == .invitation ? .refuse(.protocolError) : .admit })
         session.run()
         #expect(session.listenerSide.invitations.isEmpty && session.listener.isClosed)
 

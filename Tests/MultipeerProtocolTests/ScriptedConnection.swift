@@ -83,6 +83,7 @@ struct ScriptedConnection {
                 while let frame = try! outbound.nextFrame() { sent.append(frame) }
             case .deliver(let frame): delivered.append(frame)
             case .close(let error): closedWith = error
+            case .admissionRequested: apply(machine.admitted(.admit))
             case .evaluateTrust, .established, .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered: break
             }
         }

@@ -139,3 +139,34 @@ struct TrustStepTests {
         #expect(pair.listenerSide.closedWith == ConnectionError(.peerSaidGoodbye(.normal)))
     }
 }
+
+/// Admission is an action out and an answer back (docs/PROTOCOL.md §7.1): the listener's
+/// machine never calls into the session while it reads, and reads nothing past the dialer's
+/// HELLO until the session has answered.
+@Suite("Admission step")
+struct AdmissionStepTests {
+    @Test(arguments: [true, false])
+    func theListenerReadsNothingPastHelloUntilTheSessionAnswers(admit: Bool) throws {
+        var pair = try MachinePair.make(dialerIdentity: TrustStepTests.alice, listenerIdentity: TrustStepTests.bob)
+        pair.defersAdmission = true
+        pair.run()
+        #expect(pair.listenerSide.admissionRequests.map(\.peerID) == [alicePeer])
+        // The dialer's pairing commitment, sent right after its HELLO, waits unread.
+        #expect(pair.listener.establishmentProgress == 2)
+        #expect(pair.listenerSide.trustRequests.isEmpty && pair.dialerSide.trustRequests.isEmpty)
+        pair.inject([], fromDialer: true)
+        #expect(pair.listenerSide.admissionRequests.count == 1)
+        pair.apply(pair.listener.admitted(admit ? .admit : .refuse(.sessionFull)), fromDialer: false)
+        pair.pump()
+        pair.deliverTransportCloses()
+        if admit {
+            #expect(pair.listenerSide.established != nil && pair.dialerSide.established != nil)
+        } else {
+            #expect(pair.listenerSide.closedWith == ConnectionError(.notAdmitted(.sessionFull)))
+            #expect(pair.dialerSide.closedWith == ConnectionError(.peerSaidGoodbye(.sessionFull)))
+            #expect(pair.listenerSide.trustRequests.isEmpty)
+        }
+        // A second answer changes nothing.
+        #expect(pair.listener.admitted(.admit).isEmpty)
+    }
+}

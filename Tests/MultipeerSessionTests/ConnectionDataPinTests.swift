@@ -45,7 +45,8 @@ struct ConnectionDataPinTests {
                 expectedPeer: expectedPeer, expectedCertificateFingerprint: pin),
             listener: ConnectionConfiguration(
                 role: .listener, localPeer: bobPeer, encryptionPreference: preference,
-                tls: try TLSContext(identity: listenerIdentity), admission: log.admission))
+                tls: try TLSContext(identity: listenerIdentity)),
+            admission: log.admission)
     }
 
     /// Another certificate (or the ephemeral one of a listener without identity): the dialer

@@ -215,9 +215,8 @@ struct ConnectionHandlerTests {
             handshakeTimeout: .seconds(10)))
         try advertiser.pipeline.syncOperations.addHandler(ConnectionHandler(
             configuration: ConnectionConfiguration(
-                role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: TLSContext(identity: nil),
-                admission: { $0.purpose == .invitation ? .admit : .refuse(.protocolError) }),
-            handshakeTimeout: .seconds(10)))
+                role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: TLSContext(identity: nil)),
+            admission: Advertiser<Int>.admission, handshakeTimeout: .seconds(10)))
         try inviter.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         try advertiser.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
         // Bytes move until the advertiser has the invitation; from then on it is silent.

@@ -13,6 +13,7 @@ package struct SideOutcome {
     package var invitations: [InvitationRequest] = []
     package var invitationAnswers: [InvitationAnswer] = []
     package var awaitingAnswerMilliseconds: UInt32?
+    package var admissionRequests: [Hello] = []
 }
 
 /// How a side answers the trust question: accept, reject, or never answer.
@@ -38,9 +39,18 @@ package struct MachinePair {
     private var dialerOpen = true
     private var listenerOpen = true
 
-    package init(dialer: ConnectionConfiguration, listener: ConnectionConfiguration) throws {
+    /// The listener's session: whether the dialer's HELLO may join.
+    package var admission: (Hello) -> ConnectionConfiguration.Admission
+    /// Leave admission requests unanswered; the test answers with `listener.admitted`.
+    package var defersAdmission = false
+
+    package init(
+        dialer: ConnectionConfiguration, listener: ConnectionConfiguration,
+        admission: @escaping (Hello) -> ConnectionConfiguration.Admission = { _ in .admit }
+    ) throws {
         self.dialer = try ConnectionStateMachine(configuration: dialer)
         self.listener = try ConnectionStateMachine(configuration: listener)
+        self.admission = admission
     }
 
     package static func make(
@@ -57,7 +67,7 @@ package struct MachinePair {
             listener: ConnectionConfiguration(
                 role: .listener, localPeer: bobPeer, encryptionPreference: listenerPreference,
                 tls: try TLSContext(identity: listenerIdentity), listenPort: 40_000,
-                recordsPerKeyUpdate: recordsPerKeyUpdate, admission: admission))
+                recordsPerKeyUpdate: recordsPerKeyUpdate), admission: admission)
     }
 
     package mutating func run() {
@@ -119,6 +129,11 @@ package struct MachinePair {
                 if fromDialer { dialerSide.invitations.append(request) } else { listenerSide.invitations.append(request) }
             case .awaitingInvitationAnswer(let milliseconds):
                 if fromDialer { dialerSide.awaitingAnswerMilliseconds = milliseconds } else { listenerSide.awaitingAnswerMilliseconds = milliseconds }
+            case .admissionRequested(let hello):
+                if fromDialer { dialerSide.admissionRequests.append(hello) } else { listenerSide.admissionRequests.append(hello) }
+                if defersAdmission { continue }
+                let decision = admission(hello)
+                apply(fromDialer ? dialer.admitted(decision) : listener.admitted(decision), fromDialer: fromDialer)
             case .invitationAnswered(let answer):
                 if fromDialer { dialerSide.invitationAnswers.append(answer) } else { listenerSide.invitationAnswers.append(answer) }
             case .close(let error):

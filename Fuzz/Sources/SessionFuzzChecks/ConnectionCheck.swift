@@ -88,15 +88,17 @@ struct MachineObserver {
     var closed = false
     var trustRequested = false
     var locallyAccepted = false
+    var admissionAsked = false
     var delivered: [Frame] = []
     /// Why the machine closed, once it did.
     var closeError: ConnectionError?
 
     /// The bytes the actions put on the wire, and whether the application is asked for trust.
-    mutating func observe(_ actions: [ConnectionAction]) -> (bytes: [ByteBuffer], trustRequest: PeerTrustRequest?) {
+    mutating func observe(_ actions: [ConnectionAction]) -> (bytes: [ByteBuffer], trustRequest: PeerTrustRequest?, admission: Hello?) {
         precondition(!closed || actions.isEmpty, "\(name): actions after .close")
         var bytes: [ByteBuffer] = []
         var trustRequest: PeerTrustRequest?
+        var admission: Hello?
         for (index, action) in actions.enumerated() {
             switch action {
             case .send(let buffer):
@@ -118,12 +120,18 @@ struct MachineObserver {
                 precondition(index == actions.count - 1, "\(name): actions after .close in the same list")
                 closed = true
                 closeError = error
+            case .admissionRequested(let hello):
+                precondition(!established && !trustRequested, "\(name): admission asked after the trust step began")
+                precondition(admission == nil && !admissionAsked, "\(name): admission asked twice")
+                precondition(index == actions.count - 1, "\(name): actions after .admissionRequested in the same list")
+                admissionAsked = true
+                admission = hello
             case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
                 // Only on invitation connections, which never become established.
                 precondition(!established, "\(name): an invitation action on an established connection")
             }
         }
-        return (bytes, trustRequest)
+        return (bytes, trustRequest, admission)
     }
 
     /// The machine answers these itself or treats them as violations once connected.
@@ -151,6 +159,8 @@ struct ConnectionHarness {
     var sentByMachine: [Frame] = []
     var sentByCounterpart: [Frame] = []
     var run = ConnectionRun()
+    /// The listener's session, as the session core answers: no invitations until they arrive with discovery.
+    let admission: (Hello) -> ConnectionConfiguration.Admission
 
     init(setup: UInt8, reason: UInt8) {
         let machineIsListener = setup & 1 != 0
@@ -179,9 +189,8 @@ struct ConnectionHarness {
         let listener = ConnectionConfiguration(
             role: .listener, localPeer: listenerPeer,
             encryptionPreference: machineIsListener ? preferences.mine : preferences.theirs, tls: SessionFuzzChecks.tls,
-            listenPort: 40_000,
-            // As the session core answers: no invitations until they arrive with discovery.
-            admission: { hello in hello.purpose == .invitation ? .refuse(.protocolError) : admission })
+            listenPort: 40_000)
+        self.admission = { hello in hello.purpose == .invitation ? .refuse(.protocolError) : admission }
         machine = try! ConnectionStateMachine(configuration: machineIsListener ? listener : dialer)
         counterpart = try! ConnectionStateMachine(configuration: machineIsListener ? dialer : listener)
         mine = MachineObserver(name: machineIsListener ? "listener" : "dialer")
@@ -296,17 +305,19 @@ struct ConnectionHarness {
 
     /// The machine's actions: checked, and its bytes straight to the counterpart.
     mutating func apply(_ actions: [ConnectionAction]) {
-        let (bytes, _) = mine.observe(actions)
+        let (bytes, _, hello) = mine.observe(actions)
         mine.checkAgrees(with: machine)
         for buffer in bytes { applyCounterpart(counterpart.receive(buffer)) }
+        if let hello { apply(machine.admitted(admission(hello))) }
     }
 
     /// The counterpart's actions: checked, its bytes queued for delivery, trust answered if it
     /// answers on its own.
     mutating func applyCounterpart(_ actions: [ConnectionAction]) {
-        let (bytes, trustRequest) = theirs.observe(actions)
+        let (bytes, trustRequest, hello) = theirs.observe(actions)
         theirs.checkAgrees(with: counterpart)
         for var buffer in bytes { pending.writeBuffer(&buffer) }
+        if let hello { applyCounterpart(counterpart.admitted(admission(hello))) }
         if trustRequest != nil && counterpartAccepts {
             theirs.locallyAccepted = true
             applyCounterpart(counterpart.trustDecided(accepted: true))

@@ -5,7 +5,7 @@ import MultipeerWire
 package struct ConnectionConfiguration: Sendable {
     package enum Role: Sendable { case dialer, listener }
 
-    /// The listener's answer to a dialer's HELLO, before trust is asked.
+    /// The session's answer to a dialer's HELLO (`ConnectionAction.admissionRequested`), before trust is asked.
     package enum Admission: Sendable, Equatable {
         case admit
         case refuse(GoodbyeReason)
@@ -29,8 +29,6 @@ package struct ConnectionConfiguration: Sendable {
     /// Dialer only: SHA-256 of the listener's leaf certificate (DER) from its connection data,
     /// checked before our HELLO (and its token) goes out; nil pins nothing (docs/PROTOCOL.md §9.3).
     package var expectedCertificateFingerprint: SHA256Digest?
-    /// Consulted by a listener when the dialer's HELLO arrives.
-    package var admission: @Sendable (Hello) -> Admission
     /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
     package var invitation: Invitation?
     /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
@@ -56,7 +54,6 @@ package struct ConnectionConfiguration: Sendable {
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         expectedPeer: Bytes16? = nil,
         expectedCertificateFingerprint: SHA256Digest? = nil,
-        admission: @escaping @Sendable (Hello) -> Admission = { _ in .admit },
         invitation: Invitation? = nil
     ) {
         self.role = role
@@ -71,7 +68,6 @@ package struct ConnectionConfiguration: Sendable {
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
         self.expectedPeer = expectedPeer
         self.expectedCertificateFingerprint = expectedCertificateFingerprint
-        self.admission = admission
         self.invitation = invitation
     }
 

@@ -55,6 +55,9 @@ package enum ConnectionAction {
     case awaitingInvitationAnswer(milliseconds: UInt32)
     /// Dialer of an invitation connection: the answer; the connection closes next.
     case invitationAnswered(InvitationAnswer)
+    /// Listener: the dialer's HELLO; answer with `admitted` (the session decides whether this
+    /// purpose, token and peer may join). Nothing after the HELLO is read until then.
+    case admissionRequested(Hello)
 }
 
 /// One connection's establishment and framing, sans-I/O (docs/PROTOCOL.md §3-§7): preamble,
@@ -94,6 +97,9 @@ package struct ConnectionStateMachine {
         case awaitingPreamble(ByteBuffer)
         case tlsHandshake(TLSEngine, Negotiated)
         case awaitingHello(Session)
+        /// Listener: the dialer's HELLO is with the session (`admissionRequested`); frames after
+        /// it wait in the decoder until `admitted`.
+        case admitting(Session, peerHello: Hello)
         case pairing(Pairing)
         case trusting(Trust)
         case connected(Session, peerHello: Hello)
@@ -138,7 +144,7 @@ package struct ConnectionStateMachine {
         switch state {
         case .idle, .awaitingPreamble, .modifying: 0
         case .tlsHandshake: 1
-        case .awaitingHello, .pairing: 2
+        case .awaitingHello, .admitting, .pairing: 2
         case .trusting, .invitation: 3
         case .connected, .closed: 4
         }
@@ -153,7 +159,8 @@ package struct ConnectionStateMachine {
     package var tlsEngine: TLSEngine? {
         switch state {
         case .tlsHandshake(let engine, _): engine
-        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport.engine
+        case .awaitingHello(let session), .admitting(let session, _), .connected(let session, _), .invitation(let session, _, _):
+            session.transport.engine
         case .pairing(let pairing): pairing.session.transport.engine
         case .trusting(let trust): trust.session.transport.engine
         case .idle, .awaitingPreamble, .closed, .modifying: nil
@@ -186,7 +193,7 @@ package struct ConnectionStateMachine {
         case .tlsHandshake(let engine, let negotiated):
             engine.receive(bytes)
             return advanceTLS(engine, negotiated)
-        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _):
+        case .awaitingHello(let session), .admitting(let session, _), .connected(let session, _), .invitation(let session, _, _):
             return openAndProcess(bytes, transport: session.transport)
         case .pairing(let pairing):
             return openAndProcess(bytes, transport: pairing.session.transport)
@@ -427,6 +434,8 @@ package struct ConnectionStateMachine {
         var actions: [ConnectionAction] = []
         _ = withDecoder { transport.receive(bytes, decoder: &$0) }
         while true {
+            // The session decides on the HELLO first; what follows it waits, decoded later.
+            if case .admitting = state { return actions }
             let next: SecureTransport.Received
             do {
                 next = try withDecoder { decoder throws(ConnectionError) in try transport.nextFrame(&decoder) } ?? .needMore
@@ -526,8 +535,8 @@ package struct ConnectionStateMachine {
                 .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
                 return channelFrame(frame)
             }
-        case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
-            return []
+        case .admitting, .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
+            return []  // while admitting, frames are not read (openAndProcess stops)
         }
     }
 
@@ -565,10 +574,25 @@ package struct ConnectionStateMachine {
         case .listener:
             if hello.purpose == .answer { return violation("a dialer's HELLO must not have purpose answer") }
             // Whether this purpose, token and peer may join is the session's decision (SessionCore).
-            if case .refuse(let reason) = configuration.admission(hello) {
-                return fail(ConnectionError(.notAdmitted(reason)))
-            }
+            state = .admitting(session, peerHello: hello)
+            return [.admissionRequested(hello)]
         }
+        return afterHello(hello, session)
+    }
+
+    /// The session's answer to `admissionRequested`: refused, the connection ends; admitted, it
+    /// goes on with the frames that waited.
+    package mutating func admitted(_ admission: ConnectionConfiguration.Admission) -> [ConnectionAction] {
+        guard case .admitting(let session, let hello) = state else { return [] }
+        if case .refuse(let reason) = admission {
+            return fail(ConnectionError(.notAdmitted(reason)))
+        }
+        let actions = afterHello(hello, session)
+        if isClosed { return actions }
+        return actions + openAndProcess(ByteBuffer(), transport: session.transport)
+    }
+
+    private mutating func afterHello(_ hello: Hello, _ session: Session) -> [ConnectionAction] {
         // An invitation connection has no trust step: it carries the invitation and its answer (§7.2).
         let invitationConnection = configuration.role == .dialer ? configuration.purpose == .invitation : hello.purpose == .invitation
         if invitationConnection {
@@ -629,7 +653,7 @@ package struct ConnectionStateMachine {
     /// The transport frames travel on, once they have begun.
     private var frameTransport: SecureTransport? {
         switch state {
-        case .awaitingHello(let session), .connected(let session, _), .invitation(let session, _, _): session.transport
+        case .awaitingHello(let session), .admitting(let session, _), .connected(let session, _), .invitation(let session, _, _): session.transport
         case .pairing(let pairing): pairing.session.transport
         case .trusting(let trust): trust.session.transport
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
@@ -693,7 +717,7 @@ package struct ConnectionStateMachine {
         _ body: (inout FrameDecoder) throws(Failure) -> Result
     ) throws(Failure) -> Result? {
         switch state {
-        case .awaitingHello, .trusting, .pairing, .connected, .invitation:
+        case .awaitingHello, .admitting, .trusting, .pairing, .connected, .invitation:
             return try body(&decoder)
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return nil

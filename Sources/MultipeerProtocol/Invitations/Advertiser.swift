@@ -102,6 +102,11 @@ package struct Advertiser<ID: Hashable & Comparable> {
         return [.answer(id, answer)]
     }
 
+    /// What the advertiser's listener admits: invitation connections only (§7.2).
+    package static func admission(_ hello: Hello) -> ConnectionConfiguration.Admission {
+        hello.purpose == .invitation ? .admit : .refuse(.protocolError)
+    }
+
     /// Why `session` cannot take the inviter, if it cannot.
     package static func refusal(of request: InvitationRequest, into session: InvitingSession) -> InvitationResponse? {
         guard MemberLimit.hasRoom(besides: session.members) else { return .sessionFull }

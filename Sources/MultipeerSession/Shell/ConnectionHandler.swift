@@ -41,18 +41,21 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// Called with the peer to judge and a completion to call once, from any thread.
     /// When no evaluator is given, every peer is accepted (Apple's behaviour without a certificate handler).
     package typealias TrustEvaluator = @Sendable (PeerTrustRequest, @escaping @Sendable (Bool) -> Void) -> Void
+    /// A listener asks it, on the loop, whether the dialer's HELLO may join.
+    package typealias Admission = (Hello) -> ConnectionConfiguration.Admission
 
     // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
     // event loop and is never entered re-entrantly, and the checks cost time on every frame.
-    // The machine calls out while it reads (the admission callback, into the session engine), so
-    // debug builds, the tests', keep checking it: an action that came back to this handler from
-    // there would trap rather than overlap.
+    // Admission calls into the session engine between two of the machine's steps (never inside
+    // one); debug builds, the tests', keep checking the machine, so an action that came back to
+    // this handler from there would trap rather than overlap.
     #if DEBUG
     private var machine: ConnectionStateMachine
     #else
     @exclusivity(unchecked) private var machine: ConnectionStateMachine
     #endif
     private let trustEvaluator: TrustEvaluator?
+    private let admission: Admission
     private let trustTimeout: TimeAmount
     private let handshakeTimeout: TimeAmount
     private var handshakeTimer: Scheduled<Void>?
@@ -83,6 +86,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     package init(
         configuration: ConnectionConfiguration,
         trustEvaluator: TrustEvaluator? = nil,
+        admission: @escaping Admission = { _ in .admit },
         trustTimeout: TimeAmount = .seconds(30),
         handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds)),
         keepalive: KeepalivePolicy? = KeepalivePolicy()
@@ -90,6 +94,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
         machine = try ConnectionStateMachine(configuration: configuration)
         self.keepalive = keepalive
         self.trustEvaluator = trustEvaluator
+        self.admission = admission
         self.trustTimeout = trustTimeout
         self.handshakeTimeout = handshakeTimeout
     }
@@ -314,6 +319,8 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
             case .awaitingInvitationAnswer(let milliseconds):
                 let wait = InvitationTiming.inviterWait(timeoutMilliseconds: milliseconds, handshakeTimeout: handshakeTimeout)
                 armInvitationDeadline(after: wait, context: context)
+            case .admissionRequested(let hello):
+                perform(machine.admitted(admission(hello)), context: context, closing: closing)
             case .invitationAnswered(let answer):
                 handshakeTimer?.cancel()
                 context.fireChannelRead(wrapInboundOut(.invitationAnswered(answer)))

@@ -14,7 +14,7 @@ package final class InvitationListener: Sendable {
     /// The core and the connections it speaks of; only touched on the listener's event loop.
     fileprivate final class State {
         var advertiser = Advertiser<Int>()
-        var connections: [Int: (channel: any Channel, handler: ConnectionHandler)] = [:]
+        var connections: [Int: (socket: any Channel, handler: ConnectionHandler)] = [:]
         /// How each accepted invitation makes its connection data, once the core asks.
         var dataMakers: [Int: @Sendable () async -> ConnectionData?] = [:]
         var nextID = 0
@@ -24,9 +24,9 @@ package final class InvitationListener: Sendable {
         }
     }
 
-    private let channel: any Channel
+    private let listener: any Channel
 
-    private init(channel: any Channel) { self.channel = channel }
+    private init(listener: any Channel) { self.listener = listener }
 
     /// Listens on `host` (any free port); `onInvitation` runs on the listener's loop for each
     /// invitation, with the reply that answers it.
@@ -37,12 +37,12 @@ package final class InvitationListener: Sendable {
         // No session yet: optional encryption with an ephemeral certificate (§7.2).
         let tls = try TLSContext(identity: nil)
         let box = NIOLoopBoundBox.makeBoxSendingValue(State(), eventLoop: eventLoop)
-        let channel = try await StrangerListenerOptions.apply(to: ServerBootstrap(group: eventLoop))
+        let listener = try await StrangerListenerOptions.apply(to: ServerBootstrap(group: eventLoop))
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelInitializer { channel in
+            .serverChannelInitializer { listener in
                 // Out of file descriptors: shed a pending connection and retry shortly, not spin.
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
+                listener.eventLoop.makeCompletedFuture {
+                    try listener.pipeline.syncOperations.addHandler(
                         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in
                             let state = box.value
                             perform(state.advertiser.shedOne(progress: state.progress), box: box)
@@ -64,9 +64,9 @@ package final class InvitationListener: Sendable {
                         state.dataMakers[id] = nil
                     }
                     let configuration = ConnectionConfiguration(
-                        role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls,
-                        admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
-                    let handler = try ConnectionHandler(configuration: configuration, keepalive: nil)
+                        role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls)
+                    let handler = try ConnectionHandler(
+                        configuration: configuration, admission: Advertiser<Int>.admission, keepalive: nil)
                     state.connections[id] = (child, handler)
                     try child.pipeline.syncOperations.addHandler(handler)
                     perform(state.advertiser.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress), box: box)
@@ -80,7 +80,7 @@ package final class InvitationListener: Sendable {
                 }
             }
             .bind(to: SocketAddress.listening(on: host)).get()
-        return InvitationListener(channel: channel)
+        return InvitationListener(listener: listener)
     }
 
     /// Carries out the core's actions, on the loop.
@@ -89,7 +89,7 @@ package final class InvitationListener: Sendable {
         for action in actions {
             switch action {
             case .close(let id):
-                state.connections[id]?.channel.close(promise: nil)
+                state.connections[id]?.socket.close(promise: nil)
             case .askApplication:
                 break  // asked where the invitation arrives, with its reply
             case .makeConnectionData(let id, _):
@@ -103,17 +103,17 @@ package final class InvitationListener: Sendable {
                     loopBound.eventLoop.execute { perform(loopBound.value.value.advertiser.connectionDataMade(id, data), box: loopBound.value) }
                 }
             case .answer(let id, let answer):
-                state.connections[id]?.channel.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)
+                state.connections[id]?.socket.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)
             }
         }
     }
 
-    package var port: Int? { channel.localAddress?.port }
+    package var port: Int? { listener.localAddress?.port }
 
     /// Stops accepting; connections already taken finish on their own.
-    package func close() async { try? await channel.close().get() }
+    package func close() async { try? await listener.close().get() }
 
-    package func closeNow() { channel.close(promise: nil) }
+    package func closeNow() { listener.close(promise: nil) }
 }
 
 /// The application's answer to one invitation, from any thread. The first answer counts; a

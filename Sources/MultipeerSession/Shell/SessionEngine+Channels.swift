@@ -80,7 +80,7 @@ extension SessionEngine {
 
     private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16) {
         guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
-            let connection = link.channel
+            let connection = link.socket
         else {
             channelCounts.release(peer)
             source.failed(TransferError(.notConnected))
@@ -148,12 +148,12 @@ extension SessionEngine {
     }
 
     func channelTaken(_ taken: [UInt32: Int], on id: LinkID) {
-        guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
+        guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         writeChannelFrames(mux.state.taken(taken), on: connection)
     }
 
     func channelSend(_ frame: Frame, ends: Bool, on id: LinkID) {
-        guard let link = state.value.links[id], let mux = link.mux, let connection = link.channel else { return }
+        guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         let channel = frame.channel
         guard mux.state.maySend(on: channel) else { return }
         writeChannelFrame(frame, on: connection, flush: true)
@@ -181,7 +181,7 @@ extension SessionEngine {
     // MARK: The peer's frames (on the loop)
 
     func channelFrameReceived(_ frame: Frame, on id: LinkID) {
-        guard let link = state.value.links[id], let mux = link.mux, let peer = link.member, let connection = link.channel else { return }
+        guard let link = state.value.links[id], let mux = link.mux, let peer = link.member, let connection = link.socket else { return }
         let decision = mux.state.peerSent(
             frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed))
         switch decision {
@@ -306,7 +306,7 @@ extension SessionEngine {
 
     /// A new member's connection: raise its connection window from the protocol's initial one to ours.
     func widenConnectionWindow(of link: EngineState.Link) {
-        guard let frame = link.mux?.state.connectionWindowWidening, let connection = link.channel else { return }
+        guard let frame = link.mux?.state.connectionWindowWidening, let connection = link.socket else { return }
         writeChannelFrame(frame, on: connection, flush: true)
     }
 

@@ -75,11 +75,11 @@ private final class InvitationRun {
         ClientBootstrap(group: eventLoop)
             .connectTimeout(handshakeTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(try ConnectionHandler(
+            .channelInitializer { socket in
+                socket.eventLoop.makeCompletedFuture {
+                    try socket.pipeline.syncOperations.addHandler(try ConnectionHandler(
                         configuration: connection, handshakeTimeout: handshakeTimeout, keepalive: nil))
-                    try channel.pipeline.syncOperations.addHandler(InvitationAnswerHandler(run: run.value))
+                    try socket.pipeline.syncOperations.addHandler(InvitationAnswerHandler(run: run.value))
                 }
             }
             .connect(to: address)

@@ -44,7 +44,7 @@ package final class SessionEngine: Sendable {
 
     /// Datagrams are flushed once about this many bytes are written, and a segmented write holds at
     /// most this much. Unflushed bytes stay under it plus one batch (at most 32 KiB, or a lone
-    /// datagram of at most 64 KiB), below the channel's high-water mark (`datagramWriteMarks`),
+    /// datagram of at most 64 KiB), below the socket's high-water mark (`datagramWriteMarks`),
     /// so that a burst never makes its own tail look unwritable.
     private static let datagramFlushBytes = 32 * 1024
     private static let datagramWriteMarks = ChannelOptions.Types.WriteBufferWaterMark(low: 64 * 1024, high: 128 * 1024)
@@ -194,9 +194,9 @@ package final class SessionEngine: Sendable {
                         sendBudget.release(frames.reduce(0) { $0 + $1.payloadLength }, for: peer)
                         continue
                     }
-                    if link.outbound.isEmpty, let channel = link.channel, channel.isWritable {
-                        // Nothing waits and the socket takes more: straight to the channel.
-                        for frame in frames { link.write(frame, orThrough: channel) }
+                    if link.outbound.isEmpty, let socket = link.socket, socket.isWritable {
+                        // Nothing waits and the socket takes more: straight to the socket.
+                        for frame in frames { link.write(frame, orThrough: socket) }
                         link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
                         link.hasUnflushedWrites = true  // also for empty messages, which add no bytes
                     } else {
@@ -205,7 +205,7 @@ package final class SessionEngine: Sendable {
                     touched.insert(link, id: id)
                 }
             case .unreliable(let message, let peers):
-                guard let udp = state.datagramChannel else { continue }
+                guard let udp = state.datagramSocket else { continue }
                 for peer in peers {
                     // Unreliable: when the socket cannot take it now, the datagram is dropped.
                     guard udp.isWritable, let (datagram, address) = state.core.sealDatagram(message, to: peer) else { continue }
@@ -228,15 +228,15 @@ package final class SessionEngine: Sendable {
         }
         outgoing.recycle(consume batch)
         // Datagrams first: pumping can run code that sends more, which must not overtake them.
-        if let udp = state.datagramChannel, unflushedDatagramBytes + batcher.heldBytes > 0 {
+        if let udp = state.datagramSocket, unflushedDatagramBytes + batcher.heldBytes > 0 {
             for batch in batcher.takeAll() { write(batch, on: udp) }
             udp.flush()
         }
         touched.forEach { id, link in
             // Direct writes go out whatever pump does (it may already be running, and returns).
-            if link.hasUnflushedWrites, let channel = link.channel {
+            if link.hasUnflushedWrites, let socket = link.socket {
                 link.hasUnflushedWrites = false
-                link.flush(orThrough: channel)
+                link.flush(orThrough: socket)
             }
             pump(link, peer: id)
         }
@@ -257,7 +257,7 @@ package final class SessionEngine: Sendable {
             switch state.segmentation.writeFailed(segmentSize: segmentSize, error: error, socket: ObjectIdentifier(udp)) {
             case .resendSingly:
                 configuration.logger.debug("segmented datagrams too large for the path; sending them singly", metadata: ["segment": "\(segmentSize)"])
-                guard let udp = state.datagramChannel else { return }
+                guard let udp = state.datagramSocket else { return }
                 for datagram in DatagramBatcher.segments(of: batch.buffer, segmentSize: segmentSize) {
                     udp.write(AddressedEnvelope(remoteAddress: batch.address, data: datagram), promise: nil)
                 }
@@ -273,26 +273,26 @@ package final class SessionEngine: Sendable {
     }
 
     /// Hands a link's queued frames to its socket while the socket takes them, so unsent data waits
-    /// in the bounded queue rather than in the channel. On the loop; runs again when it is writable.
+    /// in the bounded queue rather than in the socket. On the loop; runs again when it is writable.
     func pump(_ link: EngineState.Link, peer id: LinkID) {
-        guard !link.pumping, let channel = link.channel, let peer = link.member?.identifier else { return }
+        guard !link.pumping, let socket = link.socket, let peer = link.member?.identifier else { return }
         link.pumping = true
         defer { link.pumping = false }
         var released = link.writtenUnflushed
         link.writtenUnflushed = 0
         while !link.outbound.isEmpty {
             var wrote = false
-            while channel.isWritable, let frame = link.outbound.popFirst() {
-                link.write(frame, orThrough: channel)
+            while socket.isWritable, let frame = link.outbound.popFirst() {
+                link.write(frame, orThrough: socket)
                 released += frame.payloadLength
                 wrote = true
             }
             guard wrote else { break }
-            link.flush(orThrough: channel)  // may make the channel writable again at once
+            link.flush(orThrough: socket)  // may make the socket writable again at once
         }
         if released > 0 { sendBudget.release(released, for: peer) }
         // Messages first: channel data goes only once none wait.
-        if link.outbound.isEmpty { serveChannels(link, on: channel) }
+        if link.outbound.isEmpty { serveChannels(link, on: socket) }
     }
 
     fileprivate func linkWritable(_ id: LinkID) {
@@ -312,7 +312,7 @@ package final class SessionEngine: Sendable {
             return DatagramOffloadReport(
                 segmentedWrites: state.segmentedDatagramWrites, joinedReceived: state.joinedDatagramsReceived, read: state.datagramsRead,
                 segmenting: state.segmentation.enabled, refusals: state.segmentation.refusals,
-                largestSegment: state.segmentation.largestSegment, socketOpen: state.datagramChannel != nil)
+                largestSegment: state.segmentation.largestSegment, socketOpen: state.datagramSocket != nil)
         }
     }
 
@@ -321,17 +321,17 @@ package final class SessionEngine: Sendable {
     package func disconnect() -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
             let state = state.value
-            var closes = state.links.values.compactMap { $0.channel?.closeFuture }
+            var closes = state.links.values.compactMap { $0.socket?.closeFuture }
             core.disconnect()
             perform()
             sendBudget.removeAll()
-            for channel in [state.listener, state.datagramChannel].compactMap({ $0 }) {
-                closes.append(channel.close().recover { _ in })
+            for socket in [state.listener, state.datagramSocket].compactMap({ $0 }) {
+                closes.append(socket.close().recover { _ in })
             }
             state.listener = nil
             state.listenPort = nil
             state.listening = nil
-            state.datagramChannel = nil
+            state.datagramSocket = nil
             state.datagramPort = nil
             return EventLoopFuture.andAllComplete(closes, on: eventLoop)
         }
@@ -354,19 +354,19 @@ package final class SessionEngine: Sendable {
                     }
                 }
             case .sendFrame(let frame, let id):
-                state.links[id]?.channel?.writeAndFlush(frame, promise: nil)
+                state.links[id]?.socket?.writeAndFlush(frame, promise: nil)
             case .close(let id, let reason):
-                if let channel = state.links[id]?.channel {
-                    channel.triggerUserOutboundEvent(ConnectionCommand.close(reason), promise: nil)
+                if let socket = state.links[id]?.socket {
+                    socket.triggerUserOutboundEvent(ConnectionCommand.close(reason), promise: nil)
                 } else if !state.core.isLive(id) {
                     state.links[id] = nil  // still dialing: its connect closes the socket when it lands
                 }
             case .abort(let id, let error):
-                state.links[id]?.channel?.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
+                state.links[id]?.socket?.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
             case .drop(let id):
                 if let link = state.links.removeValue(forKey: id) {
                     failChannels(of: link)
-                    link.channel?.close(promise: nil)
+                    link.socket?.close(promise: nil)
                 }
             case .report(let peer, let peerState):
                 onEvent(.peerStateChanged(peer, peerState))
@@ -377,14 +377,14 @@ package final class SessionEngine: Sendable {
                 link.member = peer
                 link.mux = LinkMultiplexer(engine: self, link: id, weAreDialer: link.weAreDialer)
                 widenConnectionWindow(of: link)
-                let channel = link.channel
-                // Held strongly (a channel does not refer back to its budget): a weak reference would put
-                // the channel's every retain and release on the slow path.
+                let socket = link.socket
+                // Held strongly (a socket does not refer back to its budget): a weak reference would put
+                // the socket's every retain and release on the slow path.
                 link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) {
-                    channel?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
+                    socket?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
                 }
                 // Room for bulk between writability checks without holding much per peer.
-                channel?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
+                socket?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
                 sendBudget.add(peer, acceptsDatagrams: acceptsDatagrams)
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
@@ -402,7 +402,7 @@ package final class SessionEngine: Sendable {
         guard let link, let budget = link.receiveBudget else { return .none }
         if budget.charge(bytes) {
             configuration.logger.debug("receive budget full; pausing reads", metadata: ["peer": link.member?.logValue ?? "?"])
-            link.channel?.triggerUserOutboundEvent(ConnectionCommand.pauseReading, promise: nil)
+            link.socket?.triggerUserOutboundEvent(ConnectionCommand.pauseReading, promise: nil)
         }
         return DeliveryReceipt(budget: budget, bytes: bytes)
     }
@@ -421,7 +421,7 @@ package final class SessionEngine: Sendable {
         }
         let listening = bindDatagrams(at: address)
             .flatMap { [self] udp in
-                self.state.value.datagramChannel = udp
+                self.state.value.datagramSocket = udp
                 self.state.value.datagramPort = udp.localAddress?.port
                 self.reopenWhenClosed(udp, at: address)
                 return self.bindListener(at: address)
@@ -442,17 +442,17 @@ package final class SessionEngine: Sendable {
             // so none is truncated. Pages are only touched where datagrams land.
             .channelOption(.datagramVectorReadMessageCount, value: Self.datagramsPerRead)
             .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: Self.datagramsPerRead * Self.receiveSlot))
-            .channelInitializer { [configuration] channel in
+            .channelInitializer { [configuration] socket in
                 // The handler holds the engine weakly; the engine owns the socket.
-                channel.eventLoop.makeCompletedFuture {
-                    if configuration.datagramSegmentationOffload, System.supportsUDPReceiveOffload, let options = channel.syncOptions {
+                socket.eventLoop.makeCompletedFuture {
+                    if configuration.datagramSegmentationOffload, System.supportsUDPReceiveOffload, let options = socket.syncOptions {
                         // Sizes first: joined datagrams must never arrive without the size to cut them at.
                         // Without either, datagrams simply arrive one by one.
                         if (try? options.setOption(.datagramReceiveSegmentSize, value: true)) != nil {
                             try? options.setOption(.datagramReceiveOffload, value: true)
                         }
                     }
-                    try channel.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
+                    try socket.pipeline.syncOperations.addHandler(DatagramInboundHandler(engine: self))
                 }
             }
             .bind(to: address)
@@ -463,8 +463,8 @@ package final class SessionEngine: Sendable {
     /// the same port, which its peers know from HELLO, so unreliable messages go on. On the loop.
     private func reopenWhenClosed(_ udp: any Channel, at address: SocketAddress) {
         udp.closeFuture.whenComplete { [self] _ in
-            guard let current = state.value.datagramChannel, current === udp, let port = state.value.datagramPort else { return }
-            state.value.datagramChannel = nil
+            guard let current = state.value.datagramSocket, current === udp, let port = state.value.datagramPort else { return }
+            state.value.datagramSocket = nil
             configuration.logger.info("datagram socket closed after an error; binding it again", metadata: ["port": "\(port)"])
             guard let samePort = try? SocketAddress.listening(on: configuration.listenHost, port: port) else { return }
             bindDatagrams(at: samePort).whenComplete { [self] result in
@@ -472,8 +472,8 @@ package final class SessionEngine: Sendable {
                     return configuration.logger.warning("datagram socket could not be bound again", metadata: ["port": "\(port)"])
                 }
                 // The session stopped meanwhile (or another socket took over): this one is not needed.
-                guard state.value.listening != nil, state.value.datagramChannel == nil else { return reopened.close(promise: nil) }
-                state.value.datagramChannel = reopened
+                guard state.value.listening != nil, state.value.datagramSocket == nil else { return reopened.close(promise: nil) }
+                state.value.datagramSocket = reopened
                 reopenWhenClosed(reopened, at: samePort)
             }
         }
@@ -482,11 +482,11 @@ package final class SessionEngine: Sendable {
     private func bindListener(at address: SocketAddress) -> EventLoopFuture<Int> {
         StrangerListenerOptions.apply(to: ServerBootstrap(group: eventLoop))
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelInitializer { [weak self] channel in
+            .serverChannelInitializer { [weak self] socket in
                 // Out of file descriptors: free one by shedding a pending connection, and retry
                 // accept shortly instead of spinning on the failing call.
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
+                socket.eventLoop.makeCompletedFuture {
+                    try socket.pipeline.syncOperations.addHandler(
                         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { error in
                             self?.configuration.logger.warning("accept failed; shedding a pending connection and retrying in 20 ms", metadata: ["error": "\(error)"])
                             self?.shedPendingConnection()
@@ -495,15 +495,15 @@ package final class SessionEngine: Sendable {
                 }
             }
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelInitializer { [weak self] channel in
-                channel.eventLoop.makeCompletedFuture {
+            .childChannelInitializer { [weak self] socket in
+                socket.eventLoop.makeCompletedFuture {
                     guard let self else { throw ChannelError.ioOnClosedChannel }
                     let state = self.state.value
-                    let (id, shed) = state.core.inboundAccepted(from: PendingSource(channel.remoteAddress), progress: state.handshakeProgress)
+                    let (id, shed) = state.core.inboundAccepted(from: PendingSource(socket.remoteAddress), progress: state.handshakeProgress)
                     if let shed { self.shed(shed) }
-                    state.links[id] = EngineState.Link(channel: channel)
+                    state.links[id] = EngineState.Link(socket: socket)
                     do {
-                        try self.installHandlers(on: channel, link: id, role: .listener, plan: nil)
+                        try self.installHandlers(on: socket, link: id, role: .listener, plan: nil)
                     } catch {
                         // No connection events will come for this link: forget it now.
                         self.linkClosed(id, ConnectionError(.connectionClosed))
@@ -512,9 +512,9 @@ package final class SessionEngine: Sendable {
                 }
             }
             .bind(to: address)
-            .map { [self] channel in
-                let port = channel.localAddress?.port ?? 0
-                self.state.value.listener = channel
+            .map { [self] socket in
+                let port = socket.localAddress?.port ?? 0
+                self.state.value.listener = socket
                 self.state.value.listenPort = port
                 return port
             }
@@ -535,20 +535,20 @@ package final class SessionEngine: Sendable {
         ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.handshakeTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { [self] channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try self.installHandlers(on: channel, link: id, role: .dialer, plan: plan)
+            .channelInitializer { [self] socket in
+                socket.eventLoop.makeCompletedFuture {
+                    try self.installHandlers(on: socket, link: id, role: .dialer, plan: plan)
                 }
             }
             .connect(to: address)
             .whenComplete { [self] result in
                 guard self.core.isLive(id), let link = self.state.value.links[id] else {
                     self.state.value.links[id] = nil
-                    if case .success(let channel) = result { channel.close(promise: nil) }  // cancelled or superseded meanwhile
+                    if case .success(let socket) = result { socket.close(promise: nil) }  // cancelled or superseded meanwhile
                     return
                 }
                 switch result {
-                case .success(let channel): link.channel = channel
+                case .success(let socket): link.socket = socket
                 case .failure(let error):
                     self.configuration.logger.info("dial failed", metadata: [
                         "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
@@ -558,7 +558,7 @@ package final class SessionEngine: Sendable {
             }
     }
 
-    private func installHandlers(on channel: any Channel, link id: LinkID, role: ConnectionConfiguration.Role, plan: DialPlan?) throws {
+    private func installHandlers(on socket: any Channel, link id: LinkID, role: ConnectionConfiguration.Role, plan: DialPlan?) throws {
         let state = state.value
         // A dial cancelled or superseded while connecting: its socket closes when the connect lands.
         guard state.core.isLive(id) else { throw ChannelError.ioOnClosedChannel }
@@ -569,18 +569,18 @@ package final class SessionEngine: Sendable {
             tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
-            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint,
-            admission: { [weak self] hello in self?.admit(hello, link: id) ?? .refuse(.normal) })
+            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint)
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
             trustEvaluator: { [weak self] request, answer in
                 guard let self else { return answer(false) }
                 self.trustRequested(request, link: id, answer: answer)
             },
+            admission: { [weak self] hello in self?.admit(hello, link: id) ?? .refuse(.normal) },
             trustTimeout: configuration.trustTimeout, handshakeTimeout: configuration.handshakeTimeout,
             keepalive: configuration.keepalive)
-        try channel.pipeline.syncOperations.addHandler(handler)
-        try channel.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
+        try socket.pipeline.syncOperations.addHandler(handler)
+        try socket.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
         state.links[id]?.handler = handler
         state.links[id]?.weAreDialer = role == .dialer
     }
@@ -591,13 +591,13 @@ package final class SessionEngine: Sendable {
     }
 
     private func shed(_ id: LinkID) {
-        let channel = state.value.links[id]?.channel
+        let socket = state.value.links[id]?.socket
         // Debug only: a flood sheds thousands a second.
         configuration.logger.debug("shed a pending connection to make room", metadata: [
-            "remote": "\(channel?.remoteAddress.map { "\($0)" } ?? "?")",
+            "remote": "\(socket?.remoteAddress.map { "\($0)" } ?? "?")",
             "progress": "\(state.value.handshakeProgress(id).stage)",
         ])
-        channel?.close(promise: nil)
+        socket?.close(promise: nil)
     }
 
     // MARK: Connection events (on the loop)
@@ -716,7 +716,7 @@ package final class SessionEngine: Sendable {
     }
 }
 
-/// Connects a channel's connection events to the engine.
+/// Connects a socket's connection events to the engine.
 private final class LinkHandler: ChannelInboundHandler {
     typealias InboundIn = ConnectionEvent
     /// Weak: the engine owns its connections, not the other way round.
@@ -787,7 +787,7 @@ final class EngineState {
     /// The I/O side of one link; its protocol state is in the core.
     final class Link {
         // Exclusivity unchecked: touched on the engine's loop only, for every message sent.
-        @exclusivity(unchecked) var channel: (any Channel)?
+        @exclusivity(unchecked) var socket: (any Channel)?
         /// The connection's handler: every frame sent is handed to it, and its handshake progress
         /// decides which connections are shed. Strong: the link goes when the connection closes,
         /// and weak references slow refcounting.
@@ -796,7 +796,7 @@ final class EngineState {
         @exclusivity(unchecked) var member: WirePeerID?
         /// Reliable frames waiting for the socket to take them (bounded by the send budget).
         @exclusivity(unchecked) var outbound = CircularBuffer<Frame>()
-        /// Payload bytes written straight to the channel (the queue was empty) and not yet flushed.
+        /// Payload bytes written straight to the socket (the queue was empty) and not yet flushed.
         @exclusivity(unchecked) var writtenUnflushed = 0
         @exclusivity(unchecked) var hasUnflushedWrites = false
         @exclusivity(unchecked) var pumping = false
@@ -807,16 +807,16 @@ final class EngineState {
         /// Streams and resources, once connected.
         @exclusivity(unchecked) var mux: LinkMultiplexer?
 
-        init(channel: (any Channel)? = nil) { self.channel = channel }
+        init(socket: (any Channel)? = nil) { self.socket = socket }
 
         /// Straight to the connection's handler while it is in the pipeline (on the loop), else
-        /// through `channel`, the link's own.
-        func write(_ frame: Frame, orThrough channel: any Channel) {
-            if handler?.write(frame) != true { channel.write(frame, promise: nil) }
+        /// through `socket`, the link's own.
+        func write(_ frame: Frame, orThrough socket: any Channel) {
+            if handler?.write(frame) != true { socket.write(frame, promise: nil) }
         }
 
-        func flush(orThrough channel: any Channel) {
-            if handler?.flush() != true { channel.flush() }
+        func flush(orThrough socket: any Channel) {
+            if handler?.flush() != true { socket.flush() }
         }
     }
 
@@ -825,7 +825,7 @@ final class EngineState {
     var listener: (any Channel)?
     var listenPort: Int?
     var listening: EventLoopFuture<Int>?
-    var datagramChannel: (any Channel)?
+    var datagramSocket: (any Channel)?
     var datagramPort: Int?
     /// Whether and how far bursts to one address are joined into segmented writes.
     var segmentation: DatagramSegmentation

@@ -198,8 +198,7 @@ final class InvitationEnd {
                 expectedPeer: run.invitee.identifier, invitation: invitation)
         case .listener:
             configuration = ConnectionConfiguration(
-                role: .listener, localPeer: node.peer, encryptionPreference: .optional, tls: node.advertiserTLS,
-                admission: { hello in hello.purpose == .invitation ? .admit : .refuse(.protocolError) })
+                role: .listener, localPeer: node.peer, encryptionPreference: .optional, tls: node.advertiserTLS)
         }
         machine = try! ConnectionStateMachine(configuration: configuration)
         arm(after: network.handshakeTimeout) { $0.handshakeTimedOut() }
@@ -259,6 +258,8 @@ final class InvitationEnd {
             case .close(let error):
                 report([.close(error)])
                 closeTransport()
+            case .admissionRequested(let hello):
+                command { $0.admitted(Advertiser<Int>.admission(hello)) }
             case .evaluateTrust, .established, .deliver:
                 Issue.record("an invitation connection went past HELLO: \(action)")
             }

@@ -354,21 +354,12 @@ final class Connection {
     func start() {
         let core = node.core
         let link = link
-        let context = UncheckedBox((node, network))
         let configuration = ConnectionConfiguration(
             role: dialPlan == nil ? .listener : .dialer, localPeer: node.peer, encryptionPreference: node.preference,
             tls: node.tls, purpose: dialPlan?.purpose ?? .answer, token: dialPlan?.token ?? .zero,
             listenPort: node.listenPort, datagramPort: node.datagramPort,
             datagramReceiverID: core.allocateReceiverID(for: link),
-            expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint,
-            admission: { hello in
-                let (node, network) = context.value
-                // As the shell does, the core's other actions (closing a superseded dial) run at once;
-                // they touch other connections, never this one's machine.
-                let admission = node.core.admit(hello, on: link, now: network.now)
-                network.drain(node)
-                return admission
-            })
+            expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint)
         machine = try! ConnectionStateMachine(configuration: configuration)
         armDeadline(after: network.handshakeTimeout)
         perform(machine.start())
@@ -477,6 +468,12 @@ final class Connection {
             case .close(let error):
                 report([.close(error)])
                 closeTransport()
+            case .admissionRequested(let hello):
+                // As the shell does, the core's other actions (closing a superseded dial) run at once;
+                // they touch other connections, never this one's machine.
+                let admission = node.core.admit(hello, on: link, now: network.now)
+                network.drain(node)
+                perform(machine.admitted(admission))
             case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
                 break  // sessions never carry invitation connections (their admission refuses purpose 2)
             }
@@ -521,10 +518,4 @@ final class Connection {
             self.scheduleKeepaliveTick()
         }
     }
-}
-
-/// The machine's admission callback must be Sendable; the harness is single-threaded.
-private final class UncheckedBox<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }
