@@ -70,6 +70,7 @@ let package = Package(
             name: "MultipeerProtocol",
             dependencies: [
                 "MultipeerWire",
+                "MultipeerDNS",
                 "MultipeerCrypto",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -91,6 +92,7 @@ let package = Package(
             name: "MultipeerDiscovery",
             dependencies: [
                 "CAvahiClient",
+                "MultipeerProtocol",
                 "MultipeerDNS",
                 "MultipeerWire",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -191,7 +193,7 @@ let package = Package(
         .testTarget(
             name: "MultipeerDiscoveryTests",
             dependencies: [
-                "MultipeerDiscovery", "MultipeerDNS", "MultipeerWire", "MultipeerTestSupport",
+                "MultipeerDiscovery", "MultipeerProtocol", "MultipeerDNS", "MultipeerWire", "MultipeerTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),

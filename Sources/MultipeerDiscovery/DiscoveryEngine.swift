@@ -1,3 +1,4 @@
+import MultipeerProtocol
 /// Which mDNS stack advertises and browses (docs/PROTOCOL.md §12.4). Both publish and report
 /// the same things; the system engine leaves the host with one mDNS stack.
 public struct DiscoveryEngine: Hashable, Sendable, CustomStringConvertible {

@@ -2,6 +2,7 @@ import Foundation
 import MultipeerConnectivity
 import MultipeerDiscovery
 import Synchronization
+import MultipeerProtocol
 
 /// ADVERTISE, BROWSE, INVITE and ANSWER (Interop/HARNESS.md): the session's advertiser and
 /// browser, on the one interface `--interface` names.

@@ -2,6 +2,7 @@ import Foundation
 import MultipeerConnectivity
 import MultipeerDiscovery
 import Synchronization
+import MultipeerProtocol
 
 /// `multipeer-demo assistant INTERFACE`: an advertiser assistant whose prompt accepts "host" and
 /// declines "stranger", another with no prompt, and browser models inviting through them, found

@@ -28,6 +28,7 @@ import MultipeerConnectivity
 import MultipeerCrypto
 import MultipeerDiscovery
 import Synchronization
+import MultipeerProtocol
 
 @main
 struct Demo {

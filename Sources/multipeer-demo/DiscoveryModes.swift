@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import MultipeerConnectivity
 import MultipeerDiscovery
+import MultipeerProtocol
 
 /// Discovery in a process of its own, for tests that run it inside network namespaces and kill it.
 /// MULTIPEER_DISCOVERY_ENGINE (automatic, embedded or system) picks the engine; a line

@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerConnectivity
 import MultipeerDiscovery
+import MultipeerProtocol
 
 /// `multipeer-demo invitations INTERFACE [ROUNDS]`: the invitation scenarios of docs/PROTOCOL.md
 /// §7.2 between sessions in this process, found over mDNS on INTERFACE (run it inside a network

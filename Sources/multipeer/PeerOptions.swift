@@ -3,6 +3,7 @@ import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
 import MultipeerDiscovery
+import MultipeerProtocol
 
 /// Who this peer is and whom it trusts: the options every command shares.
 struct PeerOptions: ParsableArguments {

@@ -4,6 +4,7 @@ import MultipeerTestSupport
 import Synchronization
 import Testing
 @testable import MultipeerConnectivity
+import MultipeerProtocol
 
 /// How the advertiser assistant answers one invitation, without sockets: the invitation's
 /// answer is recorded instead of sent.

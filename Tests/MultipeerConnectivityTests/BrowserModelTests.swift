@@ -4,6 +4,7 @@ import MultipeerTestSupport
 import Synchronization
 import Testing
 @testable import MultipeerConnectivity
+import MultipeerProtocol
 
 /// The browser model's state machine, fed by hand: no sockets, no discovery. Invitations go to a
 /// scripted inviter that answers when the test says.

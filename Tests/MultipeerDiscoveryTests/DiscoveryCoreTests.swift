@@ -5,6 +5,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// The advertiser and browser cores against each other on a virtual LAN (see VirtualLAN).
 @Suite("Discovery cores on a virtual LAN")

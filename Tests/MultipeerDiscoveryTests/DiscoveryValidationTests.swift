@@ -2,6 +2,7 @@ import MultipeerWire
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 @Suite("Service types and discoveryInfo, as Apple documents them")
 struct DiscoveryValidationTests {

@@ -6,6 +6,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+@testable import MultipeerProtocol
 #endif
 
 /// Addresses as text (RFC 5952) and as socket addresses, the form found peers are reported and

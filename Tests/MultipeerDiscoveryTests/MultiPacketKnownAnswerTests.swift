@@ -5,6 +5,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// Known answers that do not fit one packet (RFC 6762 §7.2): the browser continues them in
 /// packets with TC, the responder waits 400-500 ms for them, within fixed bounds.

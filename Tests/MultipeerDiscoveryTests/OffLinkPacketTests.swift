@@ -4,6 +4,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// RFC 6762 §11 in the cores: a packet sent straight to a node (not to the mDNS group) from
 /// outside the receiving interface's subnets changes nothing: no answer, no rename, no peer. One

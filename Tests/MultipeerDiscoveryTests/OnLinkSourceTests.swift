@@ -2,6 +2,7 @@ import MultipeerDNS
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// RFC 6762 §11's rule itself: which sources are on an interface's link.
 @Suite("On-link sources")

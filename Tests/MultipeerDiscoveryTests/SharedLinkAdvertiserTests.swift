@@ -5,6 +5,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// An advertiser with two interfaces on one link hears each of its packets on the other
 /// interface too (IPv6 delivers them; IPv4 drops packets from a local source address). Its own

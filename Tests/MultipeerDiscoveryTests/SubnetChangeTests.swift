@@ -5,6 +5,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// A change of an interface's subnets alone (the same addresses) changes who is on-link and
 /// nothing else: no announcement, no query; a change of address still does both.

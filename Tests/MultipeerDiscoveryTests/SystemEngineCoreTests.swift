@@ -4,6 +4,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// The system engine's cores (what goes to avahi-daemon and how its answers become events),
 /// held to what the embedded cores do. Avahi itself is exercised in DiscoverySystemEngineTests.

@@ -3,6 +3,7 @@ import NIOCore
 import Testing
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// Unicast answers are budgeted per source address (`UnicastAnswerBudgets`): nobody can spend
 /// another's, and a flood of sources holds a bounded table.

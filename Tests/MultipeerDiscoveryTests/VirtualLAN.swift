@@ -4,6 +4,7 @@ import MultipeerWire
 import NIOCore
 
 @testable import MultipeerDiscovery
+@testable import MultipeerProtocol
 
 /// Discovery cores on one or more virtual LAN segments and a virtual clock, no sockets. Every
 /// packet is encoded and decoded with the real codec on its way, multicast reaches every node on

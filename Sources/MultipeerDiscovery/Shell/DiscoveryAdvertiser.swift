@@ -1,5 +1,6 @@
 import Logging
 import MultipeerWire
+import MultipeerProtocol
 
 /// Advertises one peer on the LAN (docs/PROTOCOL.md §12.1) until stopped or released, on the
 /// engine the configuration picks.

@@ -1,4 +1,5 @@
 import MultipeerWire
+import MultipeerProtocol
 
 /// Browses the LAN for peers advertising a service type (docs/PROTOCOL.md §12.3), on the engine
 /// the configuration picks.

@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import MultipeerProtocol
 
 /// Where and how discovery runs.
 public struct DiscoveryConfiguration: Sendable {

@@ -1,6 +1,7 @@
 import NIOCore
 import NIOPosix
 import Synchronization
+import MultipeerProtocol
 
 /// One advertiser's or browser's discovery, on the engine `DiscoveryConfiguration.engine` picks
 /// at each start: the system engine when asked for (or, with `automatic`, when avahi-daemon

@@ -1,6 +1,7 @@
 import Logging
 import MultipeerDNS
 import NIOCore
+import MultipeerProtocol
 
 /// What the NIO shell needs of a discovery core.
 protocol MDNSCore: SendableMetatype {

@@ -2,6 +2,7 @@ import NIOCore
 
 #if canImport(Glibc)
 import Glibc
+import MultipeerProtocol
 #endif
 
 /// The machine's interfaces as discovery sees them.

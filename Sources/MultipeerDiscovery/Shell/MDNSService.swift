@@ -1,5 +1,6 @@
 import NIOCore
 import Synchronization
+import MultipeerProtocol
 
 /// One discovery core on its sockets: started on the configured interfaces, stopped with a last
 /// input (goodbyes), and stopped that way too when released. Start and stop run in call order.

@@ -3,6 +3,7 @@ import NIOPosix
 
 #if canImport(Glibc)
 import Glibc
+import MultipeerProtocol
 #endif
 
 /// One mDNS socket: UDP port 5353 of one interface and one address family (shared with other

@@ -1,4 +1,5 @@
 import Synchronization
+import MultipeerProtocol
 
 /// Runs async operations one at a time, in the order they were submitted (start, stop, start
 /// called in a burst from any threads must not overlap or overtake each other).

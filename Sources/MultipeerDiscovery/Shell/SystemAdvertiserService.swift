@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import MultipeerProtocol
 
 /// The system engine's advertiser: `SystemAdvertiserCore` carried out on Avahi entry groups, one
 /// per interface. Everything but start and stop runs on the connection's poll thread (Avahi's

@@ -3,6 +3,7 @@ import NIOCore
 
 #if canImport(Glibc)
 import Glibc
+import MultipeerProtocol
 #endif
 
 /// The system engine's browser: `SystemBrowserCore` carried out with Avahi's service browser (on

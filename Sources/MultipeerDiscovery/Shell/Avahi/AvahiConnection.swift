@@ -3,6 +3,7 @@ import NIOCore
 
 #if canImport(Glibc)
 import Glibc
+import MultipeerProtocol
 #endif
 
 /// One connection to avahi-daemon (C interop): Avahi's threaded poll, a thread of its own on

@@ -1,5 +1,6 @@
 import CAvahiClient
 import MultipeerDNS
+import MultipeerProtocol
 
 /// One Avahi entry group (C interop): an advertiser's records, published and withdrawn together.
 /// Used only on the connection's poll thread or under its lock.

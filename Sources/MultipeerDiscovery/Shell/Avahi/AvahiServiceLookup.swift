@@ -1,4 +1,5 @@
 import CAvahiClient
+import MultipeerProtocol
 
 /// Avahi's service browser on every interface the daemon uses (C interop): interfaces that
 /// come and go while it runs are the daemon's to follow. Used only on the connection's poll

@@ -1,4 +1,5 @@
 import CAvahiClient
+import MultipeerProtocol
 
 /// TXT strings to and from Avahi's string lists (C interop).
 enum AvahiTXT {

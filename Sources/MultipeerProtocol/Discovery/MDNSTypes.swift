@@ -80,7 +80,7 @@ public struct MDNSInterface: Hashable, Sendable {
     }
 }
 
-extension [MDNSInterface] {
+package extension [MDNSInterface] {
     func isSameForPublishing(as other: [MDNSInterface]) -> Bool { elementsEqual(other) { $0.isSameForPublishing(as: $1) } }
 }
 
@@ -112,7 +112,7 @@ public struct MDNSPacket: Sendable {
 }
 
 /// A small deadline-ordered queue of pending work, for the sans-I/O cores.
-struct JobQueue<Job> {
+package struct JobQueue<Job> {
     private var jobs: [(deadline: NIODeadline, sequence: Int, job: Job)] = []
     private var sequence = 0
 

@@ -4,7 +4,7 @@ import MultipeerDNS
 /// to a packet as fit; known answers then fill the last question packet and as many packets
 /// without questions as they need, each with TC set but the last. Sizes are measured with the
 /// real encoder, name compression included.
-enum QueryPacking {
+package enum QueryPacking {
     static func packets(questions: [DNSQuestion], knownAnswers: [DNSResourceRecord], budget: Int) -> [DNSMessage] {
         var messages: [DNSMessage] = []
         var current = DNSMessage(isResponse: false)

@@ -5,7 +5,7 @@ import NIOCore
 /// An advertiser's instance and host names (docs/PROTOCOL.md §12.1) and the renaming rule on a
 /// conflict, shared by the embedded responder and the system engine (Avahi) so both pick the
 /// same names.
-struct InstanceNaming {
+package struct InstanceNaming {
     let serviceType: ServiceType
     let peer: WirePeerID
     /// 1 for the plain names, then 2, 3, ... after conflicts.

@@ -5,8 +5,8 @@ import NIOCore
 /// renaming on a collision as the embedded responder (`InstanceNaming`), and what to do when the
 /// daemon comes and goes, and which interfaces to publish on as they come and go. Avahi itself
 /// probes, announces, answers and says goodbye.
-struct SystemAdvertiserCore {
-    enum Action: Equatable {
+package struct SystemAdvertiserCore {
+    package enum Action: Equatable {
         /// Withdraw everything published (Avahi: reset every entry group).
         case withdraw
         /// Withdraw what is published on these interfaces only (Avahi: free their entry groups).
@@ -18,7 +18,7 @@ struct SystemAdvertiserCore {
         case wake(after: TimeAmount)
     }
 
-    typealias Event = MDNSAdvertiserCore.Event
+    package typealias Event = MDNSAdvertiserCore.Event
 
     private var naming: InstanceNaming
     private let port: UInt16
@@ -34,14 +34,14 @@ struct SystemAdvertiserCore {
     private var deferred = false
     private var events: [Event] = []
 
-    init(serviceType: ServiceType, peer: WirePeerID, port: UInt16, discoveryInfo: [String: String], interfaces: [MDNSInterface]) throws(DiscoveryError) {
+    package init(serviceType: ServiceType, peer: WirePeerID, port: UInt16, discoveryInfo: [String: String], interfaces: [MDNSInterface]) throws(DiscoveryError) {
         naming = InstanceNaming(serviceType: serviceType, peer: peer)
         self.port = port
         self.interfaces = interfaces
         txt = try DiscoveryTXT.encode(peer, info: discoveryInfo)
     }
 
-    var publication: SystemPublication { publication(on: interfaces) }
+    package var publication: SystemPublication { publication(on: interfaces) }
 
     private func publication(on interfaces: [MDNSInterface]) -> SystemPublication {
         SystemPublication(
@@ -50,7 +50,7 @@ struct SystemAdvertiserCore {
     }
 
     /// The daemon runs (at start, or back after it went away or re-registered its host name).
-    mutating func daemonRan() -> [Action] {
+    package mutating func daemonRan() -> [Action] {
         daemonRunning = true
         guard !published, !deferred else { return [] }
         published = true
@@ -59,7 +59,7 @@ struct SystemAdvertiserCore {
     }
 
     /// The daemon is re-registering its own host name: Avahi wants entries withdrawn until it runs again.
-    mutating func daemonRegistering() -> [Action] {
+    package mutating func daemonRegistering() -> [Action] {
         daemonRunning = false
         guard published else { return [] }
         published = false
@@ -67,13 +67,13 @@ struct SystemAdvertiserCore {
     }
 
     /// The daemon went away, and what was published with it.
-    mutating func daemonLost() {
+    package mutating func daemonLost() {
         daemonRunning = false
         published = false
     }
 
     /// Avahi probed and announced the records.
-    mutating func established() {
+    package mutating func established() {
         guard published, !announced else { return }
         announced = true
         events.append(.announced)
@@ -82,7 +82,7 @@ struct SystemAdvertiserCore {
     /// The interfaces were listed again (`MDNSInterfaces.current`). Those gone or changed (name or
     /// addresses; not subnets alone) are withdrawn; those new or changed are published under the
     /// names held, so the others keep their records and nothing is renamed.
-    mutating func updateInterfaces(_ updated: [MDNSInterface]) -> [Action] {
+    package mutating func updateInterfaces(_ updated: [MDNSInterface]) -> [Action] {
         let old = interfaces
         interfaces = updated
         var actions: [Action] = []
@@ -95,7 +95,7 @@ struct SystemAdvertiserCore {
     }
 
     /// Another host holds one of our names: move to the next ones, as the embedded core does.
-    mutating func collision(now: NIODeadline) -> [Action] {
+    package mutating func collision(now: NIODeadline) -> [Action] {
         guard published else { return [] }
         let delay = naming.rename(now: now)
         events.append(.renamed(naming.instanceName))
@@ -109,13 +109,13 @@ struct SystemAdvertiserCore {
     }
 
     /// The conflict throttle's wait is over.
-    mutating func wake() -> [Action] {
+    package mutating func wake() -> [Action] {
         guard deferred else { return [] }
         deferred = false
         return daemonRunning ? daemonRan() : []
     }
 
-    mutating func takeEvents() -> [Event] {
+    package mutating func takeEvents() -> [Event] {
         defer { events = [] }
         return events
     }

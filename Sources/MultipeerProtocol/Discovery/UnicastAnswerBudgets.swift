@@ -9,7 +9,7 @@ import NIOCore
 /// mid-window. A new source that finds every place taken by a source still in its window is
 /// refused until one ends. So each source gets at most `answersPerSecond` a window, and memory
 /// stays at `maxSources` entries whatever the number of sources.
-struct UnicastAnswerBudgets {
+package struct UnicastAnswerBudgets {
     static let answersPerSecond = 20
     static let maxSources = 64
     /// A query sent to the group is on-link whatever its source (RFC 6762 §11), so a host on

@@ -5,8 +5,8 @@ import NIOCore
 /// §7.2). Everything a sender can make it hold is capped: queries per source and in all, and
 /// known answers per query; past a cap the oldest goes. The responder keeps only questions and
 /// known answers about its own records, so a held query is small whatever the packet carried.
-struct TruncatedQueries {
-    struct Held {
+package struct TruncatedQueries {
+    package struct Held {
         let id: Int
         let source: MDNSSource
         var questions: [DNSQuestion]

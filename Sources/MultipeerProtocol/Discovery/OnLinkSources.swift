@@ -40,7 +40,7 @@ public struct MDNSSubnet: Hashable, Sendable {
     }
 }
 
-extension MDNSAddress {
+package extension MDNSAddress {
     /// Network order bytes: 4 for IPv4, 16 for IPv6 (short input padded with zeros).
     var bytes: [UInt8] {
         switch self {
@@ -59,7 +59,7 @@ extension MDNSAddress {
     }
 }
 
-extension MDNSSource {
+package extension MDNSSource {
     /// RFC 6762 §11, the one place the rule lives: mDNS takes packets from its own link only.
     /// Sent to the group, a packet is link-scope (never routed), so it is on-link whatever its
     /// source: several subnets on one link, or a misconfigured host, still work. Sent straight

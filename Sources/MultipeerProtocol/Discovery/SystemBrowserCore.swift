@@ -3,18 +3,25 @@ import MultipeerWire
 import NIOCore
 
 /// A service instance as avahi-daemon's browser reports it: on one interface, over one protocol.
-struct SystemServiceKey: Hashable, Sendable {
-    let interfaceIndex: Int
-    let ipv6: Bool
-    let name: String
-    let domain: String
+package struct SystemServiceKey: Hashable, Sendable {
+    package let interfaceIndex: Int
+    package let ipv6: Bool
+    package let name: String
+    package let domain: String
+
+    package init(interfaceIndex: Int, ipv6: Bool, name: String, domain: String) {
+        self.interfaceIndex = interfaceIndex
+        self.ipv6 = ipv6
+        self.name = name
+        self.domain = domain
+    }
 }
 
 /// The system engine's browser, sans-I/O: Avahi browses and caches; this decides which instances
 /// to resolve (within the embedded browser's caps) and turns the resolutions into found and lost
 /// peers through the same `DiscoveredPeers`, so both engines report alike (docs/PROTOCOL.md §12.3).
-struct SystemBrowserCore {
-    enum Action: Equatable {
+package struct SystemBrowserCore {
+    package enum Action: Equatable {
         case resolve(SystemServiceKey)
         case stopResolving(SystemServiceKey)
         /// Call `retry(_:)` for the key after this long.
@@ -34,7 +41,7 @@ struct SystemBrowserCore {
         let firstSeen: NIODeadline
     }
 
-    let serviceType: ServiceType
+    package let serviceType: ServiceType
     let limits: MDNSBrowserCore.Limits
     /// Interfaces times two protocols; more keys for one instance are not resolved.
     static let maxKeysPerInstance = 32
@@ -44,7 +51,7 @@ struct SystemBrowserCore {
     private var sequence = 0
     private var events: [MDNSBrowserCore.Event] = []
 
-    init(serviceType: ServiceType, localIdentifier: Bytes16, limits: MDNSBrowserCore.Limits = MDNSBrowserCore.Limits()) {
+    package init(serviceType: ServiceType, localIdentifier: Bytes16, limits: MDNSBrowserCore.Limits = MDNSBrowserCore.Limits()) {
         self.serviceType = serviceType
         self.limits = limits
         discovered = DiscoveredPeers(localIdentifier: localIdentifier)
@@ -58,7 +65,7 @@ struct SystemBrowserCore {
         return try? serviceType.serviceName.prepending(Array(key.name.utf8))
     }
 
-    mutating func serviceAdded(_ key: SystemServiceKey, now: NIODeadline) -> [Action] {
+    package mutating func serviceAdded(_ key: SystemServiceKey, now: NIODeadline) -> [Action] {
         guard let name = instanceName(key) else { return [] }
         var actions: [Action] = []
         if instances[name] == nil {
@@ -76,7 +83,7 @@ struct SystemBrowserCore {
         return actions + [.resolve(key)]
     }
 
-    mutating func serviceRemoved(_ key: SystemServiceKey) -> [Action] {
+    package mutating func serviceRemoved(_ key: SystemServiceKey) -> [Action] {
         guard let name = instanceName(key), instances[name]?.resolutions[key] != nil else { return [] }
         instances[name]!.resolutions[key] = nil
         retryIntervals[key] = nil
@@ -85,7 +92,7 @@ struct SystemBrowserCore {
         return [.stopResolving(key)]
     }
 
-    mutating func resolved(_ key: SystemServiceKey, address: MDNSAddress, port: UInt16, txt: [[UInt8]]) {
+    package mutating func resolved(_ key: SystemServiceKey, address: MDNSAddress, port: UInt16, txt: [[UInt8]]) {
         guard let name = instanceName(key), instances[name]?.resolutions[key] != nil else { return }
         sequence += 1
         instances[name]!.resolutions[key] = Resolution(address: address, port: port, txt: Array(txt.prefix(256)), sequence: sequence)
@@ -95,7 +102,7 @@ struct SystemBrowserCore {
 
     /// Avahi gave up resolving (or the records went): unknown until a retry, backing off from
     /// 1 s to 60 s as the embedded browser's resolve queries do.
-    mutating func resolveFailed(_ key: SystemServiceKey) -> [Action] {
+    package mutating func resolveFailed(_ key: SystemServiceKey) -> [Action] {
         guard let name = instanceName(key), instances[name]?.resolutions[key] != nil else { return [] }
         instances[name]!.resolutions[key] = .some(nil)
         let interval = retryIntervals[key] ?? .seconds(1)
@@ -104,27 +111,27 @@ struct SystemBrowserCore {
         return [.stopResolving(key), .retry(key, after: interval)]
     }
 
-    mutating func retry(_ key: SystemServiceKey) -> [Action] {
+    package mutating func retry(_ key: SystemServiceKey) -> [Action] {
         guard let name = instanceName(key), let resolution = instances[name]?.resolutions[key], resolution == nil else { return [] }
         return [.resolve(key)]
     }
 
     /// The daemon went away with everything it knew: every found peer is lost. (Its browsers
     /// and resolvers are dead; the shell frees them.)
-    mutating func daemonLost() {
+    package mutating func daemonLost() {
         instances.removeAll()
         retryIntervals.removeAll()
         reconcile()
     }
 
     /// Forgets everything without events (the browser stopped).
-    mutating func stop() {
+    package mutating func stop() {
         instances.removeAll()
         retryIntervals.removeAll()
         discovered.removeAll()
     }
 
-    mutating func takeEvents() -> [MDNSBrowserCore.Event] {
+    package mutating func takeEvents() -> [MDNSBrowserCore.Event] {
         defer { events = [] }
         return events
     }

@@ -4,9 +4,9 @@ import MultipeerWire
 /// Found and lost events, once per peer (docs/PROTOCOL.md §12.3), from what a browser resolved
 /// for each instance. Both engines (the embedded browser and the system one over Avahi) report
 /// through this, so they agree on what a peer is and when it is found or lost.
-struct DiscoveredPeers {
-    typealias FoundPeer = MDNSBrowserCore.FoundPeer
-    typealias Endpoint = MDNSBrowserCore.Endpoint
+package struct DiscoveredPeers {
+    package typealias FoundPeer = MDNSBrowserCore.FoundPeer
+    package typealias Endpoint = MDNSBrowserCore.Endpoint
 
     let localIdentifier: Bytes16
     private(set) var reported: [Bytes16: FoundPeer] = [:]

@@ -82,7 +82,7 @@ public struct MDNSAdvertiserCore {
     public var instanceName: DNSName { naming.instanceName }
 
     /// `hex(I)`, or `hex(I)-2`, ... after renames (docs/PROTOCOL.md §12.1).
-    var instanceLabel: String { naming.instanceLabel }
+    package var instanceLabel: String { naming.instanceLabel }
 
     /// One per advertiser (peer and service type), so that one advertiser's goodbye never
     /// withdraws the address records another still uses.
@@ -449,7 +449,7 @@ public struct MDNSAdvertiserCore {
 }
 
 /// A record's name, type, class and data: what makes two records "the same" (TTL aside).
-struct RecordIdentity: Hashable {
+package struct RecordIdentity: Hashable {
     let name: DNSName
     let type: DNSRecordType
     let recordClass: UInt16
