@@ -136,6 +136,8 @@ let package = Package(
             name: "multipeer-bench",
             dependencies: [
                 "MultipeerConnectivity", "MultipeerCrypto", "CMultipeerOpenSSL", "CMultipeerSodium", "CMultipeerShims",
+                // The flood group's attackers and per-thread CPU times, shared with the tests.
+                "MultipeerTestSupport", "MultipeerWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -183,7 +185,9 @@ let package = Package(
         .executableTarget(name: "fuzz-dns-message", dependencies: ["DNSFuzzChecks"], path: "Fuzz/Sources/fuzz-dns-message"),
         .target(
             name: "MultipeerTestSupport",
-            dependencies: ["MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             path: "Tests/MultipeerTestSupport"
         ),
         .testTarget(

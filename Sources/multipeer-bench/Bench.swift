@@ -22,8 +22,11 @@ struct Bench: ParsableCommand {
     @Option(help: "Write the results as JSON to this file.")
     var json: String?
 
-    @Option(help: "Run only these groups (repeatable): bulk, small, latency, datagrams, establishment, channels, mesh, memory.")
+    @Option(help: "Run only these groups (repeatable): bulk, small, latency, datagrams, establishment, channels, mesh, memory, flood.")
     var only: [String] = []
+
+    @Option(help: .hidden)
+    var floodVictim: String?
 
     @Flag(help: "Skip the baselines and print the library's figures alone, e.g. to profile the library.")
     var noBaselines = false
@@ -63,6 +66,7 @@ struct Bench: ParsableCommand {
     }
 
     func measure() async throws {
+        if let floodVictim { try await Flood.serveVictim(dialers: floodVictim.split(separator: ",").map(String.init)) }
         let plan = Plan(quick: quick)
         let pki = try BenchPKI()
         if let probe = probe.flatMap(InstructionProbe.init(rawValue:)) {
@@ -292,6 +296,20 @@ struct Bench: ParsableCommand {
             }
         }
 
+        if wants("flood") {
+            let outcome = try await Flood.run(attackers: 2_000, window: plan.floodWindow, realPeers: plan.floodRealPeers)
+            results.append(Result(
+                scenario: "10 flood: victim's busiest thread, 1,024 open files, 2,000 attackers reconnecting as shed", unit: "cores",
+                library: Stats([outcome.busiest]), baselineName: nil, baseline: nil, ratio: nil, target: "< 0.5",
+                met: outcome.busiest < 0.5,
+                note: "\(outcome.reconnects) attacker connects in \(plan.floodWindow)"))
+            let times = Stats(outcome.connectTimes.map { $0 * 1000 })
+            results.append(Result(
+                scenario: "10 flood: a real peer connects through it (\(outcome.connectTimes.count) peers in turn)", unit: "ms",
+                library: times, baselineName: nil, baseline: nil, ratio: nil, target: "< 1000 ms each",
+                met: times.max < 1000, note: String(format: "slowest %.0f ms", times.max)))
+        }
+
         Report.print(results)
         if let json {
             let encoder = JSONEncoder()
@@ -310,6 +328,8 @@ struct Plan {
     let roundTrips: Int
     let datagrams: Int
     let establishments: Int
+    let floodWindow: Duration
+    let floodRealPeers: Int
 
     init(quick: Bool) {
         repetitions = quick ? 3 : 5
@@ -318,6 +338,8 @@ struct Plan {
         roundTrips = quick ? 300 : 3_000
         datagrams = quick ? 20_000 : 100_000
         establishments = quick ? 10 : 50
+        floodWindow = quick ? .seconds(3) : .seconds(10)
+        floodRealPeers = quick ? 3 : 10
     }
 }
 

@@ -24,10 +24,13 @@ struct ScriptedConnection {
             role: machineIsListener ? .listener : .dialer, localPeer: local, encryptionPreference: .none,
             tls: try TLSContext(identity: nil)))
         let preamble = try Preamble(encryptionPreference: .none, hasIdentity: false)
-        _ = machine.start()  // our preamble, which is no frame
+        _ = machine.start()  // a dialer's preamble, which is no frame
         var bytes = ByteBuffer()
         preamble.encode(into: &bytes)
-        apply(machine.receive(bytes))
+        var actions = machine.receive(bytes)
+        // A listener answers the dialer's preamble with its own, which is no frame either.
+        if machineIsListener, case .send = actions.first { actions.removeFirst() }
+        apply(actions)
         let hello = try Hello(
             purpose: machineIsListener ? .connectionData : .answer, preambleEcho: Hello.echo(dialer: preamble, listener: preamble),
             listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: peer)

@@ -35,7 +35,8 @@ import Testing
         let sentences = [
             "\(Self.mebibytes(channels.channelReceiveWindow)) per channel and \(Self.mebibytes(channels.connectionReceiveWindow)) per connection here",
             "The accept queue is \(Self.grouped(StrangerListenerOptions.backlog)) deep",
-            "caps it at \(InvitationTiming.maximumAnswerWait.nanoseconds / 1_000_000_000) s (`InvitationRequest.maximumAnswerWait`",
+            "caps it at \(InvitationTiming.maximumAnswerWait.nanoseconds / 1_000_000_000) s (`InvitationTiming.maximumAnswerWait`",
+            "at most \(Self.grouped(AcceptPacing.perSecond)) per second, \(AcceptPacing.burst) at once (`AcceptPacing`)",
             "At most \(InvitationListener.maximumPending) invitation connections are held at once per advertiser, at most \(InvitationListener.maximumPendingPerSource) from one source",
             "at most \(SessionEngineConfiguration.defaultPendingConnections) inbound connections",
             "most \(channels.resumableTransfers) of them (`ChannelConfiguration.resumableTransfers`)",

@@ -113,7 +113,13 @@ package struct ConnectionStateMachine {
 
     package let configuration: ConnectionConfiguration
     private let localPreamble: Preamble
-    private var state: State = .idle
+    private var state: State = .idle {
+        didSet {
+            // The placeholder of an in-place update says nothing about progress.
+            if case .modifying = state { return }
+            establishmentProgress = Self.progress(of: state)
+        }
+    }
     /// The peer's channels and the connection windows; consulted once connected.
     private(set) var channels: ChannelTable
     /// Frames once a session has begun (the states that hold a `Session`). Kept here, not in the
@@ -139,8 +145,12 @@ package struct ConnectionStateMachine {
     }
 
     /// How far establishment got, for shedding the least advanced connections first under load:
-    /// 0 before the peer's preamble, 1 in TLS, 2 awaiting HELLO, 3 in the trust step, 4 connected.
-    package var establishmentProgress: Int {
+    /// 0 before the peer's preamble, 1 in TLS, 2 awaiting HELLO or admission, 3 in the trust
+    /// step, 4 connected. Stored, not computed: a listener reads it for every pending connection
+    /// on every accept, and a computed property read from another module copies the machine.
+    package private(set) var establishmentProgress = 0
+
+    private static func progress(of state: State) -> Int {
         switch state {
         case .idle, .awaitingPreamble, .modifying: 0
         case .tlsHandshake: 1
@@ -169,13 +179,18 @@ package struct ConnectionStateMachine {
 
     // MARK: Inputs
 
-    /// The transport is up: send our preamble.
+    /// The transport is up. A dialer sends its preamble now; a listener once it has read the
+    /// dialer's (docs/PROTOCOL.md §3), so a connection that never sends costs it no write.
     package mutating func start() -> [ConnectionAction] {
         guard case .idle = state else { return [] }
         state = .awaitingPreamble(ByteBuffer())
+        return configuration.role == .dialer ? [.send(localPreambleBytes)] : []
+    }
+
+    private var localPreambleBytes: ByteBuffer {
         var bytes = ByteBuffer()
         localPreamble.encode(into: &bytes)
-        return [.send(bytes)]
+        return bytes
     }
 
     package mutating func receive(_ bytes: ByteBuffer) -> [ConnectionAction] {
@@ -332,6 +347,13 @@ package struct ConnectionStateMachine {
             state = .closed
             return [.close(ConnectionError(.protocolViolation(error)))]
         }
+        // The listener answers a well-formed preamble with its own, refusal or not, so the dialer
+        // learns the outcome from both as the listener does.
+        let answer: [ConnectionAction] = configuration.role == .listener ? [.send(localPreambleBytes)] : []
+        return answer + negotiated(peerPreamble, leftover: leftover)
+    }
+
+    private mutating func negotiated(_ peerPreamble: Preamble, leftover: ByteBuffer) -> [ConnectionAction] {
         let dialer = configuration.role == .dialer ? localPreamble : peerPreamble
         let listener = configuration.role == .dialer ? peerPreamble : localPreamble
         let echo = Hello.echo(dialer: dialer, listener: listener)

@@ -42,6 +42,7 @@ package final class InvitationListener: Sendable {
             .serverChannelInitializer { listener in
                 // Out of file descriptors: shed a pending connection and retry shortly, not spin.
                 listener.eventLoop.makeCompletedFuture {
+                    try StrangerListenerOptions.addHandlers(to: listener)
                     try listener.pipeline.syncOperations.addHandler(
                         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { _ in
                             let state = box.value

@@ -486,6 +486,7 @@ package final class SessionEngine: Sendable {
                 // Out of file descriptors: free one by shedding a pending connection, and retry
                 // accept shortly instead of spinning on the failing call.
                 socket.eventLoop.makeCompletedFuture {
+                    try StrangerListenerOptions.addHandlers(to: socket)
                     try socket.pipeline.syncOperations.addHandler(
                         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { error in
                             self?.configuration.logger.warning("accept failed; shedding a pending connection and retrying in 20 ms", metadata: ["error": "\(error)"])

@@ -19,4 +19,9 @@ package enum StrangerListenerOptions {
     package static func apply(to bootstrap: ServerBootstrap) -> ServerBootstrap {
         bootstrap.serverChannelOption(.backlog, value: Int32(backlog)).serverChannelOption(.maxMessagesPerRead, value: acceptsPerRead)
     }
+
+    /// The server channel's handlers: accepts paced by `AcceptPacing`.
+    package static func addHandlers(to listener: any Channel) throws {
+        try listener.pipeline.syncOperations.addHandler(AcceptPacingHandler())
+    }
 }
