@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerCrypto
 import MultipeerWire
 import NIOCore
 
@@ -9,6 +10,8 @@ import NIOCore
 public final class MCPeerID: NSObject, NSCopying, NSSecureCoding, Codable, @unchecked Sendable {
     // @unchecked: every stored property is an immutable value.
     let wire: WirePeerID
+    /// `hash`, fixed at creation (see there).
+    private let stableHash: Int
 
     public var displayName: String { wire.displayName }
 
@@ -25,11 +28,13 @@ public final class MCPeerID: NSObject, NSCopying, NSSecureCoding, Codable, @unch
     /// Creates a new, unique peer, or throws `MCError.invalidParameter` for a bad display name.
     public init(validatingDisplayName displayName: String) throws(MCError) {
         wire = try MCPeerID.checked { () throws(WireError) in try WirePeerID(identifier: .random(), displayName: displayName) }
+        stableHash = Self.stableHash(wire.identifier)
         super.init()
     }
 
     init(wire: WirePeerID) {
         self.wire = wire
+        stableHash = Self.stableHash(wire.identifier)
         super.init()
     }
 
@@ -64,7 +69,19 @@ public final class MCPeerID: NSObject, NSCopying, NSSecureCoding, Codable, @unch
         return wire.identifier == other.wire.identifier
     }
 
-    public override var hash: Int { wire.identifier.hashValue }
+    /// The same number in every process, on every machine, for the same peer: apps compare
+    /// `myPeerID.hashValue > peerID.hashValue` on both devices to elect a host, so a per-process
+    /// seeded hash would give them opposite answers. It is the first 8 bytes of the SHA-256 of
+    /// the peer's 16-byte identifier, big-endian, as a signed integer; only the identifier, as
+    /// `isEqual` compares only it. SHA-256 rather than the identifier's own bits: a stranger
+    /// choosing identifiers cannot cheaply make many of them collide in an app's `Set`.
+    public override var hash: Int { stableHash }
+
+    private static func stableHash(_ identifier: Bytes16) -> Int {
+        let digest = SHA256Hasher.digest(identifier.bytes)
+        let prefix = digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        return Int(truncatingIfNeeded: Int64(bitPattern: prefix))
+    }
 
     public override var description: String { "<MCPeerID \(displayName) \(wire.identifier)>" }
 
@@ -95,6 +112,7 @@ public final class MCPeerID: NSObject, NSCopying, NSSecureCoding, Codable, @unch
             return nil
         }
         self.wire = wire
+        stableHash = Self.stableHash(wire.identifier)
         super.init()
     }
 
@@ -122,6 +140,7 @@ public final class MCPeerID: NSObject, NSCopying, NSSecureCoding, Codable, @unch
         } catch {
             throw DecodingError.dataCorruptedError(forKey: .displayName, in: container, debugDescription: error.rule)
         }
+        stableHash = Self.stableHash(wire.identifier)
         super.init()
     }
 }
