@@ -193,8 +193,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
         }
     }
 
-    /// The same, for async code.
-    public func nearbyConnectionData(for peerID: MCPeerID) async throws -> Data {
+    /// The same, for async code: the form Apple's SDK generates from the completion handler.
+    public func nearbyConnectionData(forPeer peerID: MCPeerID) async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
             nearbyConnectionData(forPeer: peerID) { data, error in
                 if let data { continuation.resume(returning: data) } else { continuation.resume(throwing: error ?? MCError(.unknown)) }
@@ -244,8 +244,10 @@ public final class MCSession: NSObject, @unchecked Sendable {
         _ = engine?.disconnect()
     }
 
-    /// The same, returning once every connection is closed.
-    public func disconnect() async {
+    /// The same, returning once every connection is closed. Not an async overload of
+    /// `disconnect()`: in async code Swift would pick that one, and Apple's plain
+    /// `session.disconnect()` would no longer compile without `await`.
+    public func disconnectAndWait() async {
         try? await engine?.disconnect().get()
     }
 

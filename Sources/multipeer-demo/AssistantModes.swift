@@ -118,7 +118,7 @@ extension Demo {
         await silentAssistant.stopAdvertising()
         await hostModel.browser?.stop()
         await strangerModel.browser?.stop()
-        for each in [host, stranger, guest, unattended] { await each.disconnect() }
+        for each in [host, stranger, guest, unattended] { await each.disconnectAndWait() }
         guard failed.isEmpty else { fail("assistant scenarios failed: \(failed.joined(separator: ", "))") }
         print("ASSISTANT PASSED")
     }

@@ -34,7 +34,7 @@ struct PendingConnectionLimitTests {
         #expect(ContinuousClock.now - started < .seconds(2))
 
         attack.stop()
-        await me.disconnect()
+        await me.disconnectAndWait()
         try await group.shutdownGracefully()
     }
 
@@ -65,7 +65,7 @@ struct PendingConnectionLimitTests {
         #expect(busiest < 0.5, "the victim's busiest thread used \(busiest) of a core")
 
         attack.stop()
-        await me.disconnect()
+        await me.disconnectAndWait()
         try await group.shutdownGracefully()
     }
 
