@@ -34,7 +34,7 @@ public struct MCAssistantInvitation: Sendable {
 /// Without a prompt every invitation is declined. Prompts are asked one at a time, in arrival
 /// order, from a task of the assistant's; the delegate is called on that task, just before and
 /// just after each one. An answer given after the inviter's timeout is ignored (it gave up).
-public final class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
+open class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
     // @unchecked: the delegate, the prompt and the answering task are behind locks.
 
     public typealias Prompt = @Sendable (MCAssistantInvitation) async -> Bool
@@ -50,7 +50,7 @@ public final class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
     private let storedPrompt: Mutex<Prompt?>
     private let answering = Mutex<Task<Void, Never>?>(nil)
 
-    public weak var delegate: (any MCAdvertiserAssistantDelegate)? {
+    open weak var delegate: (any MCAdvertiserAssistantDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
         set { delegateLock.withLock { storedDelegate = newValue } }
     }
@@ -61,37 +61,50 @@ public final class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
         set { storedPrompt.withLock { $0 = newValue } }
     }
 
-    /// Apple's initialiser: an invalid service type or discoveryInfo stops the program, as
-    /// Apple's raises. Set `prompt` before `start()`, or invitations are declined.
-    public convenience init(serviceType: String, discoveryInfo info: [String: String]?, session: MCSession) {
+    /// Apple's initialiser, the designated one (a subclass overrides it and keeps the others):
+    /// an invalid service type or discoveryInfo stops the program, as Apple's raises. Set
+    /// `prompt` before `start()`, or invitations are declined.
+    public init(serviceType: String, discoveryInfo info: [String: String]?, session: MCSession) {
+        let settings = InitializerSettings.take(Settings.self, for: session) ?? Settings()
         do {
-            try self.init(serviceType: serviceType, discoveryInfo: info, session: session, configuration: DiscoveryConfiguration())
+            advertiser = try MCNearbyServiceAdvertiser(
+                peer: session.myPeerID, discoveryInfo: info, serviceType: serviceType, configuration: settings.configuration,
+                listenHost: settings.listenHost)
         } catch {
             preconditionFailure("MCAdvertiserAssistant: \(error.reason)")
         }
-    }
-
-    /// Throws `invalidParameter` with the reason for a bad service type or discoveryInfo.
-    public init(
-        serviceType: String, discoveryInfo info: [String: String]?, session: MCSession, configuration: DiscoveryConfiguration,
-        listenHost: String = "0.0.0.0", prompt: Prompt? = nil
-    ) throws(MCError) {
-        advertiser = try MCNearbyServiceAdvertiser(
-            peer: session.myPeerID, discoveryInfo: info, serviceType: serviceType, configuration: configuration, listenHost: listenHost)
         self.session = session
         self.discoveryInfo = info
         self.serviceType = serviceType
-        storedPrompt = Mutex(prompt)
+        storedPrompt = Mutex(settings.prompt)
         super.init()
     }
 
+    /// Throws `invalidParameter` with the reason for a bad service type or discoveryInfo.
+    public convenience init(
+        serviceType: String, discoveryInfo info: [String: String]?, session: MCSession, configuration: DiscoveryConfiguration,
+        listenHost: String = "0.0.0.0", prompt: Prompt? = nil
+    ) throws(MCError) {
+        _ = try MCNearbyServiceAdvertiser.validated(serviceType, info)  // thrown here, not trapped on
+        InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost, prompt: prompt), for: session)
+        self.init(serviceType: serviceType, discoveryInfo: info, session: session)
+        InitializerSettings.discard(Settings.self, for: session)
+    }
+
+    /// What the throwing initialiser hands to Apple's.
+    private struct Settings {
+        var configuration = DiscoveryConfiguration()
+        var listenHost = "0.0.0.0"
+        var prompt: Prompt?
+    }
+
     /// Apple's call: advertises in the background; use `startAdvertising()` to learn of a failure.
-    public func start() {
+    open func start() {
         listen()
         advertiser.startAdvertisingPeer()
     }
 
-    public func stop() {
+    open func stop() {
         stopAnswering()
         advertiser.stopAdvertisingPeer()
     }

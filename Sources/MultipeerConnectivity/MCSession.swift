@@ -11,7 +11,7 @@ import Synchronization
 /// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
 ///
 /// After `disconnect()` the session can connect again: new connection data starts a new listener.
-public final class MCSession: NSObject, @unchecked Sendable {
+open class MCSession: NSObject, @unchecked Sendable {
     // @unchecked: immutable after init except the delegate and the subscriber lists, which are
     // behind locks; all connection state lives in the engine on its event loop.
 
@@ -60,7 +60,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
 
-    public weak var delegate: (any MCSessionDelegate)? {
+    open weak var delegate: (any MCSessionDelegate)? {
         get { delegateBox.value }
         set { delegateBox.value = newValue }
     }
@@ -70,19 +70,14 @@ public final class MCSession: NSObject, @unchecked Sendable {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .optional)
     }
 
-    /// Apple's initializer. A malformed `identity` array does not trap: the session is created
-    /// unusable, and every attempt to connect fails with `MCError.invalidParameter`. Use
-    /// `init(peer:identity:encryptionPreference:configuration:)` to get the error at once.
-    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
-        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: MCSessionConfiguration())
-    }
-
     /// Apple's initializer with the settings Apple fixes silently.
     public convenience init(
         peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
         configuration: MCSessionConfiguration
     ) {
-        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: configuration)
+        InitializerSettings.leave(configuration, for: myPeerID)
+        self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference)
+        InitializerSettings.discard(MCSessionConfiguration.self, for: myPeerID)
     }
 
     /// The typed initializer: the identity directly, errors thrown.
@@ -91,12 +86,19 @@ public final class MCSession: NSObject, @unchecked Sendable {
         configuration: MCSessionConfiguration = MCSessionConfiguration()
     ) throws(MCError) {
         let array: [Any]? = identity.map { [SecIdentity($0)] }
-        self.init(peer: myPeerID, securityIdentityArray: array, encryptionPreference: encryptionPreference, configuration: configuration)
+        self.init(peer: myPeerID, securityIdentity: array, encryptionPreference: encryptionPreference, configuration: configuration)
         if let setupError { throw setupError }
     }
 
-    private init(peer: MCPeerID, securityIdentityArray: [Any]?, encryptionPreference: MCEncryptionPreference, configuration: MCSessionConfiguration) {
-        myPeerID = peer
+    /// Apple's initializer, the designated one (a subclass overrides it and keeps the others).
+    /// A malformed `identity` array does not trap: the session is created unusable, and every
+    /// attempt to connect fails with `MCError.invalidParameter`. Use
+    /// `init(peer:identity:encryptionPreference:configuration:)` to get the error at once.
+    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        let peer = myPeerID
+        let securityIdentityArray = identity
+        let configuration = InitializerSettings.take(MCSessionConfiguration.self, for: myPeerID) ?? MCSessionConfiguration()
+        self.myPeerID = peer
         securityIdentity = securityIdentityArray
         self.encryptionPreference = encryptionPreference
         self.configuration = configuration
@@ -168,14 +170,14 @@ public final class MCSession: NSObject, @unchecked Sendable {
     }
 
     /// The peers currently connected, in a stable order.
-    public var connectedPeers: [MCPeerID] {
+    open var connectedPeers: [MCPeerID] {
         (engine?.connectedPeers ?? []).map { mcPeer($0) }
     }
 
     // MARK: Connecting
 
     /// Makes the blob that `peerID` passes to `connectPeer(_:withNearbyConnectionData:)` to reach this session.
-    public func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping @Sendable (Data?, (any Error)?) -> Void) {
+    open func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping @Sendable (Data?, (any Error)?) -> Void) {
         guard let engine else {
             completionHandler(nil, setupError)
             return
@@ -204,7 +206,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     /// Apple's shape: never throws. Bad connection data is reported to the delegate as the peer
     /// going notConnected; call `connect(to:nearbyConnectionData:)` to get the error instead.
-    public func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
+    open func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
         do {
             try connect(to: peerID, nearbyConnectionData: data)
         } catch {
@@ -235,12 +237,12 @@ public final class MCSession: NSObject, @unchecked Sendable {
         engine.connect(to: decoded)
     }
 
-    public func cancelConnectPeer(_ peerID: MCPeerID) {
+    open func cancelConnectPeer(_ peerID: MCPeerID) {
         engine?.cancelConnect(peer: peerID.wire.identifier)
     }
 
     /// Says goodbye to every peer and reports each as notConnected. The session stays usable.
-    public func disconnect() {
+    open func disconnect() {
         _ = engine?.disconnect()
     }
 
@@ -258,7 +260,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
     /// reliable, `configuration.maximumDatagramSize` unreliable), and then sends nothing.
     /// Unreliable messages are single sealed UDP datagrams: they may be lost or reordered, never
     /// duplicated, and are dropped when they cannot be sent at once.
-    public func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
+    open func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
         try sendChecked(data, toPeers: peerIDs, with: mode)
     }
 
