@@ -256,10 +256,14 @@ open class MCSession: NSObject, @unchecked Sendable {
     // MARK: Sending
 
     /// Queues `data` for each peer and returns at once. Throws `notConnected` for an unconnected
-    /// peer, `invalidParameter` for an empty peer list or a message over the mode's limit (16 MiB
-    /// reliable, `configuration.maximumDatagramSize` unreliable), and then sends nothing.
-    /// Unreliable messages are single sealed UDP datagrams: they may be lost or reordered, never
-    /// duplicated, and are dropped when they cannot be sent at once.
+    /// peer, `invalidParameter` for an empty peer list or a message over 16 MiB, and then sends
+    /// nothing.
+    ///
+    /// Unreliable messages up to `configuration.maximumDatagramSize` (8 KiB by default) are single
+    /// sealed UDP datagrams: they may be lost or reordered, never duplicated, and are dropped when
+    /// they cannot be sent at once. Apple sets no size limit on unreliable messages, so larger
+    /// ones are not refused: they go over the peer's connection like reliable ones, and are
+    /// dropped, without an error, for a peer whose send queue is full.
     open func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
         try sendChecked(data, toPeers: peerIDs, with: mode)
     }
@@ -272,6 +276,8 @@ open class MCSession: NSObject, @unchecked Sendable {
             let peers = peerIDs.map(\.wire.identifier)
             switch mode {
             case .reliable: try engine.send(message, to: peers)
+            case .unreliable where message.readableBytes > engine.configuration.maximumDatagramMessage:
+                try Self.sendOverConnections(message, to: peers, on: engine)
             case .unreliable: try engine.sendUnreliable(message, to: peers)
             }
         } catch {
@@ -279,8 +285,7 @@ open class MCSession: NSObject, @unchecked Sendable {
             switch error.code {
             case .noPeers: throw MCError(.invalidParameter, reason: "no peers given")
             case .messageTooLarge:
-                let limit = mode == .reliable ? WireLimits.maxMessageSize : engine.configuration.maximumDatagramMessage
-                throw MCError(.invalidParameter, reason: "\(mode) message of \(error.messageSize ?? 0) bytes, at most \(limit)")
+                throw MCError(.invalidParameter, reason: "\(mode) message of \(error.messageSize ?? 0) bytes, at most \(WireLimits.maxMessageSize)")
             case .notConnected:
                 throw MCError(.notConnected, reason: "not connected to \(names)")
             case .datagramsUnsupported:
@@ -292,6 +297,24 @@ open class MCSession: NSObject, @unchecked Sendable {
                         + "retry once it drains, or use the async send, which waits")
             default:
                 throw MCError(.unknown, reason: error.description)
+            }
+        }
+    }
+
+    /// An unreliable message too large for one datagram, over each peer's connection. Still
+    /// unreliable as Apple's are: a peer whose send queue is full does not get it, and nobody is
+    /// told. Any other refusal (an unconnected peer, a message over 16 MiB) sends nothing.
+    private static func sendOverConnections(_ message: ByteBuffer, to peers: [Bytes16], on engine: SessionEngine) throws(SessionSendError) {
+        var remaining = peers
+        while true {
+            do {
+                return try engine.send(message, to: remaining)
+            } catch {
+                guard error.code == .queueFull else { throw error }
+                let before = remaining.count
+                remaining.removeAll { error.peers.contains($0) }
+                // Nobody left, or a refusal that named nobody: drop it.
+                if remaining.isEmpty || remaining.count == before { return }
             }
         }
     }

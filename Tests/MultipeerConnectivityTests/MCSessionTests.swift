@@ -206,9 +206,16 @@ struct MCSessionTests {
         }
         #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .reliable) }
         #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .unreliable) }
+        // No datagram limit for unreliable messages (Apple has none); 16 MiB, as for reliable ones.
         do {
             try session.sendChecked(Data(count: 8_193), toPeers: [stranger], with: .unreliable)
-            Issue.record("an oversized datagram was accepted")
+            Issue.record("unreliable sent to a stranger")
+        } catch {
+            #expect(error.code == .notConnected)
+        }
+        do {
+            try session.sendChecked(Data(count: 16 << 20 + 1), toPeers: [stranger], with: .unreliable)
+            Issue.record("an unreliable message over 16 MiB was accepted")
         } catch {
             #expect(error.code == .invalidParameter)
         }
