@@ -41,3 +41,20 @@ struct AppleImportTests {
         #expect(chat.isKind(of: NSObject.self))
     }
 }
+
+/// A session subclass, as apps write one.
+private final class ChatSession: MCSession, @unchecked Sendable {
+    let room = "lobby"
+}
+
+extension AppleImportTests {
+    /// The whole case in one file that imports only MultipeerConnectivity: Apple's async
+    /// form, a subclass of MCSession, and the plain `disconnect()` in async code.
+    @Test func appleCodeCompilesInAsyncCode() async throws {
+        let host = ChatSession(peer: MCPeerID(displayName: "host"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
+        let guest = MCPeerID(displayName: "guest")
+        let data: Data = try await host.nearbyConnectionData(forPeer: guest)
+        #expect(!data.isEmpty && host.room == "lobby")
+        host.disconnect()
+    }
+}
