@@ -38,7 +38,7 @@ public typealias MCBrowserViewControllerDelegate = MCBrowserModelDelegate
 /// The model follows the browser and the session through their `events()`, so both delegates
 /// stay the app's. Its subscription to the session only watches: it does not make a session
 /// without a delegate accept incoming streams and resources.
-public final class MCBrowserModel: @unchecked Sendable {
+open class MCBrowserModel: @unchecked Sendable {
     // @unchecked: the list, the subscribers and the delegate are behind locks.
 
     /// Optional as Apple's property is; never nil here.
@@ -66,7 +66,7 @@ public final class MCBrowserModel: @unchecked Sendable {
     private let delegateLock = NSLock()
     private weak var storedDelegate: (any MCBrowserModelDelegate)?
 
-    public weak var delegate: (any MCBrowserModelDelegate)? {
+    open weak var delegate: (any MCBrowserModelDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
         set { delegateLock.withLock { storedDelegate = newValue } }
     }
@@ -81,26 +81,30 @@ public final class MCBrowserModel: @unchecked Sendable {
         self.init(browser: try MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: serviceType, configuration: configuration), session: session)
     }
 
-    /// Apple's initialiser: the model starts and stops `browser`, so it must not be browsing
-    /// yet, and must browse as the session's peer.
-    public convenience init(browser: MCNearbyServiceBrowser, session: MCSession) {
+    /// Apple's initialiser, the designated one (a subclass overrides it and keeps the others):
+    /// the model starts and stops `browser`, so it must not be browsing yet, and must browse as
+    /// the session's peer.
+    public init(browser: MCNearbyServiceBrowser, session: MCSession) {
         precondition(browser.myPeerID == session.myPeerID, "MCBrowserModel: the browser and the session belong to different peers")
-        self.init(
-            browser: browser, session: session,
-            actions: Actions(
+        nearbyBrowser = browser
+        self.session = session
+        let replaced = InitializerSettings.take(Actions.self, for: browser)
+        actions =
+            replaced
+            ?? Actions(
                 invite: { peer, context, timeout in try await browser.invite(peer, to: session, context: context, timeout: timeout) },
                 startBrowsing: { () async throws(MCError) in try await browser.start() },
-                stopBrowsing: { browser.stopBrowsingForPeers() }))
-        follow()
+                stopBrowsing: { browser.stopBrowsingForPeers() })
+        let list = BrowserPeerList()
+        state = Mutex(State(list: list, last: list.snapshot))
+        if replaced == nil { follow() }
     }
 
     /// The model alone: nothing reaches it but what `receive` is given (for tests).
-    init(browser: MCNearbyServiceBrowser, session: MCSession, actions: Actions) {
-        nearbyBrowser = browser
-        self.session = session
-        self.actions = actions
-        let list = BrowserPeerList()
-        state = Mutex(State(list: list, last: list.snapshot))
+    convenience init(browser: MCNearbyServiceBrowser, session: MCSession, actions: Actions) {
+        InitializerSettings.leave(actions, for: browser)
+        self.init(browser: browser, session: session)
+        InitializerSettings.discard(Actions.self, for: browser)
     }
 
     /// Feeds the browser's and the session's events into the list, for the model's lifetime.

@@ -25,7 +25,7 @@ extension MCNearbyServiceAdvertiserDelegate {
 
 /// Makes a peer discoverable on the LAN over mDNS / DNS-SD (docs/PROTOCOL.md §12), as Apple's
 /// class does; `start()` and `stop()` are the Swift-native, throwing way to do the same.
-public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
+open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     public let myPeerID: MCPeerID
     public let discoveryInfo: [String: String]?
     public let serviceType: String
@@ -38,40 +38,57 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     private let delegateQueue: DispatchQueue
     private let invitationStreams = Mutex<[UUID: AsyncStream<MCInvitation>.Continuation]>([:])
 
-    public weak var delegate: (any MCNearbyServiceAdvertiserDelegate)? {
+    open weak var delegate: (any MCNearbyServiceAdvertiserDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
         set { delegateLock.withLock { storedDelegate = newValue } }
     }
 
-    /// Apple's initialiser: invalid input is a programming error and stops the program, as
-    /// Apple's raises an exception. Use the throwing one to handle it.
-    public convenience init(peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String) {
+    /// Apple's initialiser, the designated one (a subclass overrides it and keeps the others):
+    /// invalid input is a programming error and stops the program, as Apple's raises an
+    /// exception. Use the throwing one to handle it.
+    public init(peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String) {
+        let settings = InitializerSettings.take(Settings.self, for: myPeerID) ?? Settings()
         do {
-            try self.init(peer: myPeerID, discoveryInfo: info, serviceType: serviceType, configuration: DiscoveryConfiguration())
+            type = try Self.validated(serviceType, info)
         } catch {
             preconditionFailure("MCNearbyServiceAdvertiser: \(error.reason)")
-        }
-    }
-
-    /// Throws `invalidParameter` with the reason for a bad service type or discoveryInfo.
-    public init(
-        peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String, configuration: DiscoveryConfiguration,
-        listenHost: String = "0.0.0.0"
-    ) throws(MCError) {
-        do {
-            type = try ServiceType(serviceType)
-            try DiscoveryTXT.validate(info ?? [:])
-        } catch {
-            throw MCError(.invalidParameter, reason: error.description)
         }
         self.myPeerID = myPeerID
         self.discoveryInfo = info
         self.serviceType = serviceType
-        self.configuration = configuration
-        self.listenHost = listenHost
-        eventLoop = configuration.eventLoop
+        self.configuration = settings.configuration
+        self.listenHost = settings.listenHost
+        eventLoop = settings.configuration.eventLoop
         delegateQueue = DispatchQueue(label: "MCNearbyServiceAdvertiser.delegate.\(serviceType)")
         super.init()
+    }
+
+    /// Throws `invalidParameter` with the reason for a bad service type or discoveryInfo.
+    public convenience init(
+        peer myPeerID: MCPeerID, discoveryInfo info: [String: String]?, serviceType: String, configuration: DiscoveryConfiguration,
+        listenHost: String = "0.0.0.0"
+    ) throws(MCError) {
+        _ = try Self.validated(serviceType, info)
+        InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost), for: myPeerID)
+        self.init(peer: myPeerID, discoveryInfo: info, serviceType: serviceType)
+        InitializerSettings.discard(Settings.self, for: myPeerID)
+    }
+
+    /// What the throwing initialiser hands to Apple's.
+    private struct Settings {
+        var configuration = DiscoveryConfiguration()
+        var listenHost = "0.0.0.0"
+    }
+
+    /// The service type, or `invalidParameter` for it or for `info`.
+    static func validated(_ serviceType: String, _ info: [String: String]?) throws(MCError) -> ServiceType {
+        do {
+            let type = try ServiceType(serviceType)
+            try DiscoveryTXT.validate(info ?? [:])
+            return type
+        } catch {
+            throw MCError(.invalidParameter, reason: error.description)
+        }
     }
 
     /// Invitations from now on, for async code, when no delegate is set (the delegate gets them
@@ -90,7 +107,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
     private let sequencer = OperationSequencer()
 
     /// Apple's call: starts in the background; a failure goes to `didNotStartAdvertisingPeer`.
-    public func startAdvertisingPeer() {
+    open func startAdvertisingPeer() {
         sequencer.submit {
             do throws(MCError) {
                 try await self.startNow()
@@ -100,7 +117,7 @@ public final class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         }
     }
 
-    public func stopAdvertisingPeer() {
+    open func stopAdvertisingPeer() {
         sequencer.submit { await self.stopNow() }
     }
 

@@ -19,7 +19,7 @@ extension MCNearbyServiceBrowserDelegate {
 
 /// Finds peers advertising a service type on the LAN (docs/PROTOCOL.md §12.3), as Apple's class
 /// does, plus `events()`, an async sequence of found and lost peers with their addresses.
-public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
+open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     /// A found or lost peer, for the Swift-native API.
     public enum Event: Sendable {
         case found(MCPeerID, discoveryInfo: [String: String], endpoints: [Endpoint])
@@ -44,31 +44,41 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     private let sequencer = OperationSequencer()
     private let state = Mutex<(browser: DiscoveryBrowser?, streams: [UUID: AsyncStream<Event>.Continuation], peers: [Bytes16: MCPeerID], endpoints: [Bytes16: [SocketAddress]])>((nil, [:], [:], [:]))
 
-    public weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
+    open weak var delegate: (any MCNearbyServiceBrowserDelegate)? {
         get { delegateLock.withLock { storedDelegate } }
         set { delegateLock.withLock { storedDelegate = newValue } }
     }
 
-    /// Apple's initialiser: an invalid service type stops the program, as Apple's raises.
-    public convenience init(peer myPeerID: MCPeerID, serviceType: String) {
+    /// Apple's initialiser, the designated one (a subclass overrides it and keeps the others):
+    /// an invalid service type stops the program, as Apple's raises.
+    public init(peer myPeerID: MCPeerID, serviceType: String) {
+        let configuration = InitializerSettings.take(DiscoveryConfiguration.self, for: myPeerID) ?? DiscoveryConfiguration()
         do {
-            try self.init(peer: myPeerID, serviceType: serviceType, configuration: DiscoveryConfiguration())
+            type = try Self.validated(serviceType)
         } catch {
             preconditionFailure("MCNearbyServiceBrowser: \(error.reason)")
-        }
-    }
-
-    public init(peer myPeerID: MCPeerID, serviceType: String, configuration: DiscoveryConfiguration) throws(MCError) {
-        do {
-            type = try ServiceType(serviceType)
-        } catch {
-            throw MCError(.invalidParameter, reason: error.description)
         }
         self.myPeerID = myPeerID
         self.serviceType = serviceType
         self.configuration = configuration
         delegateQueue = DispatchQueue(label: "MCNearbyServiceBrowser.delegate.\(serviceType)")
         super.init()
+    }
+
+    /// Throws `invalidParameter` with the reason for a bad service type.
+    public convenience init(peer myPeerID: MCPeerID, serviceType: String, configuration: DiscoveryConfiguration) throws(MCError) {
+        _ = try Self.validated(serviceType)
+        InitializerSettings.leave(configuration, for: myPeerID)
+        self.init(peer: myPeerID, serviceType: serviceType)
+        InitializerSettings.discard(DiscoveryConfiguration.self, for: myPeerID)
+    }
+
+    private static func validated(_ serviceType: String) throws(MCError) -> ServiceType {
+        do {
+            return try ServiceType(serviceType)
+        } catch {
+            throw MCError(.invalidParameter, reason: error.description)
+        }
     }
 
     /// Found and lost peers from now on, until the browser stops or the stream is dropped.
@@ -80,7 +90,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         return stream
     }
 
-    public func startBrowsingForPeers() {
+    open func startBrowsingForPeers() {
         sequencer.submit {
             do throws(MCError) {
                 try await self.startNow()
@@ -90,7 +100,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
         }
     }
 
-    public func stopBrowsingForPeers() {
+    open func stopBrowsingForPeers() {
         sequencer.submit { await self.stopNow() }
     }
 
@@ -134,7 +144,7 @@ public final class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     /// once, then connected, or notConnected when the invitation is declined, not answered within
     /// `timeout` seconds (0 or less: 30, Apple's default), the chosen session is full or cannot
     /// agree on encryption. A context over 4,096 bytes stops the program, as Apple's raises.
-    public func invitePeer(_ peerID: MCPeerID, to session: MCSession, withContext context: Data?, timeout: TimeInterval) {
+    open func invitePeer(_ peerID: MCPeerID, to session: MCSession, withContext context: Data?, timeout: TimeInterval) {
         precondition((context?.count ?? 0) <= WireLimits.maxInvitationContext, "MCNearbyServiceBrowser: invitation context over 4,096 bytes")
         Task { try? await self.invite(peerID, to: session, context: context, timeout: timeout) }
     }

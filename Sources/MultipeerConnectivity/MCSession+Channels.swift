@@ -57,22 +57,48 @@ extension MCSession {
     /// transfer on both sides. `completionHandler` gets nil once the peer has verified and stored
     /// the whole file, or the `MCError` that ended it. Returns nil (and calls the handler with
     /// the error) when the transfer cannot start.
+    ///
+    /// The handler is Apple's, not `@Sendable`: an app passes whatever closure it holds. So that
+    /// it runs where its captures live, it is called, exactly once and never before this returns,
+    /// on the actor the caller was isolated to (`isolation`, filled in by the compiler: the main
+    /// actor for code on it), or, from code isolated to no actor, on the session's delegate
+    /// queue, where delegate calls arrive.
     @discardableResult
     public func sendResource(
         at resourceURL: URL, withName resourceName: String, toPeer peerID: MCPeerID,
-        withCompletionHandler completionHandler: (@Sendable ((any Error)?) -> Void)? = nil
+        withCompletionHandler completionHandler: (((any Error)?) -> Void)? = nil,
+        isolation: isolated (any Actor)? = #isolation
     ) -> Progress? {
+        // Unchecked: the handler only ever runs in the caller's isolation, or on the delegate
+        // queue when the caller had none (see above).
+        let handler = UncheckedBox(completionHandler)
+        let caller = isolation
+        let queue = delegateQueue
         do {
             let (progress, done) = try startResource(resourceURL, named: resourceName, to: peerID)
             Task {
                 let error = await done.value
-                completionHandler?(error)
+                await Self.complete(handler, with: error, on: caller, orOn: queue)
             }
             return progress
         } catch {
-            delegateQueue.async { completionHandler?(error) }
+            Task { await Self.complete(handler, with: error, on: caller, orOn: queue) }
             return nil
         }
+    }
+
+    /// Calls an Apple-style completion handler in the isolation it came from, or on `queue`.
+    private static func complete(
+        _ handler: UncheckedBox<(((any Error)?) -> Void)?>, with error: MCError?, on caller: (any Actor)?, orOn queue: DispatchQueue
+    ) async {
+        guard let caller else { return queue.async { handler.value?(error) } }
+        await call(handler, with: error, isolatedTo: caller)
+    }
+
+    private static func call(
+        _ handler: UncheckedBox<(((any Error)?) -> Void)?>, with error: MCError?, isolatedTo actor: isolated any Actor
+    ) {
+        handler.value?(error)
     }
 
     /// Swift-native: sends a resource and returns once the peer verified and stored it. Cancel

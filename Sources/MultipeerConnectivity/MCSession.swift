@@ -12,7 +12,7 @@ import MultipeerProtocol
 /// A session of up to 8 peers, Apple's API over TLS 1.3 connections (docs/PROTOCOL.md).
 ///
 /// After `disconnect()` the session can connect again: new connection data starts a new listener.
-public final class MCSession: NSObject, @unchecked Sendable {
+open class MCSession: NSObject, @unchecked Sendable {
     // @unchecked: immutable after init except the delegate and the subscriber lists, which are
     // behind locks; all connection state lives in the engine on its event loop.
 
@@ -61,7 +61,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     public typealias CertificateEvaluator = @Sendable (_ peer: MCPeerID, _ certificates: [SecCertificate]?) async -> Bool
 
-    public weak var delegate: (any MCSessionDelegate)? {
+    open weak var delegate: (any MCSessionDelegate)? {
         get { delegateBox.value }
         set { delegateBox.value = newValue }
     }
@@ -71,19 +71,14 @@ public final class MCSession: NSObject, @unchecked Sendable {
         self.init(peer: myPeerID, securityIdentity: nil, encryptionPreference: .optional)
     }
 
-    /// Apple's initializer. A malformed `identity` array does not trap: the session is created
-    /// unusable, and every attempt to connect fails with `MCError.invalidParameter`. Use
-    /// `init(peer:identity:encryptionPreference:configuration:)` to get the error at once.
-    public convenience init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
-        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: MCSessionConfiguration())
-    }
-
     /// Apple's initializer with the settings Apple fixes silently.
     public convenience init(
         peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
         configuration: MCSessionConfiguration
     ) {
-        self.init(peer: myPeerID, securityIdentityArray: identity, encryptionPreference: encryptionPreference, configuration: configuration)
+        InitializerSettings.leave(configuration, for: myPeerID)
+        self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference)
+        InitializerSettings.discard(MCSessionConfiguration.self, for: myPeerID)
     }
 
     /// The typed initializer: the identity directly, errors thrown.
@@ -92,12 +87,19 @@ public final class MCSession: NSObject, @unchecked Sendable {
         configuration: MCSessionConfiguration = MCSessionConfiguration()
     ) throws(MCError) {
         let array: [Any]? = identity.map { [SecIdentity($0)] }
-        self.init(peer: myPeerID, securityIdentityArray: array, encryptionPreference: encryptionPreference, configuration: configuration)
+        self.init(peer: myPeerID, securityIdentity: array, encryptionPreference: encryptionPreference, configuration: configuration)
         if let setupError { throw setupError }
     }
 
-    private init(peer: MCPeerID, securityIdentityArray: [Any]?, encryptionPreference: MCEncryptionPreference, configuration: MCSessionConfiguration) {
-        myPeerID = peer
+    /// Apple's initializer, the designated one (a subclass overrides it and keeps the others).
+    /// A malformed `identity` array does not trap: the session is created unusable, and every
+    /// attempt to connect fails with `MCError.invalidParameter`. Use
+    /// `init(peer:identity:encryptionPreference:configuration:)` to get the error at once.
+    public init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        let peer = myPeerID
+        let securityIdentityArray = identity
+        let configuration = InitializerSettings.take(MCSessionConfiguration.self, for: myPeerID) ?? MCSessionConfiguration()
+        self.myPeerID = peer
         securityIdentity = securityIdentityArray
         self.encryptionPreference = encryptionPreference
         self.configuration = configuration
@@ -169,14 +171,14 @@ public final class MCSession: NSObject, @unchecked Sendable {
     }
 
     /// The peers currently connected, in a stable order.
-    public var connectedPeers: [MCPeerID] {
+    open var connectedPeers: [MCPeerID] {
         (engine?.connectedPeers ?? []).map { mcPeer($0) }
     }
 
     // MARK: Connecting
 
     /// Makes the blob that `peerID` passes to `connectPeer(_:withNearbyConnectionData:)` to reach this session.
-    public func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping @Sendable (Data?, (any Error)?) -> Void) {
+    open func nearbyConnectionData(forPeer peerID: MCPeerID, withCompletionHandler completionHandler: @escaping @Sendable (Data?, (any Error)?) -> Void) {
         guard let engine else {
             completionHandler(nil, setupError)
             return
@@ -194,8 +196,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
         }
     }
 
-    /// The same, for async code.
-    public func nearbyConnectionData(for peerID: MCPeerID) async throws -> Data {
+    /// The same, for async code: the form Apple's SDK generates from the completion handler.
+    public func nearbyConnectionData(forPeer peerID: MCPeerID) async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
             nearbyConnectionData(forPeer: peerID) { data, error in
                 if let data { continuation.resume(returning: data) } else { continuation.resume(throwing: error ?? MCError(.unknown)) }
@@ -205,7 +207,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
 
     /// Apple's shape: never throws. Bad connection data is reported to the delegate as the peer
     /// going notConnected; call `connect(to:nearbyConnectionData:)` to get the error instead.
-    public func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
+    open func connectPeer(_ peerID: MCPeerID, withNearbyConnectionData data: Data) {
         do {
             try connect(to: peerID, nearbyConnectionData: data)
         } catch {
@@ -236,28 +238,34 @@ public final class MCSession: NSObject, @unchecked Sendable {
         engine.connect(to: decoded)
     }
 
-    public func cancelConnectPeer(_ peerID: MCPeerID) {
+    open func cancelConnectPeer(_ peerID: MCPeerID) {
         engine?.cancelConnect(peer: peerID.wire.identifier)
     }
 
     /// Says goodbye to every peer and reports each as notConnected. The session stays usable.
-    public func disconnect() {
+    open func disconnect() {
         _ = engine?.disconnect()
     }
 
-    /// The same, returning once every connection is closed.
-    public func disconnect() async {
+    /// The same, returning once every connection is closed. Not an async overload of
+    /// `disconnect()`: in async code Swift would pick that one, and Apple's plain
+    /// `session.disconnect()` would no longer compile without `await`.
+    public func disconnectAndWait() async {
         try? await engine?.disconnect().get()
     }
 
     // MARK: Sending
 
     /// Queues `data` for each peer and returns at once. Throws `notConnected` for an unconnected
-    /// peer, `invalidParameter` for an empty peer list or a message over the mode's limit (16 MiB
-    /// reliable, `configuration.maximumDatagramSize` unreliable), and then sends nothing.
-    /// Unreliable messages are single sealed UDP datagrams: they may be lost or reordered, never
-    /// duplicated, and are dropped when they cannot be sent at once.
-    public func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
+    /// peer, `invalidParameter` for an empty peer list or a message over 16 MiB, and then sends
+    /// nothing.
+    ///
+    /// Unreliable messages up to `configuration.maximumDatagramSize` (8 KiB by default) are single
+    /// sealed UDP datagrams: they may be lost or reordered, never duplicated, and are dropped when
+    /// they cannot be sent at once. Apple sets no size limit on unreliable messages, so larger
+    /// ones are not refused: they go over the peer's connection like reliable ones, and are
+    /// dropped, without an error, for a peer whose send queue is full.
+    open func send(_ data: Data, toPeers peerIDs: [MCPeerID], with mode: MCSessionSendDataMode) throws {
         try sendChecked(data, toPeers: peerIDs, with: mode)
     }
 
@@ -269,6 +277,8 @@ public final class MCSession: NSObject, @unchecked Sendable {
             let peers = peerIDs.map(\.wire.identifier)
             switch mode {
             case .reliable: try engine.send(message, to: peers)
+            case .unreliable where message.readableBytes > engine.configuration.maximumDatagramMessage:
+                try Self.sendOverConnections(message, to: peers, on: engine)
             case .unreliable: try engine.sendUnreliable(message, to: peers)
             }
         } catch {
@@ -276,8 +286,7 @@ public final class MCSession: NSObject, @unchecked Sendable {
             switch error.code {
             case .noPeers: throw MCError(.invalidParameter, reason: "no peers given")
             case .messageTooLarge:
-                let limit = mode == .reliable ? WireLimits.maxMessageSize : engine.configuration.maximumDatagramMessage
-                throw MCError(.invalidParameter, reason: "\(mode) message of \(error.messageSize ?? 0) bytes, at most \(limit)")
+                throw MCError(.invalidParameter, reason: "\(mode) message of \(error.messageSize ?? 0) bytes, at most \(WireLimits.maxMessageSize)")
             case .notConnected:
                 throw MCError(.notConnected, reason: "not connected to \(names)")
             case .datagramsUnsupported:
@@ -289,6 +298,24 @@ public final class MCSession: NSObject, @unchecked Sendable {
                         + "retry once it drains, or use the async send, which waits")
             default:
                 throw MCError(.unknown, reason: error.description)
+            }
+        }
+    }
+
+    /// An unreliable message too large for one datagram, over each peer's connection. Still
+    /// unreliable as Apple's are: a peer whose send queue is full does not get it, and nobody is
+    /// told. Any other refusal (an unconnected peer, a message over 16 MiB) sends nothing.
+    private static func sendOverConnections(_ message: ByteBuffer, to peers: [Bytes16], on engine: SessionEngine) throws(SessionSendError) {
+        var remaining = peers
+        while true {
+            do {
+                return try engine.send(message, to: remaining)
+            } catch {
+                guard error.code == .queueFull else { throw error }
+                let before = remaining.count
+                remaining.removeAll { error.peers.contains($0) }
+                // Nobody left, or a refusal that named nobody: drop it.
+                if remaining.isEmpty || remaining.count == before { return }
             }
         }
     }

@@ -19,7 +19,9 @@ public struct MCSessionConfiguration: Sendable {
     public var keepaliveInterval: Duration = .seconds(WireLimits.defaultKeepaliveIntervalSeconds)
     /// Silence after which a connected peer is reported notConnected.
     public var deadPeerDeadline: Duration = .seconds(WireLimits.defaultDeadPeerDeadlineSeconds)
-    /// Largest `.unreliable` message; larger ones are `invalidParameter`. At most 65,471 bytes.
+    /// Largest `.unreliable` message sent as one sealed datagram, at most 65,471 bytes. Larger
+    /// ones (up to 16 MiB) go over the peer's connection instead, and are dropped for a peer
+    /// whose send queue is full: Apple sets no size limit on unreliable messages.
     public var maximumDatagramSize: Int = 8_192
     /// Inbound connections that may be mid-handshake at once; past it the least advanced and
     /// longest silent is closed, so idle or trickling strangers cannot lock real peers out.

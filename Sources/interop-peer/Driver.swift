@@ -52,7 +52,7 @@ final class Driver: Sendable {
             if case .quit = command { break }
             await perform(command)
         }
-        await session.disconnect()
+        await session.disconnectAndWait()
         out.finish("BYE")
         exit(0)
     }
@@ -65,7 +65,7 @@ final class Driver: Sendable {
         switch command {
         case .makeData(let peer):
             do {
-                let data = try await session.nearbyConnectionData(for: peer)
+                let data = try await session.nearbyConnectionData(forPeer: peer)
                 out.line("DATA \(Format.peer(peer)) \(Format.hex(data))")
             } catch {
                 out.line("ERROR MAKE-DATA \(Format.reason(error))")
@@ -118,7 +118,7 @@ final class Driver: Sendable {
         case .invite(let peer, let timeout, let context): discovery.invite(peer, timeout: timeout, context: context)
         case .answer(let number, let accept): discovery.answer(number, accept: accept)
         case .disconnect:
-            await session.disconnect()
+            await session.disconnectAndWait()
             out.line("OK DISCONNECT")
         case .quit:
             break  // handled by the input loop

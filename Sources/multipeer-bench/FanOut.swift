@@ -12,7 +12,7 @@ enum FanOut {
         let receivers = (1..<members).map { makeSession("r\($0)", preference: .required, identity: identities[$0]) }
         let counters = receivers.map { ReceiveCounter($0.events()) }
         for receiver in receivers {
-            receiver.connectPeer(sender.myPeerID, withNearbyConnectionData: try await sender.nearbyConnectionData(for: receiver.myPeerID))
+            receiver.connectPeer(sender.myPeerID, withNearbyConnectionData: try await sender.nearbyConnectionData(forPeer: receiver.myPeerID))
         }
         let everyone = [sender] + receivers
         try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == members - 1 } }
@@ -28,7 +28,7 @@ enum FanOut {
             }
             try await waitUntil { counters.allSatisfy { $0.bytes >= bytesPerReceiver } }
         }
-        for session in everyone { await session.disconnect() }
+        for session in everyone { await session.disconnectAndWait() }
         return Double(bytesPerReceiver * (members - 1)) / elapsed
     }
 }

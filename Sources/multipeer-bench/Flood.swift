@@ -32,7 +32,7 @@ enum Flood {
         var lines = ""
         for hex in dialers {
             let peer = try MCPeerID(wireRepresentation: Data(hexBytes(hex)))
-            let data = try await session.nearbyConnectionData(for: peer)
+            let data = try await session.nearbyConnectionData(forPeer: peer)
             lines += "DATA \(data.map { String(format: "%02x", $0) }.joined())\n"
         }
         lines += "PEER \(session.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined())\n"
@@ -77,7 +77,7 @@ enum Flood {
                 try await waitFor(seconds: 30, "a real peer connecting under the flood") { session.connectedPeers == [victim.peer] }
             }
             times.append(seconds)
-            await session.disconnect()
+            await session.disconnectAndWait()
         }
         return Outcome(busiest: busiest, connectTimes: times, reconnects: reconnects)
     }

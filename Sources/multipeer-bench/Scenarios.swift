@@ -14,14 +14,14 @@ struct SessionPair {
         let a = makeSession("a", preference: preference, identity: identities?.0)
         let b = makeSession("b", preference: preference, identity: identities?.1)
         let pair = SessionPair(a: a, b: b, aEvents: a.events(), bEvents: b.events())
-        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(for: b.myPeerID))
+        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(forPeer: b.myPeerID))
         try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
         return pair
     }
 
     func close() async {
-        await a.disconnect()
-        await b.disconnect()
+        await a.disconnectAndWait()
+        await b.disconnectAndWait()
     }
 }
 
@@ -137,7 +137,7 @@ enum Scenarios {
         let b = makeSession("b", preference: .required, identity: identities.1)
         let counter = DelegateCounter()
         a.delegate = counter
-        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(for: b.myPeerID))
+        b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(forPeer: b.myPeerID))
         try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
         let message = Data(repeating: 1, count: size)
         let elapsed = try await Clock.seconds {
@@ -147,8 +147,8 @@ enum Scenarios {
             }
             try await waitUntil { counter.messages >= count }
         }
-        await a.disconnect()
-        await b.disconnect()
+        await a.disconnectAndWait()
+        await b.disconnectAndWait()
         return Double(count) / elapsed
     }
 
@@ -189,14 +189,14 @@ enum Scenarios {
             }
             let aEvents = a.events()
             let bEvents = b.events()
-            let data = try await a.nearbyConnectionData(for: b.myPeerID)
+            let data = try await a.nearbyConnectionData(forPeer: b.myPeerID)
             total += try await Clock.seconds {
                 b.connectPeer(a.myPeerID, withNearbyConnectionData: data)
                 try await waitForConnection(aEvents)
                 try await waitForConnection(bEvents)
             }
-            await a.disconnect()
-            await b.disconnect()
+            await a.disconnectAndWait()
+            await b.disconnectAndWait()
         }
         return Double(count) / total
     }
@@ -217,13 +217,13 @@ enum Scenarios {
         let hub = makeSession("hub", preference: .required, identity: identities[0])
         let members = (1..<8).map { makeSession("m\($0)", preference: .required, identity: identities[$0]) }
         var blobs: [Data] = []
-        for member in members { blobs.append(try await hub.nearbyConnectionData(for: member.myPeerID)) }
+        for member in members { blobs.append(try await hub.nearbyConnectionData(forPeer: member.myPeerID)) }
         let everyone = [hub] + members
         let elapsed = try await Clock.seconds {
             for (member, blob) in zip(members, blobs) { member.connectPeer(hub.myPeerID, withNearbyConnectionData: blob) }
             try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == 7 } }
         }
-        for session in everyone { await session.disconnect() }
+        for session in everyone { await session.disconnectAndWait() }
         return elapsed
     }
 
@@ -235,14 +235,14 @@ enum Scenarios {
         let hub = makeSession("hub", preference: .required, identity: identities[0])
         let members = (1..<8).map { makeSession("m\($0)", preference: .required, identity: identities[$0]) }
         for member in members {
-            member.connectPeer(hub.myPeerID, withNearbyConnectionData: try await hub.nearbyConnectionData(for: member.myPeerID))
+            member.connectPeer(hub.myPeerID, withNearbyConnectionData: try await hub.nearbyConnectionData(forPeer: member.myPeerID))
         }
         let everyone = [hub] + members
         try await waitUntil { everyone.allSatisfy { $0.connectedPeers.count == 7 } }
         try await Task.sleep(for: .milliseconds(300))
         let heapAfter = Memory.heapInUseBytes
         let residentAfter = Memory.residentKiB
-        for session in everyone { await session.disconnect() }
+        for session in everyone { await session.disconnectAndWait() }
         // 8 sessions, 28 connections, 56 connection ends: each end is one "connected peer" of a session.
         return (Double(heapAfter - heapBefore) / 1024 / 56, Double(residentAfter - residentBefore) / 56)
     }

@@ -5,7 +5,7 @@ import Synchronization
 import MultipeerProtocol
 
 /// `multipeer-demo assistant INTERFACE`: an advertiser assistant whose prompt accepts "host" and
-/// declines "stranger", another with no prompt, and browser models inviting through them, found
+/// declines "stranger", another with no prompt (which accepts), and browser models inviting through them, found
 /// over mDNS on INTERFACE (run it inside a network namespace); one line per scenario:
 /// `OK <scenario> <detail>` or `FAIL <scenario> <detail>`.
 extension Demo {
@@ -105,21 +105,26 @@ extension Demo {
         let expected = ["will", "prompt host from host", "did", "will", "prompt stranger ", "did"]
         report(presented.entries == expected, "presented", "\(presented.entries)")
 
-        // An assistant without a prompt declines, and presents nothing.
+        // An assistant without a prompt accepts (the default policy), and tells its delegate.
         _ = await first(strangerModel, seconds: 10) { row($0, unattendedID)?.canInvite == true }
         let unattendedSent = strangerModel.invite(unattendedID, context: nil, timeout: 10)
-        seen = await first(strangerModel, seconds: 15) { row($0, unattendedID)?.state == .declined }
-        report(unattendedSent && seen != nil && unattendedCalls.entries.isEmpty, "no-prompt", "unattended presented \(unattendedCalls.entries)")
+        seen = await first(strangerModel, seconds: 15) { row($0, unattendedID)?.state == .connected }
+        report(
+            unattendedSent && seen != nil && unattendedCalls.entries == ["will", "did"], "no-prompt",
+            "unattended is \(row(strangerModel.snapshot, unattendedID).map { "\($0.state)" } ?? "gone"), presented \(unattendedCalls.entries)")
 
         report(hostModel.done() && hostCalls.entries == ["finished"] && hostModel.snapshot.peers.map(\.peerID) == [guestID], "done", "host \(hostCalls.entries), lists \(hostModel.snapshot.peers.map(\.peerID.displayName))")
         strangerModel.cancel()
-        report(strangerCalls.entries == ["cancelled"] && strangerModel.snapshot.peers.isEmpty, "cancel", "stranger \(strangerCalls.entries)")
+        // Cancel leaves the session as it is: only the peer in it stays listed.
+        report(
+            strangerCalls.entries == ["cancelled"] && strangerModel.snapshot.peers.map(\.peerID) == [unattendedID], "cancel",
+            "stranger \(strangerCalls.entries), lists \(strangerModel.snapshot.peers.map(\.peerID.displayName))")
 
         await assistant.stopAdvertising()
         await silentAssistant.stopAdvertising()
         await hostModel.browser?.stop()
         await strangerModel.browser?.stop()
-        for each in [host, stranger, guest, unattended] { await each.disconnect() }
+        for each in [host, stranger, guest, unattended] { await each.disconnectAndWait() }
         guard failed.isEmpty else { fail("assistant scenarios failed: \(failed.joined(separator: ", "))") }
         print("ASSISTANT PASSED")
     }

@@ -97,7 +97,7 @@ struct Demo {
         } else {
             print("discovery: skipped (scripts/demo runs it in a network namespace of its own when it can)")
             // Alice makes connection data for Bob; Bob dials her with it (out of band in a real app).
-            let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+            let data = try await alice.nearbyConnectionData(forPeer: bob.myPeerID)
             print("connection data: \(data.count) bytes from alice for bob")
             bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         }
@@ -137,14 +137,14 @@ struct Demo {
         try await exchangeStream(from: alice, to: bob, bobEvents: bobEvents)
         try await exchangeFile(from: bob, to: alice, aliceEvents: aliceEvents)
 
-        await bob.disconnect()
+        await bob.disconnectAndWait()
         try await within(seconds: 10) {
             for await event in aliceEvents {
                 if case .peerStateChanged(let peer, .notConnected) = event, peer == bob.myPeerID { break }
             }
         }
         print("bob disconnected; alice saw it. Demo passed.")
-        await alice.disconnect()
+        await alice.disconnectAndWait()
     }
 
     /// Bob advertises on `interface` only; Alice browses there, finds him with his discovery

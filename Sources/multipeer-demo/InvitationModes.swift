@@ -45,7 +45,7 @@ extension Demo {
             func stop() async {
                 await advertiser.stop()
                 await browser.stop()
-                await session.disconnect()
+                await session.disconnectAndWait()
             }
 
             func waitFound(_ peer: MCPeerID) async throws {
@@ -90,7 +90,7 @@ extension Demo {
             }
         }
         report(result == "connected" && bothConnected != nil && bob.asked.last == Data("hello".utf8), "accept", "\(result)")
-        await alice.session.disconnect()
+        await alice.session.disconnectAndWait()
         try await within(seconds: 10) { while !bob.session.connectedPeers.isEmpty { try await Task.sleep(for: .milliseconds(10)) } }
 
         bob.answer = { _ in nil }
@@ -118,27 +118,27 @@ extension Demo {
         var members: [MCSession] = []
         for index in 0..<7 {
             let member = MCSession(peer: MCPeerID(displayName: "member\(index)"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
-            member.connectPeer(bob.session.myPeerID, withNearbyConnectionData: try await bob.session.nearbyConnectionData(for: member.myPeerID))
+            member.connectPeer(bob.session.myPeerID, withNearbyConnectionData: try await bob.session.nearbyConnectionData(forPeer: member.myPeerID))
             members.append(member)
         }
         try await within(seconds: 20) { while bob.session.connectedPeers.count < 7 { try await Task.sleep(for: .milliseconds(10)) } }
         bob.answer = { _ in bob.session }
         result = await outcome { try await alice.browser.invite(bob.session.myPeerID, to: alice.session, context: nil, timeout: 10) }
         report(result == "sessionFull", "session-full", result)
-        for member in members { await member.disconnect() }
+        for member in members { await member.disconnectAndWait() }
         try await within(seconds: 20) { while !bob.session.connectedPeers.isEmpty { try await Task.sleep(for: .milliseconds(10)) } }
 
         // Joining a session of three: bob is introduced to alice's other members.
         let carol = MCSession(peer: MCPeerID(displayName: "carol"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
         let dave = MCSession(peer: MCPeerID(displayName: "dave"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
         for other in [carol, dave] {
-            other.connectPeer(alice.session.myPeerID, withNearbyConnectionData: try await alice.session.nearbyConnectionData(for: other.myPeerID))
+            other.connectPeer(alice.session.myPeerID, withNearbyConnectionData: try await alice.session.nearbyConnectionData(forPeer: other.myPeerID))
         }
         try await within(seconds: 20) { while alice.session.connectedPeers.count < 2 || carol.connectedPeers.count < 2 { try await Task.sleep(for: .milliseconds(10)) } }
         result = await outcome { try await alice.browser.invite(bob.session.myPeerID, to: alice.session, context: nil, timeout: 10) }
         let meshed: Void? = try? await within(seconds: 20) { while bob.session.connectedPeers.count < 3 || carol.connectedPeers.count < 3 || dave.connectedPeers.count < 3 { try await Task.sleep(for: .milliseconds(10)) } }
         report(result == "connected" && meshed != nil, "join-three", "\(result), bob sees \(bob.session.connectedPeers.count) members")
-        for session in [carol, dave, alice.session, bob.session] { await session.disconnect() }
+        for session in [carol, dave, alice.session, bob.session] { await session.disconnectAndWait() }
         try await within(seconds: 20) { while !bob.session.connectedPeers.isEmpty || !alice.session.connectedPeers.isEmpty { try await Task.sleep(for: .milliseconds(10)) } }
 
         // Both invite each other at the same moment, both accept: one connection each, every round.
@@ -154,8 +154,8 @@ extension Demo {
                 }
             }
             if settled != nil && (a == "connected" || b == "connected") { clean += 1 } else { print("round \(round): alice \(a), bob \(b)") }
-            await alice.session.disconnect()
-            await bob.session.disconnect()
+            await alice.session.disconnectAndWait()
+            await bob.session.disconnectAndWait()
             try await within(seconds: 10) { while !bob.session.connectedPeers.isEmpty || !alice.session.connectedPeers.isEmpty { try await Task.sleep(for: .milliseconds(5)) } }
         }
         report(clean == rounds, "mutual", "\(clean) of \(rounds) rounds ended with one connection each")

@@ -8,7 +8,7 @@ extension Demo {
         guard let bytes = hexBytes(hex) else { fail("PEERID must be hex") }
         let other = try MCPeerID(wireRepresentation: Data(bytes))
         let session = MCSession(peer: MCPeerID(displayName: "child"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let data = try await session.nearbyConnectionData(for: other)
+        let data = try await session.nearbyConnectionData(forPeer: other)
         // Written straight to the descriptor so the test reading the pipe sees it at once.
         let lines = "DATA \(data.map { String(format: "%02x", $0) }.joined())\n"
             + "PEER \(session.myPeerID.wireRepresentation.map { String(format: "%02x", $0) }.joined())\n"
@@ -53,7 +53,7 @@ extension Demo {
             if received == count { break }
         }
         FileHandle.standardOutput.write(Data("RECEIVED \(received) \(intact ? "INTACT" : "CORRUPT")\n".utf8))
-        await session.disconnect()
+        await session.disconnectAndWait()
     }
 }
 

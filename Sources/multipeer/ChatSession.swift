@@ -70,7 +70,7 @@ final class ChatSession: Sendable {
         for task in tasks { task.cancel() }
         await assistant.stopAdvertising()
         model.stop()
-        await session.disconnect()
+        await session.disconnectAndWait()
         console.say(reason == .interrupted ? "interrupted: left the chat" : "left the chat")
     }
 

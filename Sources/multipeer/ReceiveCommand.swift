@@ -93,7 +93,7 @@ struct FileReceiver {
         limit.cancel()
         watcher.cancel()
         await advertiser.stop()
-        await session.disconnect()
+        await session.disconnectAndWait()
         if stopper.reason == .interrupted { throw AppFailure(.interrupted, "interrupted") }
         if let failure { throw failure }
     }

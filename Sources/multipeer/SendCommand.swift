@@ -76,7 +76,7 @@ struct FileSender {
         let outcome = await work.result
         interruption.cancel()
         await browser.stop()
-        await session.disconnect()
+        await session.disconnectAndWait()
         if stopper.reason == .interrupted { throw AppFailure(.interrupted, "interrupted") }
         do {
             try outcome.get()

@@ -8,7 +8,7 @@ import MultipeerProtocol
 
 /// How the advertiser assistant answers one invitation, without sockets: the invitation's
 /// answer is recorded instead of sent.
-@Suite("Advertiser assistant: the prompt decides")
+@Suite("Advertiser assistant: the prompt decides, or the default accepts")
 struct AdvertiserAssistantTests {
     /// The delegate's calls and the prompt's questions, in order.
     final class Journal: MCAdvertiserAssistantDelegate, Sendable {
@@ -62,10 +62,27 @@ struct AdvertiserAssistantTests {
         #expect(answer.all.count == 1 && answer.all.first! == nil)
     }
 
-    @Test func withoutAPromptEveryInvitationIsDeclinedAndNothingPresented() async {
-        #expect(assistant.prompt == nil)
+    /// Apple's alert asks a person; an app ported without a prompt accepts, as the person
+    /// tapping Accept would, instead of refusing everyone in silence. The session's log says so.
+    @Test func withoutAPromptEveryInvitationIsAcceptedAndPresented() async throws {
+        let capture = LogCapture()
+        var configuration = MCSessionConfiguration()
+        configuration.logger = capture.logger("guest")
+        let session = MCSession(peer: MCPeerID(displayName: "guest"), securityIdentity: nil, encryptionPreference: .optional, configuration: configuration)
+        let unattended = try MCAdvertiserAssistant(
+            serviceType: "mpc-assist", discoveryInfo: nil, session: session, configuration: DiscoveryConfiguration())
+        unattended.delegate = journal
+        #expect(unattended.prompt == nil)
+        await unattended.answer(answer.invitation(from: inviter))
+        #expect(journal.all == ["will", "did"])
+        #expect(answer.all.count == 1 && answer.all.first! === session)
+        #expect(capture.all.contains { $0.hasPrefix("notice advertiser assistant: accepted an invitation without a prompt peer=host [") })
+    }
+
+    @Test func aPromptThatRefusesEveryoneDeclines() async {
+        assistant.prompt = { _ in false }
         await assistant.answer(answer.invitation(from: inviter))
-        #expect(journal.all.isEmpty)
+        #expect(journal.all == ["will", "did"])
         #expect(answer.all.count == 1 && answer.all.first! == nil)
     }
 

@@ -4,7 +4,7 @@ import Testing
 
 /// The advertiser assistant and the browser model end to end, found over mDNS in a network
 /// namespace of the test's own (`multipeer-demo assistant`): the prompt accepts one inviter and
-/// declines another, an assistant without a prompt declines, the maximum stops invitations, and
+/// declines another, an assistant without a prompt accepts, the maximum stops invitations, and
 /// Done and Cancel reach the delegates.
 @Suite("Assistant and browser model over mDNS", .serialized)
 struct AssistantNamespaceTests {

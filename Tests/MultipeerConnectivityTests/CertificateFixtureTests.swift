@@ -89,15 +89,15 @@ struct CertificateFixtureTests {
         }
         aliceSession.delegate = aliceDelegate
         bobSession.delegate = bobDelegate
-        let data = try await aliceSession.nearbyConnectionData(for: bobSession.myPeerID)
+        let data = try await aliceSession.nearbyConnectionData(forPeer: bobSession.myPeerID)
         bobSession.connectPeer(aliceSession.myPeerID, withNearbyConnectionData: data)
         #expect(try await eventually { aliceSession.connectedPeers.count == 1 && bobSession.connectedPeers.count == 1 })
         let seenByAlice = (aliceDelegate.certificates.first?.1 as? [SecCertificate])?.first?.certificate.sha256Fingerprint
         let seenByBob = (bobDelegate.certificates.first?.1 as? [SecCertificate])?.first?.certificate.sha256Fingerprint
         #expect(seenByAlice == expectedBob)
         #expect(seenByBob == expectedAlice)
-        await aliceSession.disconnect()
-        await bobSession.disconnect()
+        await aliceSession.disconnectAndWait()
+        await bobSession.disconnectAndWait()
     }
 
     @Test func anExpiredFixtureIsRejectedInTheSession() async throws {
@@ -108,11 +108,11 @@ struct CertificateFixtureTests {
             TrustEvaluation(anchors: anchors).evaluate((certificates as? [SecCertificate])?.map(\.certificate) ?? []).isTrusted
         }
         alice.delegate = delegate
-        let data = try await alice.nearbyConnectionData(for: stale.myPeerID)
+        let data = try await alice.nearbyConnectionData(forPeer: stale.myPeerID)
         stale.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         #expect(try await eventually { delegate.states(of: stale.myPeerID).last == .notConnected })
         #expect(alice.connectedPeers.isEmpty)
-        await alice.disconnect()
-        await stale.disconnect()
+        await alice.disconnectAndWait()
+        await stale.disconnectAndWait()
     }
 }

@@ -14,7 +14,7 @@ struct KnownPeersTests {
     /// Before, every refused HELLO added a peer object for good: strangers grew the table.
     @Test func refusedStrangersAreNotRemembered() async throws {
         let victim = MCSession(peer: MCPeerID(displayName: "victim"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let data = try await victim.nearbyConnectionData(for: MCPeerID(displayName: "friend"))
+        let data = try await victim.nearbyConnectionData(forPeer: MCPeerID(displayName: "friend"))
         let port = Int(try ConnectionData.decode(ByteBuffer(bytes: data)).endpoints[0].port)
         let events = victim.events()
         let strangers = 100
@@ -41,6 +41,6 @@ struct KnownPeersTests {
         }
         #expect(refused == strangers)
         #expect(victim.activePeerObjectCount == 0)
-        await victim.disconnect()
+        await victim.disconnectAndWait()
     }
 }

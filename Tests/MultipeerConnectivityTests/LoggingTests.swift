@@ -43,7 +43,7 @@ struct LoggingTests {
         configuration.logger = capture.logger("alice")
         let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: nil, configuration: configuration)
         let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
-        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        let data = try await alice.nearbyConnectionData(forPeer: bob.myPeerID)
         bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         // Both sides: each reaches connected on its own time, and bob sends next.
         #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] && bob.connectedPeers == [alice.myPeerID] })
@@ -57,11 +57,11 @@ struct LoggingTests {
         let carol = MCSession(peer: bob.myPeerID, securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
         carol.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         #expect(try await eventually { capture.all.contains { $0.contains("refused a connection") && $0.contains("unknownToken") } })
-        await bob.disconnect()
+        await bob.disconnectAndWait()
         #expect(try await eventually { capture.all.contains { $0.contains("connection ended") && $0.contains("bob") } })
         #expect(capture.all.contains { $0.contains("connected") && $0.contains("encrypted=true") })
         #expect(!capture.all.contains { $0.contains(marker) })
-        await alice.disconnect()
-        await carol.disconnect()
+        await alice.disconnectAndWait()
+        await carol.disconnectAndWait()
     }
 }

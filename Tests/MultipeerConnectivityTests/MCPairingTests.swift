@@ -20,12 +20,12 @@ struct MCPairingTests {
                 return request.pairingCode == session.pairingCode(with: request.peer)
             }
         }
-        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: try await alice.nearbyConnectionData(for: bob.myPeerID))
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: try await alice.nearbyConnectionData(forPeer: bob.myPeerID))
         #expect(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
         let codes = seen.withLock { $0 }
         #expect(codes.count == 2 && codes["alice"] == codes["bob"])
         #expect(alice.pairingCode(with: bob.myPeerID) == codes["alice"])
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 }

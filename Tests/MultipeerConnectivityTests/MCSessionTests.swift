@@ -56,7 +56,7 @@ struct MCSessionTests {
 
     /// `dialer` connects to `listener` the Apple way: connection data made by the listener for the dialer.
     static func connect(_ dialer: MCSession, to listener: MCSession) async throws {
-        let data = try await listener.nearbyConnectionData(for: dialer.myPeerID)
+        let data = try await listener.nearbyConnectionData(forPeer: dialer.myPeerID)
         dialer.connectPeer(listener.myPeerID, withNearbyConnectionData: data)
     }
 
@@ -76,8 +76,8 @@ struct MCSessionTests {
             return nil
         }
         #expect(received.isEmpty)
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 
     @Test func appleShapedSessionsConnectAuthenticateAndExchangeData() async throws {
@@ -115,10 +115,10 @@ struct MCSessionTests {
         #expect(try await eventually { aliceDelegate.data(from: bobPeer).count == 1 && bobDelegate.data(from: alicePeer).count == 1 })
         #expect(aliceDelegate.data(from: bobPeer) == [Data("hello alice".utf8)])
 
-        await alice.disconnect()
+        await alice.disconnectAndWait()
         #expect(try await eventually { aliceDelegate.states(of: bobPeer).last == .notConnected && bobDelegate.states(of: alicePeer).last == .notConnected })
         #expect(alice.connectedPeers.isEmpty)
-        await bob.disconnect()
+        await bob.disconnectAndWait()
     }
 
     @Test func aRejectedCertificateNeverConnects() async throws {
@@ -145,14 +145,14 @@ struct MCSessionTests {
         alice.delegate = delegate
         try await Self.connect(bob, to: alice)
         #expect(try await eventually { delegate.states == [.connecting, .connected] })
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 
     @Test func malformedIdentityArraysAreInvalidParameter() async throws {
         let session = MCSession(peer: MCPeerID(displayName: "x"), securityIdentity: ["not an identity"], encryptionPreference: .required)
         do {
-            _ = try await session.nearbyConnectionData(for: MCPeerID(displayName: "y"))
+            _ = try await session.nearbyConnectionData(forPeer: MCPeerID(displayName: "y"))
             Issue.record("an unusable session made connection data")
         } catch let error as MCError {
             #expect(error.code == .invalidParameter)
@@ -166,7 +166,7 @@ struct MCSessionTests {
         let alice = MCSession(peer: MCPeerID(displayName: "alice"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
         let bob = MCSession(peer: MCPeerID(displayName: "bob"), securityIdentity: nil, encryptionPreference: .optional, configuration: .loopbackOnly)
         let carol = MCPeerID(displayName: "carol")
-        let good = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        let good = try await alice.nearbyConnectionData(forPeer: bob.myPeerID)
         let cases: [(MCPeerID, Data)] = [
             (alice.myPeerID, Data()),
             (alice.myPeerID, Data("garbage".utf8)),
@@ -191,7 +191,7 @@ struct MCSessionTests {
         bob.delegate = delegate
         bob.connectPeer(alice.myPeerID, withNearbyConnectionData: Data("garbage".utf8))
         #expect(try await eventually { delegate.states(of: alice.myPeerID) == [.notConnected] })
-        await alice.disconnect()
+        await alice.disconnectAndWait()
     }
 
     @Test func sendErrorsMatchApple() throws {
@@ -206,9 +206,16 @@ struct MCSessionTests {
         }
         #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .reliable) }
         #expect(throws: MCError(.invalidParameter, reason: "no peers given")) { try session.sendChecked(Data([1]), toPeers: [], with: .unreliable) }
+        // No datagram limit for unreliable messages (Apple has none); 16 MiB, as for reliable ones.
         do {
             try session.sendChecked(Data(count: 8_193), toPeers: [stranger], with: .unreliable)
-            Issue.record("an oversized datagram was accepted")
+            Issue.record("unreliable sent to a stranger")
+        } catch {
+            #expect(error.code == .notConnected)
+        }
+        do {
+            try session.sendChecked(Data(count: 16 << 20 + 1), toPeers: [stranger], with: .unreliable)
+            Issue.record("an unreliable message over 16 MiB was accepted")
         } catch {
             #expect(error.code == .invalidParameter)
         }
@@ -256,8 +263,8 @@ struct MCSessionTests {
         }
         #expect(data == Data("async hello".utf8))
         #expect(sender == bobPeer)
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 }
 
@@ -293,6 +300,6 @@ struct MCSessionLimitTests {
         }
         #expect(hubError.code == .unavailable)
         #expect(hub.connectedPeers.count == 7)
-        for member in members + [hub, ninth] { await member.disconnect() }
+        for member in members + [hub, ninth] { await member.disconnectAndWait() }
     }
 }

@@ -170,7 +170,7 @@ struct MCStreamResourceTests {
     }
 
     static func connect(_ alice: MCSession, _ bob: MCSession) async throws {
-        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        let data = try await alice.nearbyConnectionData(forPeer: bob.myPeerID)
         try bob.connect(to: alice.myPeerID, nearbyConnectionData: data)
         try #require(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
     }

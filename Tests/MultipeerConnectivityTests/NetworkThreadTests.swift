@@ -13,7 +13,7 @@ struct NetworkThreadTests {
     static func connectedPair() async throws -> (alice: MCSession, bob: MCSession) {
         let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try pki.peer("alice"), configuration: .loopbackOnly)
         let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try pki.peer("bob"), configuration: .loopbackOnly)
-        let data = try await alice.nearbyConnectionData(for: bob.myPeerID)
+        let data = try await alice.nearbyConnectionData(forPeer: bob.myPeerID)
         bob.connectPeer(alice.myPeerID, withNearbyConnectionData: data)
         #expect(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
         return (alice, bob)
@@ -57,8 +57,8 @@ struct NetworkThreadTests {
         // Loopback with one datagram in flight at a time does not lose them.
         #expect(echoed == (0..<200).map { Data("probe \($0)".utf8) })
         #expect(offThread.count == 0)
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 
     /// Over real sockets, with the consumer on an ordinary task: bursts whose later messages are
@@ -89,8 +89,8 @@ struct NetworkThreadTests {
             #expect(try await eventually { received.all.last == lone }, "round \(round): the lone message did not arrive")
         }
         #expect(received.all == sent)
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 
     /// A send made on the network thread goes out after sends other threads queued before it,
@@ -128,8 +128,8 @@ struct NetworkThreadTests {
         #expect(onLoop)
         #expect(try await eventually { received.all.count == 600 })
         #expect(received.all == (0..<600).map { Data("\($0)".utf8) })
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 
     /// An actor isolated to `executor` runs on the network thread and can send from there.
@@ -143,8 +143,8 @@ struct NetworkThreadTests {
             return nil
         }
         #expect(first == Data("from the actor".utf8))
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 }
 

@@ -34,7 +34,7 @@ struct PendingConnectionLimitTests {
         #expect(ContinuousClock.now - started < .seconds(2))
 
         attack.stop()
-        await me.disconnect()
+        await me.disconnectAndWait()
         try await group.shutdownGracefully()
     }
 

@@ -99,7 +99,7 @@ struct ProcessTests {
         // A second member, in this process, that must stay connected through the kill.
         let friend = MCSession(peer: MCPeerID(displayName: "friend"), securityIdentity: nil, encryptionPreference: .required, configuration: .loopbackOnly)
         let friendEvents = friend.events()
-        friend.connectPeer(me.myPeerID, withNearbyConnectionData: try await me.nearbyConnectionData(for: friend.myPeerID))
+        friend.connectPeer(me.myPeerID, withNearbyConnectionData: try await me.nearbyConnectionData(forPeer: friend.myPeerID))
         #expect(try await eventually { me.connectedPeers.contains(friend.myPeerID) && friend.connectedPeers.contains(me.myPeerID) })
         let child = Process()
         child.executableURL = try BuiltProducts.executable("multipeer-demo")
@@ -152,10 +152,10 @@ struct ProcessTests {
             return nil
         }
         #expect(received == Data("still here".utf8))
-        await friend.disconnect()
+        await friend.disconnectAndWait()
         // The session carries on: it can still make connection data and listen.
-        #expect(try await !me.nearbyConnectionData(for: MCPeerID(displayName: "next")).isEmpty)
-        await me.disconnect()
+        #expect(try await !me.nearbyConnectionData(forPeer: MCPeerID(displayName: "next")).isEmpty)
+        await me.disconnectAndWait()
     }
 
     private func hex(_ text: String) -> [UInt8]? {

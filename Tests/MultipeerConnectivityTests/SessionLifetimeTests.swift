@@ -25,7 +25,7 @@ struct SessionLifetimeTests {
         weak let weakAlice = alice
         let alicePeer = alice!.myPeerID
         // Bob dials Alice's listener, whose port the connection data names.
-        let data = try await alice!.nearbyConnectionData(for: bob.myPeerID)
+        let data = try await alice!.nearbyConnectionData(forPeer: bob.myPeerID)
         let port = Int(try ConnectionData.decode(ByteBuffer(bytes: data)).endpoints[0].port)
         bob.connectPeer(alicePeer, withNearbyConnectionData: data)
         #expect(try await eventually { bob.connectedPeers == [alicePeer] && alice?.connectedPeers.count == 1 })
@@ -39,7 +39,7 @@ struct SessionLifetimeTests {
             if !listenerClosed { try await Task.sleep(for: .milliseconds(50)) }
         }
         #expect(listenerClosed)
-        await bob.disconnect()
+        await bob.disconnectAndWait()
     }
 
     static func accepts(port: Int) async -> Bool {
@@ -60,9 +60,9 @@ struct SessionLifetimeTests {
         configuration.certificateDecisionTimeout = .seconds(Int64.max)
         let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: nil, configuration: configuration)
         let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: nil, configuration: configuration)
-        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: try await alice.nearbyConnectionData(for: bob.myPeerID))
+        bob.connectPeer(alice.myPeerID, withNearbyConnectionData: try await alice.nearbyConnectionData(forPeer: bob.myPeerID))
         #expect(try await eventually { alice.connectedPeers == [bob.myPeerID] && bob.connectedPeers == [alice.myPeerID] })
-        await alice.disconnect()
-        await bob.disconnect()
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
     }
 }

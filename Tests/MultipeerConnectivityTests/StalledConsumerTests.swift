@@ -62,6 +62,6 @@ struct StalledConsumerTests {
         try await sending.value
         #expect(outcome == "RECEIVED \(count) INTACT")
         #expect(peak.withLock { $0 } < 64 << 10, "the receiver grew by \(peak.withLock { $0 }) KiB")
-        await sender.disconnect()
+        await sender.disconnectAndWait()
     }
 }
