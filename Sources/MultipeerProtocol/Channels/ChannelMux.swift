@@ -129,8 +129,11 @@ package struct ChannelMux {
 
     /// One of the peer's channel frames, already judged legal by the connection. `accepting`:
     /// whether anyone takes streams and resources now; `incomingResourcesInSession`: the
-    /// session's incoming resources across every peer.
-    package mutating func peerSent(_ frame: Frame, accepting: Bool, incomingResourcesInSession: Int) -> Decision {
+    /// session's incoming resources across every peer. Both are asked only for an opening frame:
+    /// they cost the shell locks, and data and window frames come by the thousand.
+    package mutating func peerSent(
+        _ frame: Frame, accepting: @autoclosure () -> Bool, incomingResourcesInSession: @autoclosure () -> Int
+    ) -> Decision {
         let channel = frame.channel
         switch frame {
         case .windowUpdate(0, let increment):
@@ -141,16 +144,16 @@ package struct ChannelMux {
             return .serve
         case .streamOpen(_, let name):
             // Nobody would read it: refused at once rather than left to hold the window.
-            guard accepting else { return refuse(channel, "nobody takes streams (no delegate, no event stream)") }
+            guard accepting() else { return refuse(channel, "nobody takes streams (no delegate, no event stream)") }
             inbound[channel] = .stream
             return .takeStream(channel: channel, name: name, reply: channelWidening(channel))
         case .resourceOffer(_, let offer):
-            guard accepting else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
+            guard accepting() else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
             guard offer.size <= limits.maximumIncomingResourceSize else { return refuse(channel, "\(offer.size) bytes, over the limit") }
             guard incomingResources < limits.maximumIncomingResourcesPerPeer else {
                 return refuse(channel, "too many incoming resources from this peer at once")
             }
-            guard incomingResourcesInSession < limits.maximumConcurrentIncomingResources else {
+            guard incomingResourcesInSession() < limits.maximumConcurrentIncomingResources else {
                 return refuse(channel, "too many incoming resources at once")
             }
             considering.insert(channel)

@@ -2,7 +2,8 @@ import MultipeerWire
 
 /// What an advertiser needs to know about the session its application chose for an invitation.
 package struct InvitingSession: Sendable {
-    /// Peers the session holds now, connected or connecting.
+    /// Peers the session has connected now. (One connecting meanwhile can still make the
+    /// session full: its core then refuses the inviter's HELLO with sessionFull.)
     package let members: Int
     /// The preamble the session's connections send: its encryption preference and identity.
     package let preamble: Preamble

@@ -10,7 +10,8 @@ final class AcceptPacingHandler: ChannelInboundHandler {
     private var resume: Scheduled<Void>?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if resume == nil, let until = pacing.accepted(now: context.eventLoop.now) {
+        // Counted even while paused: AcceptBackoffHandler's retry may read then.
+        if let until = pacing.accepted(now: context.eventLoop.now), resume == nil {
             context.channel.setOption(.autoRead, value: false).whenFailure { _ in }
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             resume = context.eventLoop.assumeIsolated().scheduleTask(deadline: until) {

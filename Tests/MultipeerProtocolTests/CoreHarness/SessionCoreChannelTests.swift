@@ -10,7 +10,9 @@ import Testing
 /// Streams and resources between connected session cores on a virtual clock (docs/PROTOCOL.md
 /// §7.6, §7.8): windows, turns, refusal, cancel, resume after a cut, and floods of channels and
 /// resumes. Every frame passes the connection machines' channel rules; a refusal of one of ours
-/// would be recorded and fails the test.
+/// would be recorded and fails the test. The core decides (ChannelMux, ResumeStore); the
+/// endpoints are the harness's in-memory stand-ins, so hashing, files and the engine's reopening
+/// of kept partials are the shell's to test over sockets (ResourceChannelTests, ResumeCostTests).
 @Suite("Session cores back to back: streams and resources")
 struct SessionCoreChannelTests {
     static let pki = try! TestPKI(name: "Channels")

@@ -9,7 +9,9 @@ import Testing
 
 /// Invitations (docs/PROTOCOL.md §7.2) between session cores on a virtual clock: the inviter's
 /// and the advertiser's cores, real connection machines between them, and the session
-/// connection an acceptance leads to.
+/// connection an acceptance leads to. The harness stands in for InvitationListener and
+/// SessionEngine.invite; those are tested over sockets (InvitationListenerFloodTests,
+/// the advertiser and browser suites).
 @Suite("Session cores back to back: invitations")
 struct SessionCoreInvitationTests {
     static let pki = try! TestPKI(name: "Invitations")

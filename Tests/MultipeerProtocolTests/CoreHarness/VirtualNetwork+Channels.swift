@@ -150,7 +150,9 @@ final class ChannelDriver {
     }
 
     func peerSent(_ frame: Frame) {
-        switch mux.peerSent(frame, accepting: node.channels.accepting, incomingResourcesInSession: node.connectionsIncomingResources) {
+        // Read first: it reads this connection's mux too, which peerSent is mutating.
+        let inSession = node.connectionsIncomingResources
+        switch mux.peerSent(frame, accepting: node.channels.accepting, incomingResourcesInSession: inSession) {
         case .serve:
             pump()
         case .takeStream(let channel, let name, let reply):
