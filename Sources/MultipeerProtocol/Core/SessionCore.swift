@@ -26,6 +26,8 @@ package final class SessionCore {
         @exclusivity(unchecked) var assembler = MessageAssembler()
         @exclusivity(unchecked) var datagram: DatagramPeerState?
         var datagramAddress: SocketAddress?
+        /// Streams and resources, once the peer is a member.
+        @exclusivity(unchecked) var channels: ChannelMux?
 
         init(dialed: Bool, plan: DialPlan? = nil) {
             self.dialed = dialed
@@ -252,6 +254,7 @@ package final class SessionCore {
             link.listenEndpoint = hello.listenPort == 0 ? .notListening(at: seen.address) : seen
         }
         activeLink[peer.identifier] = id
+        link.channels = ChannelMux(weAreDialer: link.dialed, limits: configuration.channelLimits)
         actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
         logger.info("connected", metadata: [
             "peer": peer.logValue, "encrypted": "\(connection.isEncrypted)",
@@ -321,6 +324,12 @@ package final class SessionCore {
     }
 
     /// The link that carries reliable messages to `peer`.
+    /// The member link's channels, changed in place; nil unless the link is a member's.
+    package func channels<Result>(on id: LinkID, _ body: (inout ChannelMux) -> Result) -> Result? {
+        guard let link = links[id], link.channels != nil else { return nil }
+        return body(&link.channels!)
+    }
+
     package func activeLink(to peer: Bytes16) -> LinkID? { activeLink[peer] }
 
     /// The connection ended (after `established` or instead of it).

@@ -53,6 +53,8 @@ package struct SessionCoreConfiguration {
     /// Of those, how many may come from one source (`PendingSource`).
     var maximumPendingConnectionsPerSource: Int
     var datagramLimits: DatagramPeerState.Limits
+    /// Each member link's channel windows and resource limits.
+    var channelLimits: ChannelMux.Limits
     var logger: Logger
     /// Whether we accept connections (our HELLO's listenPort is not 0). A side that does not
     /// dials every member it is introduced to (docs/PROTOCOL.md §7.4).
@@ -64,14 +66,15 @@ package struct SessionCoreConfiguration {
 
     package init(
         localPeer: WirePeerID, handshakeTimeout: TimeAmount, maximumPendingConnections: Int,
-        maximumPendingConnectionsPerSource: Int, datagramLimits: DatagramPeerState.Limits, logger: Logger,
-        acceptsConnections: Bool = true
+        maximumPendingConnectionsPerSource: Int, datagramLimits: DatagramPeerState.Limits, channelLimits: ChannelMux.Limits,
+        logger: Logger, acceptsConnections: Bool = true
     ) {
         self.localPeer = localPeer
         self.handshakeTimeout = handshakeTimeout
         self.maximumPendingConnections = maximumPendingConnections
         self.maximumPendingConnectionsPerSource = maximumPendingConnectionsPerSource
         self.datagramLimits = datagramLimits
+        self.channelLimits = channelLimits
         self.logger = logger
         self.acceptsConnections = acceptsConnections
     }

@@ -86,14 +86,14 @@ extension SessionEngine {
             source.failed(TransferError(.notConnected))
             return
         }
-        guard let channel = mux.state.open(source.carriesResource ? .resource : .stream) else {
+        guard let channel = channels(of: mux, { $0.open(source.carriesResource ? .resource : .stream) }) ?? nil else {
             channelCounts.release(peer)
             source.failed(TransferError(.tooManyChannels))
             return
         }
         guard source.bind(channel: channel, linkage: mux) else {
             // Cancelled before it opened: nothing was sent.
-            mux.state.endOutbound(channel)
+            channels(of: mux) { $0.endOutbound(channel) }
             channelCounts.release(peer)
             return
         }
@@ -105,61 +105,70 @@ extension SessionEngine {
     func serveChannels(_ link: EngineState.Link, on connection: any Channel) {
         guard let mux = link.mux else { return }
         var wrote = false
-        while connection.isWritable, let (channel, allowance) = mux.state.next() {
+        while connection.isWritable, let (channel, allowance) = channels(of: mux, { $0.next() }) ?? nil {
             guard let source = mux.outbound[channel] else {
-                mux.state.endOutbound(channel)
+                channels(of: mux) { $0.endOutbound(channel) }
                 continue
             }
             switch source.nextOutput(allowance: allowance) {
             case .data(let bytes):
-                mux.state.served(channel, .data(bytes.readableBytes))
+                channels(of: mux) { $0.served(channel, .data(bytes.readableBytes)) }
                 let frame: Frame = source.carriesResource ? .resourceChunk(channel: channel, bytes) : .streamData(channel: channel, bytes)
                 writeChannelFrame(frame, on: connection, flush: false)
                 wrote = true
             case .finish(let frame):
-                mux.state.served(channel, .idle)
+                channels(of: mux) { $0.served(channel, .idle) }
                 writeChannelFrame(frame, on: connection, flush: false)
                 wrote = true
                 if case .streamClose = frame { endOutbound(channel, of: link) }
             case .idle:
-                mux.state.served(channel, .idle)
+                channels(of: mux) { $0.served(channel, .idle) }
             case .blocked:
-                mux.state.served(channel, .blocked)
+                channels(of: mux) { $0.served(channel, .blocked) }
             }
         }
         if wrote { connection.flush() }
     }
 
     private func endOutbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, mux.state.endOutbound(channel) else { return }
+        guard let mux = link.mux, channels(of: mux, { $0.endOutbound(channel) }) == true else { return }
         mux.outbound[channel] = nil
         if let peer = link.member?.identifier { channelCounts.release(peer) }
     }
 
     private func endInbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, mux.state.endInbound(channel), let inbound = mux.inbound.removeValue(forKey: channel) else { return }
+        guard let mux = link.mux, channels(of: mux, { $0.endInbound(channel) }) == true,
+            let inbound = mux.inbound.removeValue(forKey: channel)
+        else { return }
         if inbound is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
     }
 
     func channelReady(_ channel: UInt32, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux else { return }
-        mux.state.markReady(channel)
+        channels(of: mux) { $0.markReady(channel) }
         pump(link, peer: id)
     }
 
     func channelTaken(_ taken: [UInt32: Int], on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
-        writeChannelFrames(mux.state.taken(taken), on: connection)
+        writeChannelFrames(channels(of: mux) { $0.taken(taken) } ?? [], on: connection)
     }
 
     func channelSend(_ frame: Frame, ends: Bool, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         let channel = frame.channel
-        guard mux.state.maySend(on: channel) else { return }
+        guard let ours = channels(of: mux, { $0.maySend(on: channel) ? $0.isOurs(channel) : nil }) ?? nil else { return }
         writeChannelFrame(frame, on: connection, flush: true)
         if ends {
-            if mux.state.isOurs(channel) { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
+            if ours { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
         }
+    }
+
+    /// The link's `ChannelMux`, which the session core keeps in the link's record; nil once the
+    /// link is no longer a member's.
+    @discardableResult
+    private func channels<Result>(of mux: LinkMultiplexer, _ body: (inout ChannelMux) -> Result) -> Result? {
+        state.value.core.channels(on: mux.link, body)
     }
 
     private func writeChannelFrames(_ frames: [Frame], on connection: any Channel) {
@@ -182,9 +191,12 @@ extension SessionEngine {
 
     func channelFrameReceived(_ frame: Frame, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let peer = link.member, let connection = link.socket else { return }
-        let decision = mux.state.peerSent(
-            frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed))
+        let decision = channels(of: mux) {
+            $0.peerSent(frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed))
+        }
         switch decision {
+        case nil:
+            return  // the link is no longer a member's
         case .serve:
             pump(link, peer: id)
         case .takeStream(let channel, let name, let reply):
@@ -232,7 +244,7 @@ extension SessionEngine {
             }
         } catch {
             configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "cannot store it: \(error)"])
-            return writeChannelFrames(mux.state.resourceRefused(channel), on: connection)
+            return writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
         }
         let offset = resumed?.length ?? 0
         incomingResources.add(1, ordering: .relaxed)
@@ -251,7 +263,7 @@ extension SessionEngine {
             })
         transfer.setCancelHandler { receiver.cancel() }
         mux.inbound[channel] = receiver
-        writeChannelFrames(mux.state.resourceTaken(channel, offset: offset), on: connection)
+        writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offset) } ?? [], on: connection)
         transfer.progressed(to: offset)
         onEvent(.resourceStarted(transfer))
     }
@@ -306,14 +318,15 @@ extension SessionEngine {
 
     /// A new member's connection: raise its connection window from the protocol's initial one to ours.
     func widenConnectionWindow(of link: EngineState.Link) {
-        guard let frame = link.mux?.state.connectionWindowWidening, let connection = link.socket else { return }
+        guard let mux = link.mux, let frame = channels(of: mux, { $0.connectionWindowWidening }) ?? nil, let connection = link.socket
+        else { return }
         writeChannelFrame(frame, on: connection, flush: true)
     }
 
     /// The connection ended: every channel on it fails (incoming resources keep their bytes for resuming).
     func failChannels(of link: EngineState.Link) {
         guard let mux = link.mux else { return }
-        _ = mux.state.close()
+        _ = channels(of: mux) { $0.close() }
         let outbound = mux.outbound
         let inbound = mux.inbound
         mux.outbound = [:]
@@ -377,30 +390,23 @@ final class ChannelCounts: Sendable {
     func count(for peer: Bytes16) -> Int { counts.withLock { $0[peer, default: 0] } }
 }
 
-/// One connection's channels: what its `ChannelMux` decided (loop-only), the channel objects,
-/// and the hops from their threads onto the loop.
+/// One connection's channel objects and the hops from their threads onto the loop; what is
+/// decided about the channels is the link's `ChannelMux`, in the session core's record of it.
 final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
     // Loop-only state (the engine touches it on its event loop only).
-    var state: ChannelMux
     var outbound: [UInt32: any OutboundChannel] = [:]
     var inbound: [UInt32: any InboundChannel] = [:]
 
     private weak var engine: SessionEngine?
     private let eventLoop: any EventLoop
-    private let link: LinkID
+    let link: LinkID
     /// Bytes taken by readers, gathered from any thread and returned in one hop.
     private let taken = Mutex<(bytes: [UInt32: Int], scheduled: Bool)>(([:], false))
 
-    init(engine: SessionEngine, link: LinkID, weAreDialer: Bool) {
+    init(engine: SessionEngine, link: LinkID) {
         self.engine = engine
         eventLoop = engine.eventLoop
         self.link = link
-        let channels = engine.configuration.channels
-        state = ChannelMux(weAreDialer: weAreDialer, limits: ChannelMux.Limits(
-            channelReceiveWindow: channels.channelReceiveWindow, connectionReceiveWindow: channels.connectionReceiveWindow,
-            maximumIncomingResourceSize: channels.maximumIncomingResourceSize,
-            maximumIncomingResourcesPerPeer: channels.maximumIncomingResourcesPerPeer,
-            maximumConcurrentIncomingResources: channels.maximumConcurrentIncomingResources))
     }
 
     func channelReady(_ channel: UInt32) {

@@ -67,7 +67,7 @@ package final class SessionEngine: Sendable {
             // several apps on one machine); only the invitation listener limits a source.
             maximumPendingConnections: configuration.maximumPendingConnections,
             maximumPendingConnectionsPerSource: configuration.maximumPendingConnections,
-            datagramLimits: configuration.datagramLimits, logger: configuration.logger,
+            datagramLimits: configuration.datagramLimits, channelLimits: configuration.channels.muxLimits, logger: configuration.logger,
             // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
             acceptsConnections: true))
         state = .makeBoxSendingValue(
@@ -375,7 +375,7 @@ package final class SessionEngine: Sendable {
             case .memberJoined(let peer, let id, let acceptsDatagrams):
                 guard let link = state.links[id] else { return }
                 link.member = peer
-                link.mux = LinkMultiplexer(engine: self, link: id, weAreDialer: link.weAreDialer)
+                link.mux = LinkMultiplexer(engine: self, link: id)
                 widenConnectionWindow(of: link)
                 let socket = link.socket
                 // Held strongly (a socket does not refer back to its budget): a weak reference would put

@@ -163,4 +163,12 @@ package struct ChannelConfiguration: Sendable {
         let base = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         return base + "/swift-multipeer-resources-\(getuid())"
     }
+
+    /// What each link's `ChannelMux` is given.
+    var muxLimits: ChannelMux.Limits {
+        ChannelMux.Limits(
+            channelReceiveWindow: channelReceiveWindow, connectionReceiveWindow: connectionReceiveWindow,
+            maximumIncomingResourceSize: maximumIncomingResourceSize, maximumIncomingResourcesPerPeer: maximumIncomingResourcesPerPeer,
+            maximumConcurrentIncomingResources: maximumConcurrentIncomingResources)
+    }
 }

@@ -126,8 +126,8 @@ struct SessionCoreChannelTests {
         #expect(sink.outcome == .cancelled(.cancelled))
         #expect(bob.channels.files.isEmpty)
         // Nothing is left open on either side.
-        #expect(alice.openChannelDrivers.allSatisfy { $0.mux.outboundCount == 0 })
-        #expect(bob.openChannelDrivers.allSatisfy { $0.mux.incomingResources == 0 })
+        #expect(alice.openChannelDrivers.allSatisfy { $0.mux?.outboundCount == 0 })
+        #expect(bob.openChannelDrivers.allSatisfy { $0.mux?.incomingResources == 0 })
         Self.noRefusals(alice, bob)
     }
 

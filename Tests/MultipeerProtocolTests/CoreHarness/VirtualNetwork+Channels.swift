@@ -72,25 +72,32 @@ final class NodeChannels {
     fileprivate func arrived(_ sink: ChannelSink) { incoming.append(sink) }
 }
 
-/// One connection's channels in the harness: its `ChannelMux` and the endpoints.
+/// One connection's channels in the harness: the endpoints, driven as the session core's
+/// `ChannelMux` for the link decides (the core keeps it in the link's record, as for the shell).
 final class ChannelDriver {
     unowned let connection: Connection
-    private(set) var mux: ChannelMux
     private var outbound: [UInt32: ChannelSource] = [:]
     private var inbound: [UInt32: ChannelSink] = [:]
     /// Channel numbers of the data frames we sent, in order: the turns.
     private(set) var dataTurns: [UInt32] = []
 
-    init(connection: Connection, weAreDialer: Bool) {
+    init(connection: Connection) {
         self.connection = connection
-        mux = ChannelMux(weAreDialer: weAreDialer, limits: VirtualNetwork.channelLimits)
-        if let widening = mux.connectionWindowWidening { send(widening) }
+        if let widening = withMux({ $0.connectionWindowWidening }) ?? nil { send(widening) }
+    }
+
+    /// The link's mux as the core has it now (a copy, to look at).
+    var mux: ChannelMux? { connection.node.core.links[connection.link]?.channels }
+
+    @discardableResult
+    private func withMux<Result>(_ body: (inout ChannelMux) -> Result) -> Result? {
+        connection.node.core.channels(on: connection.link, body)
     }
 
     private var node: VirtualNetwork.Node { connection.node }
 
     fileprivate func open(_ source: ChannelSource) -> Bool {
-        guard let channel = mux.open(source.kind) else { return false }
+        guard let channel = withMux({ $0.open(source.kind) }) ?? nil else { return false }
         source.bind(channel, driver: self)
         outbound[channel] = source
         send(source.openingFrame)
@@ -100,59 +107,61 @@ final class ChannelDriver {
 
     /// Sources have something to send.
     func ready(_ channels: UInt32...) {
-        for channel in channels { mux.markReady(channel) }
+        for channel in channels { withMux { $0.markReady(channel) } }
         pump()
     }
 
-    func markReady(_ channel: UInt32) { mux.markReady(channel) }
+    func markReady(_ channel: UInt32) { withMux { $0.markReady(channel) } }
 
     private func pump() {
-        while let (channel, allowance) = mux.next() {
+        while let (channel, allowance) = withMux({ $0.next() }) ?? nil {
             guard let source = outbound[channel] else {
-                mux.endOutbound(channel)
+                withMux { $0.endOutbound(channel) }
                 continue
             }
             switch source.nextOutput(allowance: allowance) {
             case .data(let bytes):
-                mux.served(channel, .data(bytes.readableBytes))
+                withMux { $0.served(channel, .data(bytes.readableBytes)) }
                 dataTurns.append(channel)
                 send(source.kind == .resource ? .resourceChunk(channel: channel, bytes) : .streamData(channel: channel, bytes))
             case .finish(let frame):
-                mux.served(channel, .idle)
+                withMux { $0.served(channel, .idle) }
                 send(frame)
                 if case .streamClose = frame { endOutbound(channel) }
             case .idle:
-                mux.served(channel, .idle)
+                withMux { $0.served(channel, .idle) }
             case .blocked:
-                mux.served(channel, .blocked)
+                withMux { $0.served(channel, .blocked) }
             }
         }
     }
 
     /// A frame of ours for a channel (an answer, a cancel); only while it is open here.
     func channelSend(_ frame: Frame, ends: Bool) {
-        guard mux.maySend(on: frame.channel) else { return }
+        guard let ours = withMux({ $0.maySend(on: frame.channel) ? $0.isOurs(frame.channel) : nil }) ?? nil else { return }
         send(frame)
-        if ends { mux.isOurs(frame.channel) ? endOutbound(frame.channel) : endInbound(frame.channel) }
+        if ends { ours ? endOutbound(frame.channel) : endInbound(frame.channel) }
     }
 
     /// The application took (or dropped) bytes of one of the peer's channels.
     func taken(_ bytes: Int, on channel: UInt32) {
-        for frame in mux.taken([channel: bytes]) { send(frame) }
+        for frame in withMux({ $0.taken([channel: bytes]) }) ?? [] { send(frame) }
     }
 
     private func endOutbound(_ channel: UInt32) {
-        if mux.endOutbound(channel) { outbound[channel] = nil }
+        if withMux({ $0.endOutbound(channel) }) == true { outbound[channel] = nil }
     }
 
     private func endInbound(_ channel: UInt32) {
-        if mux.endInbound(channel) { inbound[channel] = nil }
+        if withMux({ $0.endInbound(channel) }) == true { inbound[channel] = nil }
     }
 
     func peerSent(_ frame: Frame) {
-        // Read first: it reads this connection's mux too, which peerSent is mutating.
+        // Read first: it reads this link's mux too, which peerSent changes in place.
         let inSession = node.connectionsIncomingResources
-        switch mux.peerSent(frame, accepting: node.channels.accepting, incomingResourcesInSession: inSession) {
+        switch withMux({ $0.peerSent(frame, accepting: node.channels.accepting, incomingResourcesInSession: inSession) }) {
+        case nil:
+            return  // no longer a member's link
         case .serve:
             pump()
         case .takeStream(let channel, let name, let reply):
@@ -188,7 +197,7 @@ final class ChannelDriver {
                 hasher: kept.hashState, offer: offer, key: key, resumed: kept)
         } else {
             if let kept { channels.files[kept.path] = nil }
-            guard !channels.storageFails else { return mux.resourceRefused(channel).forEach(send) }
+            guard !channels.storageFails else { return (withMux { $0.resourceRefused(channel) } ?? []).forEach(send) }
             channels.nextFile += 1
             let path = "/resources/\(channels.nextFile).part"
             channels.files[path] = []
@@ -198,12 +207,12 @@ final class ChannelDriver {
         }
         inbound[channel] = sink
         channels.arrived(sink)
-        mux.resourceTaken(channel, offset: sink.offset).forEach(send)
+        (withMux { $0.resourceTaken(channel, offset: sink.offset) } ?? []).forEach(send)
     }
 
     /// The connection ended: every channel fails; an incoming resource keeps its bytes.
     func connectionLost() {
-        _ = mux.close()
+        withMux { _ = $0.close() }
         let (sources, sinks) = (outbound.values, inbound.values)
         outbound = [:]
         inbound = [:]
@@ -211,7 +220,7 @@ final class ChannelDriver {
         for sink in sinks { sink.failed(now: connection.network.now) }
     }
 
-    fileprivate var incomingResources: Int { mux.incomingResources }
+    fileprivate var incomingResources: Int { mux?.incomingResources ?? 0 }
 
     private func send(_ frame: Frame) {
         connection.sendChecked(frame)

@@ -127,7 +127,7 @@ final class VirtualNetwork {
         let core = SessionCore(
             configuration: SessionCoreConfiguration(
                 localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64, maximumPendingConnectionsPerSource: 64,
-                datagramLimits: .init(), logger: logger, acceptsConnections: acceptsConnections),
+                datagramLimits: .init(), channelLimits: Self.channelLimits, logger: logger, acceptsConnections: acceptsConnections),
             random: SeededGenerator(seed: random.next()))
         let node = Node(
             index: nodes.count, peer: peer, core: core, tls: try TLSContext(identity: identity), preference: preference,
@@ -449,12 +449,13 @@ final class Connection {
                 isEstablished = true
                 let tls = machine.tlsEngine
                 peerIdentifier = connection.peer.identifier
-                channels = ChannelDriver(connection: self, weAreDialer: dialPlan != nil)
                 node.core.established(connection, on: link, remoteHost: remote?.node.host) { direction, epoch in
                     try? tls?.exportKeyingMaterial(
                         label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
                         length: DatagramCipher.keyLength)
                 }
+                // After the core made the link a member's, with its ChannelMux.
+                channels = ChannelDriver(connection: self)
                 network.drain(node)
                 keepalive = KeepaliveClock(policy: network.keepalive, now: network.now)
                 scheduleKeepaliveTick()
