@@ -53,7 +53,8 @@ package struct Inviter {
 
     /// The answer. An acceptance is followed only with connection data the invitee made, for us.
     package mutating func answered(_ answer: InvitationAnswer) -> [Action] {
-        guard connected, let index = current, outcome == nil else { return [] }
+        guard let index = current, outcome == nil else { return [] }
+        connected = true  // only an open connection answers, whichever news came first
         switch answer.response {
         case .declined: return finish(.declined)
         case .timedOut: return finish(.timedOut)
@@ -70,7 +71,8 @@ package struct Inviter {
     /// The invitation connection ended without an answer: on the answer deadline (or the
     /// handshake's), `timedOut`; for any other reason, `unreachable`.
     package mutating func connectionEnded(_ error: ConnectionError) -> [Action] {
-        guard connected, outcome == nil else { return [] }
+        guard current != nil, outcome == nil else { return [] }
+        connected = true  // only an open connection reports its end
         switch error.code {
         case .invitationEnded: return []  // after the answer, which decided
         case .handshakeTimedOut: return finish(.timedOut)
@@ -78,10 +80,11 @@ package struct Inviter {
         }
     }
 
-    /// The transport closed and the connection reported nothing first. Before the connection
-    /// was taken this is the dial's failure, which `dialFailed` reports.
+    /// The transport of an open connection closed and the connection reported nothing first.
+    /// (A dial that never connected is reported by `dialFailed` instead.)
     package mutating func transportClosed() -> [Action] {
-        guard connected, outcome == nil else { return [] }
+        guard current != nil, outcome == nil else { return [] }
+        connected = true
         return finish(.unreachable("the connection closed without an answer"))
     }
 
