@@ -29,15 +29,17 @@ struct ExampleAppsProcessTests {
     /// Runs `example` in each namespace with the arguments given for it, all at once, to the end.
     /// Without a system bus: discovery runs on the embedded engine, on the namespace's link, even
     /// on a machine whose avahi-daemon would publish on the real network.
-    static func runTogether(_ example: String, _ runs: [(name: String, namespace: String, arguments: [String])]) async throws -> [Run] {
+    static func runTogether(
+        _ example: String, _ runs: [(name: String, namespace: String, arguments: [String])], timeout: Int = appTimeout
+    ) async throws -> [Run] {
         let program = try BuiltProducts.executable(example).path
         let ip = URL(fileURLWithPath: "/usr/sbin/ip")
         let noBus = "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent/\(UUID().uuidString)"
         return try await withThrowingTaskGroup(of: Run.self) { group in
             for run in runs {
                 group.addTask {
-                    let arguments = ["netns", "exec", run.namespace, "/usr/bin/env", noBus, program] + run.arguments + ["--timeout", "\(appTimeout)"]
-                    let (status, output) = try await BuiltProducts.run(ip, arguments, seconds: Double(appTimeout + 30))
+                    let arguments = ["netns", "exec", run.namespace, "/usr/bin/env", noBus, program] + run.arguments + ["--timeout", "\(timeout)"]
+                    let (status, output) = try await BuiltProducts.run(ip, arguments, seconds: Double(timeout + 30))
                     return Run(name: run.name, status: status, lines: output.split(separator: "\n").map(String.init))
                 }
             }
@@ -151,5 +153,24 @@ struct ExampleAppsProcessTests {
             #expect(run.lines.filter { $0.hasPrefix("DONE") } == ["DONE"], "\(run)")
         }
         print("file share to two receivers: \(ContinuousClock.now - started)")
+    }
+
+    /// Alone, each app waits for its peers only as long as it was told, then says so and exits 2.
+    @Test func eachAppGivesUpAtItsTimeLimit() async throws {
+        let namespaces = try NetworkNamespaces(count: 3)
+        defer { namespaces.remove() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("file-share-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let started = ContinuousClock.now
+        async let chat = Self.runTogether("group-chat", [("alice", namespaces.names[0], ["--name", "alice", "--peers", "2", "--messages", "1"])], timeout: 2)
+        async let game = Self.runTogether("turn-game", [("north", namespaces.names[1], ["--name", "north", "--players", "2"])], timeout: 2)
+        async let share = Self.runTogether("file-share", [("bob", namespaces.names[2], ["receive", "--name", "bob", "--output", directory.path])], timeout: 2)
+        let runs = try await chat + game + share
+        let waited = ContinuousClock.now - started
+        for run in runs {
+            #expect(run.status == 2, "\(run)")
+            #expect(run.lines.last?.hasPrefix("TIMEOUT") == true, "\(run)")
+        }
+        #expect(waited >= .seconds(2) && waited < .seconds(20), "\(waited)")
     }
 }
