@@ -154,6 +154,10 @@ let package = Package(
             name: "interop-peer",
             dependencies: ["MultipeerConnectivity", "MultipeerCrypto", "MultipeerDiscovery", "MultipeerWire"]
         ),
+        // Examples/README.md: apps written as for Apple's platforms, each run end to end by ExampleAppsProcessTests.
+        .executableTarget(name: "group-chat", dependencies: ["MultipeerConnectivity"], path: "Examples/GroupChat"),
+        .executableTarget(name: "turn-game", dependencies: ["MultipeerConnectivity"], path: "Examples/TurnGame"),
+        .executableTarget(name: "file-share", dependencies: ["MultipeerConnectivity"], path: "Examples/FileShare"),
         // libFuzzer targets (see Fuzz/README.md); a plain build links them as no-op executables.
         .target(
             name: "WireFuzzChecks",
