@@ -2,7 +2,8 @@ import CMultipeerOpenSSL
 import CMultipeerShims
 import MultipeerWire
 
-/// OpenSSL contexts for one session: TLS 1.3 only, X25519 or P-256 key exchange, security level 2,
+/// OpenSSL contexts for one session: TLS 1.3 only, hybrid X25519MLKEM768 key exchange where the
+/// linked OpenSSL has it (3.5 and later) and X25519 or P-256 otherwise, security level 2,
 /// ALPN `mpcp/1`, no tickets (so no record is sealed under the traffic keys before the engine takes
 /// them over), and certificate chains accepted at the TLS layer because the trust
 /// decision is the application's, after the handshake (docs/PROTOCOL.md §5, §7.3). TLS itself
@@ -17,9 +18,26 @@ public final class TLSContext: @unchecked Sendable {
 
     static let alpnWire: [UInt8] = [UInt8(WireLimits.alpnProtocol.utf8.count)] + Array(WireLimits.alpnProtocol.utf8)
 
-    /// Only elliptic-curve key exchange: a ClientHello offering a finite-field group alone would
-    /// cost the listener a large modular exponentiation (~117 ms for ffdhe8192).
-    static let groups = "X25519:P-256"
+    /// Only elliptic-curve key exchange, hybrid with ML-KEM where available: a ClientHello
+    /// offering a finite-field group alone would cost the listener a large modular
+    /// exponentiation (~117 ms for ffdhe8192). With X25519MLKEM768, key shares go for it and for
+    /// X25519 (the `*`s), so a peer without ML-KEM answers at once, with no HelloRetryRequest.
+    /// Each group is a tuple of its own (the `/`s): OpenSSL 3.5 servers pick by tuple order,
+    /// so the listener keeps §5's order of preference rather than taking the client's.
+    static let postQuantumGroups = "*X25519MLKEM768/*X25519/P-256"
+    /// What an OpenSSL without ML-KEM (3.0) is given; it also rejects the `*` syntax.
+    static let classicalGroups = "X25519:P-256"
+
+    /// Whether the linked OpenSSL offers hybrid post-quantum key exchange.
+    public static let offersPostQuantumKeyExchange: Bool = {
+        guard let context = SSL_CTX_new(TLS_method()) else { return false }
+        defer { SSL_CTX_free(context) }
+        let offered = mp_SSL_CTX_set1_groups_list(context, postQuantumGroups) == 1
+        ERR_clear_error()  // 3.0's complaint about the list it does not know
+        return offered
+    }()
+
+    static var groups: String { offersPostQuantumKeyExchange ? postQuantumGroups : classicalGroups }
 
     /// OpenSSL level 2 (112-bit security), set here because distributions build in different
     /// defaults. Trust evaluation uses the same level.

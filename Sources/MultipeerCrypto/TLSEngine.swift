@@ -348,6 +348,14 @@ public final class TLSEngine {
 
     public var protocolVersion: String { String(cString: SSL_get_version(ssl)) }
 
+    /// The key exchange group the handshake used, by OpenSSL's name ("X25519MLKEM768", "x25519",
+    /// "secp256r1"); nil before the handshake.
+    public var negotiatedGroup: String? {
+        let group = mp_SSL_get_negotiated_group(ssl)
+        guard group != 0, let name = SSL_group_to_name(ssl, group) else { return nil }
+        return String(cString: name)
+    }
+
     /// RFC 8446 §7.5 exporter output, wiped when released.
     public func exportKeyingMaterial(label: String, context exporterContext: [UInt8], length: Int) throws(SecurityError) -> SecureBytes {
         guard isHandshakeComplete else { throw SecurityError(.tlsFailure, "export before the handshake completed") }

@@ -1,3 +1,4 @@
+import Foundation
 import CMultipeerOpenSSL
 import CMultipeerShims
 @testable import MultipeerCrypto
@@ -10,6 +11,15 @@ struct CryptoRuntimeTests {
         #expect(CryptoRuntime.openSSLVersion.hasPrefix("OpenSSL 3."))
         #expect(!CryptoRuntime.sodiumVersion.isEmpty)
         try CryptoRuntime.ensureInitialized()
+    }
+
+    /// scripts/test-openssl builds against a second OpenSSL and says which: the tests must then
+    /// run against it, headers and library alike, not the system's.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["MP_EXPECTED_OPENSSL"] != nil))
+    func theSecondConfigurationRunsAgainstTheOpenSSLItNames() throws {
+        let expected = try #require(ProcessInfo.processInfo.environment["MP_EXPECTED_OPENSSL"])
+        #expect(CryptoRuntime.openSSLVersion.hasPrefix("OpenSSL \(expected)"), "running against \(CryptoRuntime.openSSLVersion)")
+        #expect(OPENSSL_VERSION_TEXT.hasPrefix("OpenSSL \(expected)"), "built with the headers of \(OPENSSL_VERSION_TEXT)")
     }
 
     @Test func protocolVersionShimsPinTLS13() throws {

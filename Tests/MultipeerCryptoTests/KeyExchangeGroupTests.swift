@@ -1,0 +1,36 @@
+import CMultipeerOpenSSL
+import Foundation
+@testable import MultipeerCrypto
+import MultipeerTestSupport
+import Testing
+
+/// Which key exchange two peers end up with (docs/PROTOCOL.md §5): the hybrid X25519MLKEM768
+/// when both sides' OpenSSL has it (3.5 and later), X25519 otherwise.
+@Suite("Key exchange groups")
+struct KeyExchangeGroupTests {
+    /// The system's OpenSSL 3.0 has no ML-KEM; the second configuration (scripts/test-openssl 3.5) has.
+    @Test func theLinkedOpenSSLDecidesWhetherMLKEMIsOffered() {
+        let version = CryptoRuntime.openSSLVersion.split(separator: " ").dropFirst().first.map(String.init) ?? ""
+        let parts = version.split(separator: ".").compactMap { Int($0) }
+        let atLeast35 = parts.count >= 2 && (parts[0], parts[1]) >= (3, 5)
+        #expect(TLSContext.offersPostQuantumKeyExchange == atLeast35, "\(CryptoRuntime.openSSLVersion)")
+    }
+
+    @Test func twoLibraryPeersUseTheBestGroupBothHave() throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        let expected = TLSContext.offersPostQuantumKeyExchange ? "X25519MLKEM768" : "x25519"
+        #expect(pair.client.negotiatedGroup == expected)
+        #expect(pair.server.negotiatedGroup == expected)
+    }
+
+    /// A peer whose OpenSSL has no ML-KEM (3.0's groups) still agrees with us, on X25519.
+    @Test func aPeerWithoutMLKEMGetsX25519() throws {
+        let identity = try SecurityIdentity.ephemeral()
+        let raw = try RawTLSPeer(role: .server, groups: "X25519:P-256", certificate: identity.certificate, key: identity.privateKey.pkey)
+        let client = try TLSEngine(context: TLSContext(identity: nil), role: .client)
+        let outcome = raw.handshake(with: client)
+        #expect(outcome.engineError == nil)
+        #expect(client.negotiatedGroup == "x25519")
+    }
+}
