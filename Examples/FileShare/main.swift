@@ -3,7 +3,7 @@
 // it against the size and checksum the sender announced.
 //
 //   file-share receive --service mpc-files --name bob --output DIR [--timeout 60]
-//   file-share send --service mpc-files --name alice --file PATH [--receivers 1] [--timeout 60]
+//   file-share send --service mpc-files --name alice --file PATH [--as NAME] [--receivers 1] [--timeout 60]
 //
 // Receivers advertise; the sender browses and invites them. Prints `CONNECTED <name>`,
 // `PROGRESS <name> <fraction>`, `SENT <name>` and `CONFIRMED <name>` (sender), `RECEIVING <file>`,
@@ -28,6 +28,8 @@ struct Options {
     var serviceType = "mpc-files"
     var displayName = ProcessInfo.processInfo.hostName
     var file: URL?
+    /// The name the receivers are told, instead of the file's own.
+    var sendAs: String?
     var output: URL?
     var receivers = 1
     var timeout: Double = 60
@@ -45,6 +47,7 @@ struct Options {
             case "--service": options.serviceType = value(flag)
             case "--name": options.displayName = value(flag)
             case "--file": options.file = URL(fileURLWithPath: value(flag))
+            case "--as": options.sendAs = value(flag)
             case "--output": options.output = URL(fileURLWithPath: value(flag), isDirectory: true)
             case "--receivers": options.receivers = Int(value(flag)) ?? 0
             case "--timeout": options.timeout = Double(value(flag)) ?? 0
@@ -67,8 +70,36 @@ struct Options {
 }
 
 /// Prints a line at once, even into a pipe (where `print` would hold it in a buffer).
+/// One output line; what peers chose in it goes through `shown` first.
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    FileHandle.standardOutput.write(Data((shown(line) + "\n").utf8))
+}
+
+/// Text a peer chose (its name, a file's name), fit for one output line: control characters,
+/// a newline among them, would let a peer forge lines or drive the terminal.
+func shown(_ text: String) -> String {
+    String(String.UnicodeScalarView(text.unicodeScalars.map { CharacterSet.controlCharacters.contains($0) ? "?" : $0 }))
+}
+
+/// A peer's name for a file, as a plain name in the output folder: its last path component,
+/// without leading dots (so never "." or "..", never hidden) or control characters.
+func safeFileName(_ proposed: String) -> String {
+    var name = String(proposed.split(separator: "/").last ?? "")
+    name = String(String.UnicodeScalarView(name.unicodeScalars.filter { !CharacterSet.controlCharacters.contains($0) }))
+    while name.hasPrefix(".") { name.removeFirst() }
+    return name.isEmpty ? "received" : name
+}
+
+/// Where a received file goes: `name`, or `name-2`, `name-3`, ... when that is taken. Nothing
+/// already in the folder is replaced or removed on a peer's word.
+func freeDestination(for name: String, in folder: URL) -> URL {
+    var candidate = folder.appendingPathComponent(name)
+    var number = 2
+    while FileManager.default.fileExists(atPath: candidate.path) {
+        candidate = folder.appendingPathComponent("\(name)-\(number)")
+        number += 1
+    }
+    return candidate
 }
 
 /// Size and 64-bit FNV-1a of a file's bytes, as hex: enough to tell a damaged copy.
@@ -152,7 +183,7 @@ final class FileShare: NSObject {
         guard options.role == .send, !sending, connected.count == options.receivers, let fileFingerprint, let file = options.file else { return }
         sending = true
         browser?.stopBrowsingForPeers()
-        let name = file.lastPathComponent
+        let name = options.sendAs ?? file.lastPathComponent
         for peer in connected {
             send(.offer(name: name, size: fileFingerprint.size, checksum: fileFingerprint.checksum), to: peer)
             let progress = session.sendResource(at: file, withName: name, toPeer: peer) { error in
@@ -173,7 +204,7 @@ final class FileShare: NSObject {
                 let fraction = progress.fractionCompleted
                 if fraction != last {
                     last = fraction
-                    say("PROGRESS \(peer.displayName) \(String(format: "%.3f", fraction))")
+                    say("PROGRESS \(shown(peer.displayName)) \(String(format: "%.3f", fraction))")
                 }
                 if Task.isCancelled { return }
                 try? await Task.sleep(for: .milliseconds(20))
@@ -186,7 +217,7 @@ final class FileShare: NSObject {
         // The watcher reads the final fraction once more, then stops.
         watchers[peer]?.cancel()
         sent.insert(peer)
-        say("SENT \(peer.displayName)")
+        say("SENT \(shown(peer.displayName))")
         checkSenderFinished()
     }
 
@@ -195,7 +226,7 @@ final class FileShare: NSObject {
             return fail("\(peer.displayName) received \(name) as \(size) bytes, checksum \(checksum)")
         }
         confirmed.insert(peer)
-        say("CONFIRMED \(peer.displayName) \(size) \(checksum)")
+        say("CONFIRMED \(shown(peer.displayName)) \(size) \(checksum)")
         checkSenderFinished()
     }
 
@@ -223,7 +254,7 @@ final class FileShare: NSObject {
         guard let offer = offers[name], let copy = arrived[name] else { return }
         guard offer == copy else { return fail("\(name): \(copy.size) bytes, checksum \(copy.checksum); offered \(offer.size), \(offer.checksum)") }
         verified = true
-        say("VERIFIED \(name) \(copy.size) \(copy.checksum)")
+        say("VERIFIED \(shown(name)) \(copy.size) \(copy.checksum)")
         send(.received(name: name, size: copy.size, checksum: copy.checksum), to: peer)
         // The sender hangs up once every receiver has answered.
     }
@@ -234,11 +265,11 @@ final class FileShare: NSObject {
         switch state {
         case .connected:
             connected.insert(peerID)
-            say("CONNECTED \(peerID.displayName)")
+            say("CONNECTED \(shown(peerID.displayName))")
             sendFileIfEveryoneIsHere()
         case .notConnected:
             let was = connected.remove(peerID) != nil
-            if was { say("DISCONNECTED \(peerID.displayName)") }
+            if was { say("DISCONNECTED \(shown(peerID.displayName))") }
             switch options.role {
             case .receive where leaving:
                 break
@@ -266,7 +297,7 @@ final class FileShare: NSObject {
         guard let message = try? decoder.decode(ShareMessage.self, from: data) else { return fail("undecodable message from \(peerID.displayName)") }
         switch message {
         case .offer(let name, let size, let checksum):
-            say("OFFERED \(name) \(size) \(checksum)")
+            say("OFFERED \(shown(name)) \(size) \(checksum)")
             offers[name] = (size, checksum)
             checkReceived(name, from: peerID)
         case .received(let name, let size, let checksum):
@@ -280,12 +311,12 @@ final class FileShare: NSObject {
     }
 
     func fail(_ reason: String) {
-        say("FAIL \(reason)")
+        say("FAIL \(shown(reason))")
         exit(1)
     }
 
     func timedOut() {
-        say("TIMEOUT connected=\(connected.map(\.displayName).sorted().joined(separator: ",")) sent=\(sent.count) confirmed=\(confirmed.count)")
+        say("TIMEOUT connected=\(connected.map { shown($0.displayName) }.sorted().joined(separator: ",")) sent=\(sent.count) confirmed=\(confirmed.count)")
         exit(2)
     }
 }
@@ -304,7 +335,7 @@ extension FileShare: MCSessionDelegate {
     nonisolated func session(
         _ session: MCSession, didStartReceivingResourceWithName resourceName: String, fromPeer peerID: MCPeerID, with progress: Progress
     ) {
-        say("RECEIVING \(resourceName) from \(peerID.displayName)")
+        say("RECEIVING \(shown(resourceName)) from \(shown(peerID.displayName))")
     }
 
     /// The session deletes the file when this returns: move it first, here.
@@ -317,11 +348,11 @@ extension FileShare: MCSessionDelegate {
             DispatchQueue.main.async { self.fail(reason) }
             return
         }
-        // Only a name from the peer, never a path.
-        let destination = options.output!.appendingPathComponent(URL(fileURLWithPath: resourceName).lastPathComponent)
+        // Only a name from the peer, never a path, and never over a file already there.
+        let destination = freeDestination(for: safeFileName(resourceName), in: options.output!)
         do {
-            try? FileManager.default.removeItem(at: destination)
             try FileManager.default.moveItem(at: localURL, to: destination)
+            say("STORED \(shown(destination.lastPathComponent))")
             let (size, checksum) = try fingerprint(of: destination)
             DispatchQueue.main.async { self.arrived(resourceName, size: size, checksum: checksum, from: peerID) }
         } catch {
@@ -348,7 +379,7 @@ extension FileShare: MCNearbyServiceBrowserDelegate {
     nonisolated func browser(_ browser: MCNearbyServiceBrowser, foundPeer peerID: MCPeerID, withDiscoveryInfo info: [String: String]?) {
         guard info?["role"] == "receiver" else { return }
         DispatchQueue.main.async {
-            say("FOUND \(peerID.displayName)")
+            say("FOUND \(shown(peerID.displayName))")
             self.invite(peerID)
         }
     }

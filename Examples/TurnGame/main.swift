@@ -57,8 +57,11 @@ struct Options {
 }
 
 /// Prints a line at once, even into a pipe (where `print` would hold it in a buffer).
+/// One output line. Names and messages come from peers: their control characters (a newline
+/// among them) are shown as "?", so a peer can neither forge a line nor drive the terminal.
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    let safe = String(String.UnicodeScalarView(line.unicodeScalars.map { CharacterSet.controlCharacters.contains($0) ? "?" : $0 }))
+    FileHandle.standardOutput.write(Data((safe + "\n").utf8))
 }
 
 @MainActor

@@ -8,12 +8,14 @@ import Foundation
 /// designated initializer they call (the subclass's override first, then ours) takes them.
 enum InitializerSettings {
     /// What one convenience initializer left, for the object made with `owner` (the peer ID or
-    /// browser it was given), so that an object of another kind made meanwhile cannot take it.
+    /// browser it was given).
     private final class Entry {
+        let serial: Int
         let owner: ObjectIdentifier
         let value: Any
 
-        init(owner: ObjectIdentifier, value: Any) {
+        init(serial: Int, owner: ObjectIdentifier, value: Any) {
+            self.serial = serial
             self.owner = owner
             self.value = value
         }
@@ -22,6 +24,12 @@ enum InitializerSettings {
     /// Entries of the calling thread, newest last (initializers nest).
     private final class Stack {
         var entries: [Entry] = []
+        var nextSerial = 0
+    }
+
+    /// What `leave` hands back, for `discard`.
+    struct Ticket {
+        fileprivate let serial: Int
     }
 
     private static let key = "swift-multipeer.InitializerSettings"
@@ -35,22 +43,28 @@ enum InitializerSettings {
     }
 
     /// Leaves `value` for the designated initializer about to be called for `owner`; the
-    /// convenience initializer calls `discard` once that returned.
-    static func leave<Value>(_ value: Value, for owner: AnyObject) {
-        stack.entries.append(Entry(owner: ObjectIdentifier(owner), value: value))
+    /// convenience initializer calls `discard` with the ticket once that returned.
+    static func leave<Value>(_ value: Value, for owner: AnyObject) -> Ticket {
+        let stack = stack
+        stack.nextSerial += 1
+        stack.entries.append(Entry(serial: stack.nextSerial, owner: ObjectIdentifier(owner), value: value))
+        return Ticket(serial: stack.nextSerial)
     }
 
-    /// The newest value of type `Value` left for `owner`, removed; nil when none was.
+    /// The newest value of type `Value` left for `owner`, removed. When none was left for
+    /// `owner` but one of that type was (a subclass's override passed another, equal object to
+    /// `super.init`), that one: its settings must not fall back to the defaults unnoticed.
     static func take<Value>(_ type: Value.Type, for owner: AnyObject) -> Value? {
         let stack = stack
         let id = ObjectIdentifier(owner)
-        guard let index = stack.entries.lastIndex(where: { $0.owner == id && $0.value is Value }) else { return nil }
+        guard let index = stack.entries.lastIndex(where: { $0.owner == id && $0.value is Value })
+            ?? stack.entries.lastIndex(where: { $0.value is Value })
+        else { return nil }
         return stack.entries.remove(at: index).value as? Value
     }
 
-    /// Removes what is left for `owner` of type `Value`, had no initializer taken it.
-    static func discard<Value>(_ type: Value.Type, for owner: AnyObject) {
-        let id = ObjectIdentifier(owner)
-        stack.entries.removeAll { $0.owner == id && $0.value is Value }
+    /// Removes what `leave` left, had no initializer taken it; nothing else.
+    static func discard(_ ticket: Ticket) {
+        stack.entries.removeAll { $0.serial == ticket.serial }
     }
 }

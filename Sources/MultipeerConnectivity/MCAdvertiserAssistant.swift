@@ -95,9 +95,9 @@ open class MCAdvertiserAssistant: NSObject, @unchecked Sendable {
         listenHost: String = "0.0.0.0", prompt: Prompt? = nil
     ) throws(MCError) {
         _ = try MCNearbyServiceAdvertiser.validated(serviceType, info)  // thrown here, not trapped on
-        InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost, prompt: prompt), for: session)
+        let settingsTicket = InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost, prompt: prompt), for: session)
         self.init(serviceType: serviceType, discoveryInfo: info, session: session)
-        InitializerSettings.discard(Settings.self, for: session)
+        InitializerSettings.discard(settingsTicket)
     }
 
     /// What the throwing initialiser hands to Apple's.

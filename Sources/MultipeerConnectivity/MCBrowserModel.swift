@@ -102,9 +102,9 @@ open class MCBrowserModel: @unchecked Sendable {
 
     /// The model alone: nothing reaches it but what `receive` is given (for tests).
     convenience init(browser: MCNearbyServiceBrowser, session: MCSession, actions: Actions) {
-        InitializerSettings.leave(actions, for: browser)
+        let settingsTicket = InitializerSettings.leave(actions, for: browser)
         self.init(browser: browser, session: session)
-        InitializerSettings.discard(Actions.self, for: browser)
+        InitializerSettings.discard(settingsTicket)
     }
 
     /// Feeds the browser's and the session's events into the list, for the model's lifetime.

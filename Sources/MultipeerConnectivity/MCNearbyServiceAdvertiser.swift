@@ -69,9 +69,9 @@ open class MCNearbyServiceAdvertiser: NSObject, @unchecked Sendable {
         listenHost: String = "0.0.0.0"
     ) throws(MCError) {
         _ = try Self.validated(serviceType, info)
-        InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost), for: myPeerID)
+        let settingsTicket = InitializerSettings.leave(Settings(configuration: configuration, listenHost: listenHost), for: myPeerID)
         self.init(peer: myPeerID, discoveryInfo: info, serviceType: serviceType)
-        InitializerSettings.discard(Settings.self, for: myPeerID)
+        InitializerSettings.discard(settingsTicket)
     }
 
     /// What the throwing initialiser hands to Apple's.

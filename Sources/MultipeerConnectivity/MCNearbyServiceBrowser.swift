@@ -68,9 +68,9 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
     /// Throws `invalidParameter` with the reason for a bad service type.
     public convenience init(peer myPeerID: MCPeerID, serviceType: String, configuration: DiscoveryConfiguration) throws(MCError) {
         _ = try Self.validated(serviceType)
-        InitializerSettings.leave(configuration, for: myPeerID)
+        let settingsTicket = InitializerSettings.leave(configuration, for: myPeerID)
         self.init(peer: myPeerID, serviceType: serviceType)
-        InitializerSettings.discard(DiscoveryConfiguration.self, for: myPeerID)
+        InitializerSettings.discard(settingsTicket)
     }
 
     private static func validated(_ serviceType: String) throws(MCError) -> ServiceType {

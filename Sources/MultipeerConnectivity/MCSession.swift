@@ -76,9 +76,9 @@ open class MCSession: NSObject, @unchecked Sendable {
         peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference,
         configuration: MCSessionConfiguration
     ) {
-        InitializerSettings.leave(configuration, for: myPeerID)
+        let settingsTicket = InitializerSettings.leave(configuration, for: myPeerID)
         self.init(peer: myPeerID, securityIdentity: identity, encryptionPreference: encryptionPreference)
-        InitializerSettings.discard(MCSessionConfiguration.self, for: myPeerID)
+        InitializerSettings.discard(settingsTicket)
     }
 
     /// The typed initializer: the identity directly, errors thrown.

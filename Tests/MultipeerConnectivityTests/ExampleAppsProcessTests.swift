@@ -155,6 +155,35 @@ struct ExampleAppsProcessTests {
         print("file share to two receivers: \(ContinuousClock.now - started)")
     }
 
+    /// The name of a received file is the peer's word: ".." must neither climb out of the
+    /// output folder nor remove anything there; a name already taken gets a number.
+    @Test func aReceivedFileNamedDotDotStaysInTheOutputFolder() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("file-share-\(UUID().uuidString)")
+        let output = directory.appendingPathComponent("inbox")
+        try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keep = directory.appendingPathComponent("keep.txt")
+        try Data("mine".utf8).write(to: keep)
+        try Data("earlier".utf8).write(to: output.appendingPathComponent("received"))
+        let content = Data(seededContent(100_000, seed: 31))
+        let file = directory.appendingPathComponent("payload.bin")
+        try content.write(to: file)
+        let runs = try await Self.runTogether(
+            "file-share",
+            [
+                ("alice", namespaces.names[0], ["send", "--name", "alice", "--file", file.path, "--as", "..", "--receivers", "1"]),
+                ("bob", namespaces.names[1], ["receive", "--name", "bob", "--output", output.path]),
+            ])
+        for run in runs { #expect(run.status == 0, "\(run)") }
+        #expect(runs[1].fields("STORED") == [["received-2"]], "\(runs[1])")
+        #expect(try Data(contentsOf: output.appendingPathComponent("received-2")) == content)
+        #expect(try Data(contentsOf: output.appendingPathComponent("received")) == Data("earlier".utf8))
+        #expect(try Data(contentsOf: keep) == Data("mine".utf8))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["inbox", "keep.txt", "payload.bin"])
+    }
+
     /// Alone, each app waits for its peers only as long as it was told, then says so and exits 2.
     @Test func eachAppGivesUpAtItsTimeLimit() async throws {
         let namespaces = try NetworkNamespaces(count: 3)

@@ -24,6 +24,15 @@ private final class GameSession: MCSession, @unchecked Sendable {
     }
 }
 
+/// A subclass whose override hands `super.init` a copy of the peer ID it was given, equal but
+/// another object, as one that unarchives or wraps it does.
+private final class CopyingSession: MCSession, @unchecked Sendable {
+    override init(peer myPeerID: MCPeerID, securityIdentity identity: [Any]?, encryptionPreference: MCEncryptionPreference) {
+        let copy = try! MCPeerID(wireRepresentation: myPeerID.wireRepresentation)
+        super.init(peer: copy, securityIdentity: identity, encryptionPreference: encryptionPreference)
+    }
+}
+
 /// A subclass that adds nothing but a method, as many apps' do. Not private: NSKeyedArchiver
 /// names the class it archives, and Foundation cannot name a private one.
 final class SubclassedPlayer: MCPeerID, @unchecked Sendable {
@@ -96,6 +105,20 @@ struct SubclassingTests {
         #expect(guest.messagesSent == 1)
         host.disconnect()
         guest.disconnect()
+    }
+
+    /// The library's settings reach the designated initializer even when an override passes
+    /// another (equal) peer ID on: a loopback-only session must not start listening everywhere.
+    @Test func settingsSurviveAnOverrideThatPassesAnotherPeerObject() {
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.maximumPendingConnections = 17
+        let session = CopyingSession(
+            peer: MCPeerID(displayName: "copy"), securityIdentity: nil, encryptionPreference: .required, configuration: configuration)
+        #expect(session.configuration.listenAddress == "127.0.0.1")
+        #expect(session.configuration.maximumPendingConnections == 17)
+        // Nothing is left behind for the next object made on this thread.
+        let plain = MCSession(peer: MCPeerID(displayName: "plain"), securityIdentity: nil, encryptionPreference: .required)
+        #expect(plain.configuration.maximumPendingConnections == MCSessionConfiguration().maximumPendingConnections)
     }
 
     @Test func discoveryClassesSubclassWithAppleInitializers() throws {
