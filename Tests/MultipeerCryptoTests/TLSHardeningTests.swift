@@ -167,9 +167,6 @@ final class CommandLinePKI: Sendable {
     private func run(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        // The system's own tool with its own libraries, also when these tests run against a
-        // second OpenSSL (scripts/test-openssl sets LD_LIBRARY_PATH for them, not for it).
-        process.environment = ProcessInfo.processInfo.environment.filter { $0.key != "LD_LIBRARY_PATH" }
         process.arguments = arguments
         process.currentDirectoryURL = directory
         let output = Pipe()

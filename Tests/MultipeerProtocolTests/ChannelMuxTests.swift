@@ -87,7 +87,7 @@ struct ChannelMuxTests {
         #expect(mux.peerSent(.resourceAccept(channel: ours, offset: 0), accepting: true, incomingResourcesInSession: 0) == .toOutbound(ours))
         #expect(mux.peerSent(.streamClose(channel: 1), accepting: true, incomingResourcesInSession: 0) == .toInbound(1))
         #expect(mux.maySend(on: 1) && mux.maySend(on: ours))
-        #expect(mux.close() == (outbound: [ours], inbound: [1]) ? true : false)
+        #expect(mux.endInbound(1) && mux.endOutbound(ours))
         #expect(!mux.maySend(on: 1) && !mux.maySend(on: ours))
     }
 

@@ -185,21 +185,10 @@ package struct ChannelMux {
     /// The application took (or dropped) bytes of the peer's channels: the window updates due.
     package mutating func taken(_ bytes: [UInt32: Int]) -> [Frame] {
         var frames: [Frame] = []
-        for (channel, count) in bytes.sorted(by: { $0.key < $1.key }) {
+        for (channel, count) in bytes {
             frames += returns.taken(count, on: channel, channelOpen: inbound[channel] != nil)
         }
         return frames
-    }
-
-    /// The connection ended: every channel is gone. Returns ours and the peer's that were open.
-    package mutating func close() -> (outbound: [UInt32], inbound: [UInt32]) {
-        defer {
-            for channel in outbound.keys { scheduler.ended(channel) }
-            outbound = [:]
-            inbound = [:]
-            considering = []
-        }
-        return (outbound.keys.sorted(), inbound.keys.sorted())
     }
 
     /// docs/PROTOCOL.md §7.8: the first 16 bytes of SHA-256 over a label, the receiver, the

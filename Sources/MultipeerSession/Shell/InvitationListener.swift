@@ -98,10 +98,9 @@ package final class InvitationListener: Sendable {
                     perform(state.advertiser.connectionDataMade(id, nil), box: box)
                     continue
                 }
-                let loopBound = NIOLoopBound(box, eventLoop: box.eventLoop)
                 Task {
                     let data = await make()
-                    loopBound.eventLoop.execute { perform(loopBound.value.value.advertiser.connectionDataMade(id, data), box: loopBound.value) }
+                    box.eventLoop.execute { perform(box.value.advertiser.connectionDataMade(id, data), box: box) }
                 }
             case .answer(let id, let answer):
                 state.connections[id]?.socket.triggerUserOutboundEvent(ConnectionCommand.answerInvitation(answer), promise: nil)

@@ -323,10 +323,10 @@ extension SessionEngine {
         writeChannelFrame(frame, on: connection, flush: true)
     }
 
-    /// The connection ended: every channel on it fails (incoming resources keep their bytes for resuming).
+    /// The connection ended: every channel on it fails (incoming resources keep their bytes for
+    /// resuming). The link's ChannelMux goes with the core's record of the link.
     func failChannels(of link: EngineState.Link) {
         guard let mux = link.mux else { return }
-        _ = channels(of: mux) { $0.close() }
         let outbound = mux.outbound
         let inbound = mux.inbound
         mux.outbound = [:]

@@ -583,7 +583,6 @@ package final class SessionEngine: Sendable {
         try socket.pipeline.syncOperations.addHandler(handler)
         try socket.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
         state.links[id]?.handler = handler
-        state.links[id]?.weAreDialer = role == .dialer
     }
 
     fileprivate func shedPendingConnection() {
@@ -802,7 +801,6 @@ final class EngineState {
         @exclusivity(unchecked) var hasUnflushedWrites = false
         @exclusivity(unchecked) var pumping = false
         @exclusivity(unchecked) var receiveBudget: ReceiveBudget?
-        @exclusivity(unchecked) var weAreDialer = false
         /// The peer's certificate fingerprint once connected; nil without an identity.
         @exclusivity(unchecked) var peerFingerprint: [UInt8]?
         /// Streams and resources, once connected.

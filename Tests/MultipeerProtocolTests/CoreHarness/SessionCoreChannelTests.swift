@@ -178,9 +178,11 @@ struct SessionCoreChannelTests {
         Self.noRefusals(alice, bob)
     }
 
-    /// A peer re-offering a kept transfer and dropping the link, 50 times in a row, costs no
-    /// hashing at all: the kept hash state goes on, nothing is read back.
-    @Test func re_offeringAKeptTransferFiftyTimesHashesNothingAgain() throws {
+    /// A peer re-offering a kept transfer and dropping the link, 50 times in a row: each offer
+    /// resumes from the same kept bytes (the store keeps one partial, its hash state with it),
+    /// and the stand-in receiver is fed no byte twice. (That the shell never reads a kept prefix
+    /// back is ResumeCostTests', over sockets.)
+    @Test func aKeptTransferReOfferedFiftyTimesResumesFromTheSameBytes() throws {
         let (network, alice, bob) = try Self.connectedPair()
         let content = seededContent(1 << 20, seed: 3)
         let id = Bytes16(high: 9, low: 9)
@@ -188,12 +190,15 @@ struct SessionCoreChannelTests {
         network.run(until: { (bob.channels.incoming.first?.stored.count ?? 0) > 300_000 }, limit: .seconds(10))
         network.cut(alice, bob)
         network.run(until: { !bob.isConnected(to: alice) }, limit: .seconds(60))
+        let kept = bob.channels.incoming.first?.stored.count ?? 0
+        #expect(kept > 300_000)
         let hashed = bob.channels.hashedBytes
-        for _ in 0..<50 {
+        for attempt in 0..<50 {
             try network.connect(alice, to: bob)
             #expect(network.run(until: { alice.isConnected(to: bob) && bob.isConnected(to: alice) }, limit: .seconds(10)))
-            _ = network.sendResource(from: alice, to: bob, content: content, transferID: id, holdingData: true)
+            let offer = try #require(network.sendResource(from: alice, to: bob, content: content, transferID: id, holdingData: true))
             network.run(for: .milliseconds(100))
+            #expect(offer.startedAt == kept, "attempt \(attempt) resumed from \(String(describing: offer.startedAt))")
             network.cut(alice, bob)
             network.run(until: { !bob.isConnected(to: alice) && !alice.isConnected(to: bob) }, limit: .seconds(60))
         }

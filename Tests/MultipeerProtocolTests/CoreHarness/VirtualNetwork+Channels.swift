@@ -210,9 +210,9 @@ final class ChannelDriver {
         (withMux { $0.resourceTaken(channel, offset: sink.offset) } ?? []).forEach(send)
     }
 
-    /// The connection ended: every channel fails; an incoming resource keeps its bytes.
+    /// The connection ended: every channel fails; an incoming resource keeps its bytes. (The
+    /// mux goes with the core's record of the link.)
     func connectionLost() {
-        withMux { _ = $0.close() }
         let (sources, sinks) = (outbound.values, inbound.values)
         outbound = [:]
         inbound = [:]
