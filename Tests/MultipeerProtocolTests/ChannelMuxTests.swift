@@ -84,11 +84,48 @@ struct ChannelMuxTests {
         var mux = ChannelMux(weAreDialer: false, limits: Self.limits)
         let ours = mux.open(.resource)!
         _ = mux.peerSent(.streamOpen(channel: 1, name: "s"), accepting: true, incomingResourcesInSession: 0)
-        #expect(mux.peerSent(.resourceAccept(channel: ours, offset: 0), accepting: true, incomingResourcesInSession: 0) == .toOutbound(ours))
-        #expect(mux.peerSent(.streamClose(channel: 1), accepting: true, incomingResourcesInSession: 0) == .toInbound(1))
-        #expect(mux.maySend(on: 1) && mux.maySend(on: ours))
-        #expect(mux.endInbound(1) && mux.endOutbound(ours))
-        #expect(!mux.maySend(on: 1) && !mux.maySend(on: ours))
+        #expect(mux.peerSent(.resourceAccept(channel: ours, offset: 0), accepting: true, incomingResourcesInSession: 0) == .toOutbound(ours, ended: false))
+        #expect(mux.peerSent(.streamData(channel: 1, ByteBuffer(bytes: [1])), accepting: true, incomingResourcesInSession: 0) == .toInbound(1, ended: false))
+        #expect(mux.isOpen(1) && mux.isOpen(ours))
+        #expect(mux.peerSent(.streamClose(channel: 1), accepting: true, incomingResourcesInSession: 0) == .toInbound(1, ended: true))
+        #expect(mux.peerSent(.resourceReceived(channel: ours), accepting: true, incomingResourcesInSession: 0) == .toOutbound(ours, ended: true))
+        #expect(!mux.isOpen(1) && !mux.isOpen(ours))
+        // What crosses the end is the endpoint's no more.
+        #expect(mux.peerSent(.streamReset(channel: 1, code: .cancelled), accepting: true, incomingResourcesInSession: 0) == .giveBack([]))
+    }
+
+    /// §7.6, §7.8: which frame ends a channel, whichever side sends it; the mux ends it, the
+    /// endpoints only act on it.
+    @Test(arguments: [
+        (Frame.streamClose(channel: 1), ChannelMux.Kind.stream, true, true),
+        (.streamData(channel: 1, ByteBuffer(bytes: [1])), .stream, true, false),
+        (.streamReset(channel: 1, code: .cancelled), .stream, true, true),
+        (.streamReset(channel: 1, code: .cancelled), .stream, false, true),
+        (.streamReset(channel: 1, code: .refused), .resource, false, true),
+        (.resourceCancel(channel: 1, reason: .cancelled), .resource, true, true),
+        (.resourceCancel(channel: 1, reason: .integrityFailure), .resource, false, true),
+        (.resourceComplete(channel: 1, sha256: try! SHA256Digest(bytes: [UInt8](repeating: 0, count: 32))), .resource, true, false),
+        (.resourceAccept(channel: 1, offset: 0), .resource, false, false),
+        (.resourceReceived(channel: 1), .resource, false, true),
+        (.resourceChunk(channel: 1, ByteBuffer(bytes: [1])), .resource, true, false),
+    ])
+    func theMuxSaysWhichFramesEndAChannel(frame: Frame, kind: ChannelMux.Kind, sentByOpener: Bool, ends: Bool) {
+        #expect(ChannelMux.ends(frame, of: kind, sentByOpener: sentByOpener) == ends)
+        // Our own frame on a channel of ours or of the peer's ends it here as the rule says,
+        // and only while it is open.
+        var mux = ChannelMux(weAreDialer: sentByOpener, limits: Self.limits)
+        if sentByOpener {
+            #expect(mux.open(kind) == 1)
+        } else if kind == .stream {
+            _ = mux.peerSent(.streamOpen(channel: 1, name: "s"), accepting: true, incomingResourcesInSession: 0)
+        } else {
+            let offer = try! ResourceOffer(size: 1, transferID: .zero, name: "r")
+            _ = mux.peerSent(.resourceOffer(channel: 1, offer), accepting: true, incomingResourcesInSession: 0)
+            _ = mux.resourceTaken(1, offset: 0)
+        }
+        #expect(mux.weSend(frame) == ends)
+        #expect(mux.isOpen(1) == !ends)
+        if ends { #expect(mux.weSend(frame) == nil) }
     }
 
     /// A window update lets a blocked channel of ours go again.

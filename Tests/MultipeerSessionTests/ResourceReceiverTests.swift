@@ -16,11 +16,11 @@ import Testing
 struct ResourceReceiverTests {
     /// Records what the receiver asks of the engine.
     final class Linkage: ChannelLinkage {
-        let sent = Mutex<[(Frame, Bool)]>([])
+        let sent = Mutex<[Frame]>([])
         let taken = Mutex(0)
         func channelReady(_ channel: UInt32) {}
         func channelTaken(_ bytes: Int, on channel: UInt32) { taken.withLock { $0 += bytes } }
-        func channelSend(_ frame: Frame, ends: Bool) { sent.withLock { $0.append((frame, ends)) } }
+        func channelSend(_ frame: Frame) { sent.withLock { $0.append(frame) } }
     }
 
     static func receive(_ frames: [Frame], size: UInt64) async throws -> (Result<String, TransferError>, [Frame], String) {
@@ -34,9 +34,9 @@ struct ResourceReceiverTests {
             channel: 1, offer: offer, peer: try WirePeerID(identifier: .random(), displayName: "peer"), path: path,
             file: try OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
             linkage: linkage, keepPartial: nil, writeFault: nil, onProgress: { _ in }, onCompletion: { result in outcome.withLock { $0 = result } })
-        for frame in frames { _ = receiver.peerSent(frame) }
+        for frame in frames { receiver.peerSent(frame) }
         try #require(try await eventually { outcome.withLock { $0 } != nil })
-        return (outcome.withLock { $0 }!, linkage.sent.withLock { $0.map(\.0) }, path)
+        return (outcome.withLock { $0 }!, linkage.sent.withLock { $0 }, path)
     }
 
     static func digest(_ bytes: [UInt8]) -> SHA256Digest { try! SHA256Digest(bytes: SHA256Hasher.digest(bytes)) }
@@ -94,7 +94,7 @@ struct ResourceReceiverTests {
                 file: try OpenFile.create(path), resumed: nil, pool: .singleton, eventLoop: MultiThreadedEventLoopGroup.singleton.next(),
                 linkage: Linkage(), keepPartial: { partial, resumed in store.withLock { _ = $0.keep(partial, for: key, resumed: resumed, now: .now()) } }, writeFault: nil,
                 onProgress: { _ in }, onCompletion: { _ in done.withLock { $0 = true } })
-            for _ in 0..<(round % 7 + 2) { _ = receiver.peerSent(.resourceChunk(channel: 1, chunk)) }
+            for _ in 0..<(round % 7 + 2) { receiver.peerSent(.resourceChunk(channel: 1, chunk)) }
             receiver.failed(TransferError(.connectionLost))
             try #require(try await eventually { done.withLock { $0 } })
             // Whatever was still being written has landed once the pool is idle.

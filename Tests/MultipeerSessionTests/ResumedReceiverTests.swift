@@ -42,11 +42,11 @@ struct ResumedReceiverTests {
             sent = Int(resumed?.length ?? 0)
             while sent < cut {
                 let count = min(65_536, cut - sent)
-                _ = receiver.peerSent(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count])))
+                receiver.peerSent(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count])))
                 sent += count
             }
             if cut == content.count {
-                _ = receiver.peerSent(.resourceComplete(channel: 1, sha256: digest))
+                receiver.peerSent(.resourceComplete(channel: 1, sha256: digest))
             } else {
                 try #require(try await eventually { stored.withLock { $0 } == UInt64(cut) })
                 receiver.failed(TransferError(.connectionLost))

@@ -20,10 +20,10 @@ public struct ChannelEndpointRun: Sendable {
 /// Records what an endpoint asks of the engine.
 private final class RecordingLinkage: ChannelLinkage {
     let taken = Mutex(0)
-    let sent = Mutex<[(frame: Frame, ends: Bool)]>([])
+    let sent = Mutex<[Frame]>([])
     func channelReady(_ channel: UInt32) {}
     func channelTaken(_ bytes: Int, on channel: UInt32) { taken.withLock { $0 += bytes } }
-    func channelSend(_ frame: Frame, ends: Bool) { sent.withLock { $0.append((frame, ends)) } }
+    func channelSend(_ frame: Frame) { sent.withLock { $0.append(frame) } }
 }
 
 extension SessionFuzzChecks {
@@ -82,18 +82,18 @@ extension SessionFuzzChecks {
                 guard !ended, count > 0 else { continue }
                 let bytes = (sent..<sent + count).map { contentByte($0, seed: seed) }
                 sent += count
-                precondition(!reader.peerSent(.streamData(channel: 1, ByteBuffer(bytes: bytes))), "data ended the stream")
+                reader.peerSent(.streamData(channel: 1, ByteBuffer(bytes: bytes)))
             case 2:
                 readSome(Int(input.byte()) + 1)
             case 3:
                 guard !ended else { continue }
-                precondition(reader.peerSent(.streamClose(channel: 1)), "STREAM_CLOSE did not end the stream")
+                reader.peerSent(.streamClose(channel: 1))
                 ended = true
                 closed = true
             case 4:
                 guard !ended else { continue }
                 let code = StreamResetCode(rawValue: UInt16(input.byte() % 5))
-                precondition(reader.peerSent(.streamReset(channel: 1, code: code)), "STREAM_RESET did not end the stream")
+                reader.peerSent(.streamReset(channel: 1, code: code))
                 ended = true
                 failedFirst = code == .cancelled ? .cancelledByPeer : code == .refused ? .refusedByPeer : .resetByPeer
             case 5:
@@ -125,7 +125,7 @@ extension SessionFuzzChecks {
         }
         let frames = linkage.sent.withLock { $0 }
         if cancelledWhileOpen {
-            precondition(frames.count == 1 && frames[0].frame == .streamReset(channel: 1, code: .cancelled) && frames[0].ends,
+            precondition(frames == [.streamReset(channel: 1, code: .cancelled)],
                 "a cancel of an open stream must send exactly STREAM_RESET 1")
         } else {
             precondition(frames.isEmpty, "the reader sent a frame nobody asked for")
@@ -173,8 +173,13 @@ extension SessionFuzzChecks {
             })
         // The engine hands the receiver the peer's frames on its loop, and only while the channel
         // is open: once the receiver sent its final frame the table drops the rest (nil here).
-        func peer(_ frame: Frame) -> Bool? {
-            try! loop.submit { linkage.sent.withLock { $0.isEmpty } ? receiver.peerSent(frame) : nil }.wait()
+        // Returns whether it was handed over.
+        func peer(_ frame: Frame) -> Bool {
+            try! loop.submit { () -> Bool in
+                guard linkage.sent.withLock({ $0.isEmpty }) else { return false }
+                receiver.peerSent(frame)
+                return true
+            }.wait()
         }
         defer { unlink(path) }
 
@@ -195,11 +200,10 @@ extension SessionFuzzChecks {
                 precondition(ready, "the receiver never returned window for bytes it was sent")
                 let count = min(wanted, size - sent, window - (sent - linkage.taken.withLock { $0 }))
                 guard count > 0 else { continue }
-                guard let over = peer(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count]))) else {
+                guard peer(.resourceChunk(channel: 1, ByteBuffer(bytes: content[sent..<sent + count]))) else {
                     ended = true
                     continue
                 }
-                precondition(!over, "a chunk ended the resource")
                 sent += count
             case 2, 3:
                 guard !ended, completedWith == nil else { continue }
@@ -209,24 +213,21 @@ extension SessionFuzzChecks {
                     bytes[Int(input.byte()) % bytes.count] ^= 1
                     digest = try! SHA256Digest(bytes: bytes)
                 }
-                guard let over = peer(.resourceComplete(channel: 1, sha256: digest)) else {
+                guard peer(.resourceComplete(channel: 1, sha256: digest)) else {
                     ended = true
                     continue
                 }
                 completedWith = digest
-                precondition(!over, "RESOURCE_COMPLETE ended the channel before its answer")
             case 4:
                 guard !ended else { continue }
                 let reason = ResourceCancelReason(rawValue: UInt16(input.byte() % 5))
                 ended = true
-                guard let over = peer(.resourceCancel(channel: 1, reason: reason)) else { continue }
-                precondition(over, "RESOURCE_CANCEL did not end the resource")
+                guard peer(.resourceCancel(channel: 1, reason: reason)) else { continue }
                 peerEnded = true
             case 5:
                 guard !ended else { continue }
                 ended = true
-                guard let over = peer(.streamReset(channel: 1, code: StreamResetCode(rawValue: UInt16(input.byte() % 5)))) else { continue }
-                precondition(over, "STREAM_RESET did not end the resource")
+                guard peer(.streamReset(channel: 1, code: StreamResetCode(rawValue: UInt16(input.byte() % 5)))) else { continue }
                 peerEnded = true
             case 6:
                 guard !ended else { continue }
@@ -255,7 +256,8 @@ extension SessionFuzzChecks {
         try? NIOThreadPool.singleton.runIfActive(eventLoop: loop) {}.wait()
         let results = outcomes.withLock { $0 }
         let frames = linkage.sent.withLock { $0 }
-        precondition(frames.count <= 1 && frames.allSatisfy(\.ends), "the receiver sent more than its one final frame")
+        precondition(frames.count <= 1 && frames.allSatisfy { ChannelMux.ends($0, of: .resource, sentByOpener: false) },
+            "the receiver sent more than its one final frame")
         precondition(linkage.taken.withLock { $0 } <= sent, "more window returned than bytes sent")
         let fileExists = access(path, F_OK) == 0
 
@@ -265,7 +267,7 @@ extension SessionFuzzChecks {
             // Also when a cancel or a lost connection came after RESOURCE_COMPLETE: a race the
             // verification may win, and then everything below must hold as for any stored resource.
             precondition(stored == path && completedWith == rightDigest && sent == size, "stored without all bytes and their digest")
-            precondition(frames.map(\.frame) == [.resourceReceived(channel: 1)], "a stored resource must be answered RESOURCE_RECEIVED")
+            precondition(frames == [.resourceReceived(channel: 1)], "a stored resource must be answered RESOURCE_RECEIVED")
             precondition(contents(of: path) == content, "the stored file differs from what was sent")
             precondition(linkage.taken.withLock { $0 } == sent, "window of stored bytes not returned")
             outcome = "stored"
@@ -278,10 +280,10 @@ extension SessionFuzzChecks {
                 precondition(peerEnded && frames.isEmpty, "\(error.code) from the peer without the peer ending it, or answered")
             case .integrityFailure:
                 precondition(completedWith != nil && (completedWith != rightDigest || sent != size), "an intact resource failed its check")
-                precondition(frames.map(\.frame) == [.resourceCancel(channel: 1, reason: .integrityFailure)], "an integrity failure must answer RESOURCE_CANCEL 2")
+                precondition(frames == [.resourceCancel(channel: 1, reason: .integrityFailure)], "an integrity failure must answer RESOURCE_CANCEL 2")
             case .cancelled:
                 precondition(appCancelled, "cancelled without the application cancelling")
-                precondition(frames.map(\.frame) == [.resourceCancel(channel: 1, reason: .cancelled)], "a cancel must answer RESOURCE_CANCEL 1")
+                precondition(frames == [.resourceCancel(channel: 1, reason: .cancelled)], "a cancel must answer RESOURCE_CANCEL 1")
             case .connectionLost:
                 precondition(connectionLost && frames.isEmpty, "a lost connection answers nothing")
                 if let store {

@@ -25,16 +25,16 @@ package protocol OutboundChannel: AnyObject, Sendable {
     /// On the loop, on the channel's turn.
     func nextOutput(allowance: Int) -> ChannelOutput
     /// A frame the peer sent for this channel (not WINDOW_UPDATE, which the scheduler applies).
-    /// Returns true when the channel has ended.
-    func peerSent(_ frame: Frame) -> Bool
+    /// Whether it ended the channel is the `ChannelMux`'s to say, not the endpoint's.
+    func peerSent(_ frame: Frame)
     /// The connection ended, or the channel could not be opened.
     func failed(_ error: TransferError)
 }
 
 /// A channel the peer opened and we took, as the engine drives it on its event loop.
 package protocol InboundChannel: AnyObject, Sendable {
-    /// A frame the peer sent for this channel. Returns true when the channel has ended.
-    func peerSent(_ frame: Frame) -> Bool
+    /// A frame the peer sent for this channel.
+    func peerSent(_ frame: Frame)
     func failed(_ error: TransferError)
 }
 
@@ -44,7 +44,7 @@ package protocol ChannelLinkage: AnyObject, Sendable {
     func channelReady(_ channel: UInt32)
     /// The application took `bytes` of an inbound channel: give window back.
     func channelTaken(_ bytes: Int, on channel: UInt32)
-    /// Sends a frame of ours for the channel (a reset, an accept, an answer) and ends it
-    /// when `ends`.
-    func channelSend(_ frame: Frame, ends: Bool)
+    /// Sends a frame of ours for the channel (a reset, a cancel, an answer), if the channel is
+    /// still open; the `ChannelMux` ends the channel when the frame ends it.
+    func channelSend(_ frame: Frame)
 }

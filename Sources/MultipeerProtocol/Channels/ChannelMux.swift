@@ -44,9 +44,10 @@ package struct ChannelMux {
         case considerResource(channel: UInt32, ResourceOffer)
         /// Refused (STREAM_RESET 3 in `reply`), with the reason for the log.
         case refuse(channel: UInt32, reason: String, reply: [Frame])
-        /// For the endpoint of our channel, or of the peer's channel we took.
-        case toOutbound(UInt32)
-        case toInbound(UInt32)
+        /// For the endpoint of our channel, or of the peer's channel we took; `ended` when the
+        /// frame ended the channel here (its endpoint then goes with it).
+        case toOutbound(UInt32, ended: Bool)
+        case toInbound(UInt32, ended: Bool)
         /// Data for a channel we refused or ended, sent before the peer knew: its connection
         /// window comes back.
         case giveBack([Frame])
@@ -114,9 +115,36 @@ package struct ChannelMux {
         return true
     }
 
-    /// Whether a frame of ours for `channel` (a reset, an accept, an answer) may still go:
-    /// only while the channel is open here, so a late cancel after the peer's own end sends nothing.
-    package func maySend(on channel: UInt32) -> Bool { isOpen(channel) }
+    /// What an endpoint's own frame for its channel (a reset, a cancel, an answer) does: nil
+    /// when it may not go, because the channel has ended here (a late cancel after the peer's
+    /// own end sends nothing); otherwise whether it ends the channel, which it then does.
+    package mutating func weSend(_ frame: Frame) -> Bool? {
+        let channel = frame.channel
+        if isOurs(channel) {
+            guard let kind = outbound[channel] else { return nil }
+            let ends = Self.ends(frame, of: kind, sentByOpener: true)
+            if ends { endOutbound(channel) }
+            return ends
+        }
+        guard let kind = inbound[channel] else { return nil }
+        let ends = Self.ends(frame, of: kind, sentByOpener: false)
+        if ends { endInbound(channel) }
+        return ends
+    }
+
+    /// §7.6, §7.8: the frames after which a channel is over for whoever sent or received them.
+    /// The opener ends its stream with STREAM_CLOSE; either side ends any channel with
+    /// STREAM_RESET or RESOURCE_CANCEL; the receiver of a resource ends it with its answer.
+    /// RESOURCE_COMPLETE does not: the sender waits for that answer.
+    package static func ends(_ frame: Frame, of kind: Kind, sentByOpener: Bool) -> Bool {
+        switch frame {
+        case .streamReset: return true
+        case .streamClose: return kind == .stream && sentByOpener
+        case .resourceCancel: return kind == .resource
+        case .resourceReceived: return kind == .resource && !sentByOpener
+        default: return false
+        }
+    }
 
     package mutating func markReady(_ channel: UInt32) { scheduler.markReady(channel) }
 
@@ -159,8 +187,17 @@ package struct ChannelMux {
             considering.insert(channel)
             return .considerResource(channel: channel, offer)
         default:
-            if isOurs(channel) { return outbound[channel] != nil ? .toOutbound(channel) : .giveBack([]) }
-            if inbound[channel] != nil { return .toInbound(channel) }
+            if isOurs(channel) {
+                guard let kind = outbound[channel] else { return .giveBack([]) }
+                let ends = Self.ends(frame, of: kind, sentByOpener: false)
+                if ends { endOutbound(channel) }
+                return .toOutbound(channel, ended: ends)
+            }
+            if let kind = inbound[channel] {
+                let ends = Self.ends(frame, of: kind, sentByOpener: true)
+                if ends { endInbound(channel) }
+                return .toInbound(channel, ended: ends)
+            }
             switch frame {
             case .streamData(_, let data), .resourceChunk(_, let data): return .giveBack(taken([channel: data.readableBytes]))
             default: return .giveBack([])

@@ -118,7 +118,7 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         // it ended, only the connection's share of the window goes back.
         if send {
             wake()
-            linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
+            linkage.channelSend(.streamReset(channel: channel, code: .cancelled))
         }
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
     }
@@ -132,7 +132,7 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
 
     // MARK: The engine's side (on its loop)
 
-    package func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) {
         switch frame {
         case .streamData(_, let data):
             let accepted = state.withLock { state -> Bool in
@@ -145,16 +145,13 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
             } else {
                 linkage.channelTaken(data.readableBytes, on: channel)  // dropped: the connection's share goes back
             }
-            return false
         case .streamClose:
             state.withLock { $0.ended = true }
             notify(.endEncountered)
-            return true
         case .streamReset(_, let code):
             failed(TransferError.fromPeerReset(code))
-            return true
         default:
-            return false
+            break
         }
     }
 

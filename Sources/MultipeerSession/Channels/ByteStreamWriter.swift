@@ -150,7 +150,7 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         }
         failWaiters(TransferError(.cancelled), notify: false)
         if let linkage = send.0, let channel = send.1 {
-            linkage.channelSend(.streamReset(channel: channel, code: .cancelled), ends: true)
+            linkage.channelSend(.streamReset(channel: channel, code: .cancelled))
         }
     }
 
@@ -204,13 +204,12 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         observer?(.spaceAvailable)
     }
 
-    package func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) {
         switch frame {
         case .streamReset(_, let code):
             failed(TransferError.fromPeerReset(code))
-            return true
         default:
-            return false
+            break
         }
     }
 

@@ -86,13 +86,13 @@ package final class ResourceReceiver: InboundChannel {
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
     package func cancel() {
         guard claim(.failure(TransferError(.cancelled))) else { return }
-        linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled))
         report(removeFile: true)
     }
 
     // MARK: On the loop
 
-    package func peerSent(_ frame: Frame) -> Bool {
+    package func peerSent(_ frame: Frame) {
         switch frame {
         case .resourceChunk(_, let data):
             let accepted = state.withLock { state -> Bool in
@@ -101,19 +101,15 @@ package final class ResourceReceiver: InboundChannel {
                 return true
             }
             if accepted { writeMore() } else { linkage.channelTaken(data.readableBytes, on: channel) }
-            return false
         case .resourceComplete(_, let digest):
             state.withLock { $0.expectedDigest = digest }
             verifyIfDone()
-            return false
         case .resourceCancel(_, let reason):
             if claim(.failure(TransferError.fromPeerCancel(reason))) { report(removeFile: true) }
-            return true
         case .streamReset(_, let code):
             if claim(.failure(TransferError.fromPeerReset(code))) { report(removeFile: true) }
-            return true
         default:
-            return false
+            break
         }
     }
 
@@ -229,7 +225,7 @@ package final class ResourceReceiver: InboundChannel {
             switch result {
             case .success(let digest) where digest == expected.bytes:
                 guard claim(.success(path)) else { return }
-                linkage.channelSend(.resourceReceived(channel: channel), ends: true)
+                linkage.channelSend(.resourceReceived(channel: channel))
                 report(removeFile: false)
             case .success:
                 rejectContent(TransferError(.integrityFailure, detail: "SHA-256 mismatch"))
@@ -241,13 +237,13 @@ package final class ResourceReceiver: InboundChannel {
 
     private func rejectContent(_ error: TransferError) {
         guard claim(.failure(error)) else { return }
-        linkage.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure), ends: true)
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure))
         report(removeFile: true)
     }
 
     private func storageFailed(_ error: any Error) {
         guard claim(.failure(TransferError(.storageFailure, detail: "\(error)"))) else { return }
-        linkage.channelSend(.resourceCancel(channel: channel, reason: .storageFailure), ends: true)
+        linkage.channelSend(.resourceCancel(channel: channel, reason: .storageFailure))
         report(removeFile: true)
     }
 

@@ -86,7 +86,7 @@ final class ResourceSender: OutboundChannel {
         }
         guard won else { return }
         if let (linkage, channel) = target {
-            linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
+            linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled))
         }
         onCompletion(.failure(error))
     }
@@ -117,7 +117,7 @@ final class ResourceSender: OutboundChannel {
         return output
     }
 
-    func peerSent(_ frame: Frame) -> Bool {
+    func peerSent(_ frame: Frame) {
         switch frame {
         case .resourceAccept(_, let offset):
             state.withLock { state in
@@ -127,18 +127,14 @@ final class ResourceSender: OutboundChannel {
             }
             onProgress(offset)
             readMore()
-            return false
         case .resourceReceived:
             finish(.success(()))
-            return true
         case .resourceCancel(_, let reason):
             finish(.failure(TransferError.fromPeerCancel(reason)))
-            return true
         case .streamReset(_, let code):
             finish(.failure(TransferError.fromPeerReset(code)))
-            return true
         default:
-            return false
+            break
         }
     }
 
@@ -217,7 +213,7 @@ final class ResourceSender: OutboundChannel {
     /// The source failed: tell the receiver and report.
     private func abandon(_ error: TransferError) {
         if let (linkage, channel) = target(), state.withLock({ $0.result == nil }) {
-            linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled), ends: true)
+            linkage.channelSend(.resourceCancel(channel: channel, reason: .cancelled))
         }
         finish(.failure(error))
     }

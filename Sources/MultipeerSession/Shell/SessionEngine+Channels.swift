@@ -120,7 +120,7 @@ extension SessionEngine {
                 channels(of: mux) { $0.served(channel, .idle) }
                 writeChannelFrame(frame, on: connection, flush: false)
                 wrote = true
-                if case .streamClose = frame { endOutbound(channel, of: link) }
+                if channels(of: mux, { $0.weSend(frame) }) == true { dropOutbound(channel, of: link) }
             case .idle:
                 channels(of: mux) { $0.served(channel, .idle) }
             case .blocked:
@@ -130,17 +130,21 @@ extension SessionEngine {
         if wrote { connection.flush() }
     }
 
-    private func endOutbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, channels(of: mux, { $0.endOutbound(channel) }) == true else { return }
-        mux.outbound[channel] = nil
+    /// The mux ended our channel: its endpoint goes, and its place among our 64.
+    @discardableResult
+    private func dropOutbound(_ channel: UInt32, of link: EngineState.Link) -> (any OutboundChannel)? {
+        guard let source = link.mux?.outbound.removeValue(forKey: channel) else { return nil }
         if let peer = link.member?.identifier { channelCounts.release(peer) }
+        return source
     }
 
-    private func endInbound(_ channel: UInt32, of link: EngineState.Link) {
-        guard let mux = link.mux, channels(of: mux, { $0.endInbound(channel) }) == true,
-            let inbound = mux.inbound.removeValue(forKey: channel)
-        else { return }
-        if inbound is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
+    /// The mux ended the peer's channel: its endpoint goes, and its place among the session's
+    /// incoming resources.
+    @discardableResult
+    private func dropInbound(_ channel: UInt32, of link: EngineState.Link) -> (any InboundChannel)? {
+        guard let sink = link.mux?.inbound.removeValue(forKey: channel) else { return nil }
+        if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
+        return sink
     }
 
     func channelReady(_ channel: UInt32, on id: LinkID) {
@@ -154,14 +158,13 @@ extension SessionEngine {
         writeChannelFrames(channels(of: mux) { $0.taken(taken) } ?? [], on: connection)
     }
 
-    func channelSend(_ frame: Frame, ends: Bool, on id: LinkID) {
+    func channelSend(_ frame: Frame, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         let channel = frame.channel
-        guard let ours = channels(of: mux, { $0.maySend(on: channel) ? $0.isOurs(channel) : nil }) ?? nil else { return }
+        guard let ours = channels(of: mux, { mux in mux.weSend(frame).map { ($0, mux.isOurs(channel)) } }) ?? nil else { return }
         writeChannelFrame(frame, on: connection, flush: true)
-        if ends {
-            if ours { endOutbound(channel, of: link) } else { endInbound(channel, of: link) }
-        }
+        guard ours.0 else { return }
+        if ours.1 { dropOutbound(channel, of: link) } else { dropInbound(channel, of: link) }
     }
 
     /// The link's `ChannelMux`, which the session core keeps in the link's record; nil once the
@@ -211,10 +214,10 @@ extension SessionEngine {
                 configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "\(reason)"])
             }
             writeChannelFrames(reply, on: connection)
-        case .toOutbound(let channel):
-            if let source = mux.outbound[channel], source.peerSent(frame) { endOutbound(channel, of: link) }
-        case .toInbound(let channel):
-            if let sink = mux.inbound[channel], sink.peerSent(frame) { endInbound(channel, of: link) }
+        case .toOutbound(let channel, let ended):
+            (ended ? dropOutbound(channel, of: link) : mux.outbound[channel])?.peerSent(frame)
+        case .toInbound(let channel, let ended):
+            (ended ? dropInbound(channel, of: link) : mux.inbound[channel])?.peerSent(frame)
         case .giveBack(let frames):
             writeChannelFrames(frames, on: connection)
         }
@@ -431,7 +434,7 @@ final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
         engine?.channelTaken(batch, on: link)
     }
 
-    func channelSend(_ frame: Frame, ends: Bool) {
-        eventLoop.execute { [weak engine, link] in engine?.channelSend(frame, ends: ends, on: link) }
+    func channelSend(_ frame: Frame) {
+        eventLoop.execute { [weak engine, link] in engine?.channelSend(frame, on: link) }
     }
 }

@@ -127,7 +127,7 @@ final class ChannelDriver {
             case .finish(let frame):
                 withMux { $0.served(channel, .idle) }
                 send(frame)
-                if case .streamClose = frame { endOutbound(channel) }
+                if withMux({ $0.weSend(frame) }) == true { outbound[channel] = nil }
             case .idle:
                 withMux { $0.served(channel, .idle) }
             case .blocked:
@@ -137,10 +137,11 @@ final class ChannelDriver {
     }
 
     /// A frame of ours for a channel (an answer, a cancel); only while it is open here.
-    func channelSend(_ frame: Frame, ends: Bool) {
-        guard let ours = withMux({ $0.maySend(on: frame.channel) ? $0.isOurs(frame.channel) : nil }) ?? nil else { return }
+    func channelSend(_ frame: Frame) {
+        guard let verdict = withMux({ mux in mux.weSend(frame).map { ($0, mux.isOurs(frame.channel)) } }) ?? nil else { return }
         send(frame)
-        if ends { ours ? endOutbound(frame.channel) : endInbound(frame.channel) }
+        guard verdict.0 else { return }
+        if verdict.1 { outbound[frame.channel] = nil } else { inbound[frame.channel] = nil }
     }
 
     /// The application took (or dropped) bytes of one of the peer's channels.
@@ -150,10 +151,6 @@ final class ChannelDriver {
 
     private func endOutbound(_ channel: UInt32) {
         if withMux({ $0.endOutbound(channel) }) == true { outbound[channel] = nil }
-    }
-
-    private func endInbound(_ channel: UInt32) {
-        if withMux({ $0.endInbound(channel) }) == true { inbound[channel] = nil }
     }
 
     func peerSent(_ frame: Frame) {
@@ -173,10 +170,10 @@ final class ChannelDriver {
             consider(offer, on: channel)
         case .refuse(_, _, let reply):
             reply.forEach(send)
-        case .toOutbound(let channel):
-            if let source = outbound[channel], source.peerSent(frame) { endOutbound(channel) }
-        case .toInbound(let channel):
-            if let sink = inbound[channel], sink.peerSent(frame) { endInbound(channel) }
+        case .toOutbound(let channel, let ended):
+            (ended ? outbound.removeValue(forKey: channel) : outbound[channel])?.peerSent(frame)
+        case .toInbound(let channel, let ended):
+            (ended ? inbound.removeValue(forKey: channel) : inbound[channel])?.peerSent(frame)
         case .giveBack(let frames):
             frames.forEach(send)
         }
@@ -310,17 +307,16 @@ final class ChannelSource {
         guard outcome == nil else { return }
         outcome = .cancelled(.cancelled)
         let frame: Frame = kind == .resource ? .resourceCancel(channel: channel, reason: .cancelled) : .streamReset(channel: channel, code: .cancelled)
-        driver?.channelSend(frame, ends: true)
+        driver?.channelSend(frame)
     }
 
-    fileprivate func peerSent(_ frame: Frame) -> Bool {
+    fileprivate func peerSent(_ frame: Frame) {
         switch frame {
         case .resourceAccept(_, let offset):
             accepted = true
             sent = Int(offset)
             startedAt = Int(offset)
             driver?.ready(channel)
-            return false
         case .resourceReceived:
             outcome = .delivered
         case .resourceCancel(_, let reason):
@@ -328,9 +324,8 @@ final class ChannelSource {
         case .streamReset(_, let code):
             outcome = .reset(code)
         default:
-            return false
+            break
         }
-        return true
     }
 
     fileprivate func failed() {
@@ -401,10 +396,10 @@ final class ChannelSink {
         outcome = kind == .resource ? .cancelled(.cancelled) : .reset(.cancelled)
         let frame: Frame = kind == .resource ? .resourceCancel(channel: channel, reason: .cancelled) : .streamReset(channel: channel, code: .cancelled)
         if let file { node.channels.files[file] = nil }
-        driver?.channelSend(frame, ends: true)
+        driver?.channelSend(frame)
     }
 
-    fileprivate func peerSent(_ frame: Frame) -> Bool {
+    fileprivate func peerSent(_ frame: Frame) {
         switch frame {
         case .streamData(_, let data):
             bytes += data.readableBytesView
@@ -416,30 +411,25 @@ final class ChannelSink {
             arrived(data.readableBytes)
         case .streamClose:
             outcome = .closed
-            return true
         case .streamReset(_, let code):
             outcome = .reset(code)
             if let file { node.channels.files[file] = nil }
-            return true
         case .resourceCancel(_, let reason):
             outcome = .cancelled(reason)
             if let file { node.channels.files[file] = nil }
-            return true
         case .resourceComplete(_, let digest):
             let ours = hasher?.finalize()
             if let ours, ours == digest.bytes, stored.count == Int(offer?.size ?? 0) {
                 outcome = .stored
-                driver?.channelSend(.resourceReceived(channel: channel), ends: true)
+                driver?.channelSend(.resourceReceived(channel: channel))
             } else {
                 outcome = .integrityFailure
                 if let file { node.channels.files[file] = nil }
-                driver?.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure), ends: true)
+                driver?.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure))
             }
-            return false  // ended by the answer above
         default:
             break
         }
-        return false
     }
 
     private func arrived(_ count: Int) {
