@@ -213,8 +213,8 @@ package final class ResourceReceiver: InboundChannel {
             return (expected, state.written)
         }
         guard let (expected, written) = check else { return }
-        guard written == offer.size else {
-            rejectContent(TransferError(.integrityFailure, detail: "\(written) of \(offer.size) bytes arrived"))
+        if let failure = ResourceVerdict.length(received: written, offered: offer.size) {
+            answer(failure)
             return
         }
         let (file, hasher) = (file, hasher)
@@ -223,22 +223,17 @@ package final class ResourceReceiver: InboundChannel {
             return hasher.finalize()
         }.whenComplete { [self] result in
             switch result {
-            case .success(let digest) where digest == expected.bytes:
-                guard claim(.success(path)) else { return }
-                linkage.channelSend(.resourceReceived(channel: channel))
-                report(removeFile: false)
-            case .success:
-                rejectContent(TransferError(.integrityFailure, detail: "SHA-256 mismatch"))
-            case .failure(let error):
-                storageFailed(error)
+            case .success(let digest): answer(ResourceVerdict.digest(computed: digest, expected: expected))
+            case .failure(let error): storageFailed(error)
             }
         }
     }
 
-    private func rejectContent(_ error: TransferError) {
-        guard claim(.failure(error)) else { return }
-        linkage.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure))
-        report(removeFile: true)
+    /// Answers RESOURCE_COMPLETE as the verdict says: the file is kept, or goes.
+    private func answer(_ failure: TransferError?) {
+        guard claim(failure.map { .failure($0) } ?? .success(path)) else { return }
+        linkage.channelSend(ResourceVerdict.answer(on: channel, failure: failure))
+        report(removeFile: failure != nil)
     }
 
     private func storageFailed(_ error: any Error) {

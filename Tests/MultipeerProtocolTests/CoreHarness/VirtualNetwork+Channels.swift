@@ -418,15 +418,12 @@ final class ChannelSink {
             outcome = .cancelled(reason)
             if let file { node.channels.files[file] = nil }
         case .resourceComplete(_, let digest):
-            let ours = hasher?.finalize()
-            if let ours, ours == digest.bytes, stored.count == Int(offer?.size ?? 0) {
-                outcome = .stored
-                driver?.channelSend(.resourceReceived(channel: channel))
-            } else {
-                outcome = .integrityFailure
-                if let file { node.channels.files[file] = nil }
-                driver?.channelSend(.resourceCancel(channel: channel, reason: .integrityFailure))
-            }
+            let failure =
+                ResourceVerdict.length(received: UInt64(stored.count), offered: offer?.size ?? 0)
+                ?? ResourceVerdict.digest(computed: hasher?.finalize() ?? [], expected: digest)
+            outcome = failure == nil ? .stored : .integrityFailure
+            if failure != nil, let file { node.channels.files[file] = nil }
+            driver?.channelSend(ResourceVerdict.answer(on: channel, failure: failure))
         default:
             break
         }
