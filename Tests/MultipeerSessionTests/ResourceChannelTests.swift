@@ -9,7 +9,10 @@ import ProtocolTestSupport
 import Testing
 @testable import MultipeerProtocol
 
-/// Resources between two engines over loopback (docs/PROTOCOL.md §6.4.14-§6.4.19, §7.8).
+/// Resources between two engines over loopback (docs/PROTOCOL.md §6.4.14-§6.4.19, §7.8): files,
+/// the thread pool, durability and resuming from a real partial file. The rules (admission,
+/// limits, cancels, verdicts, resume offsets) are tested on the virtual network,
+/// `SessionCoreChannelTests`, and in `ChannelMuxTests`, `ResourceVerdictTests`, `ResumeStoreTests`.
 @Suite("Resources over loopback", .serialized)
 struct ResourceChannelTests {
     static let pki = try! TestPKI()
@@ -53,7 +56,7 @@ struct ResourceChannelTests {
         try alice.engine.sendResource(atPath: path, named: name, sourceIdentity: "file://" + path, modificationTime: modified, to: bob.peer.identifier)
     }
 
-    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 10 << 20])
+    @Test(arguments: [0, 65_536, 65_537, 10 << 20])
     func resourcesArriveByteIdenticalAndVerified(size: Int) async throws {
         let scratch = try Scratch()
         let (alice, bob) = try await Self.pair(scratch)
@@ -131,7 +134,7 @@ struct ResourceChannelTests {
 
     /// Cancelling from either side at random offsets stops both sides with a cancellation
     /// and leaves no partial file.
-    @Test(arguments: [(1 as UInt64, true), (2, false), (3, true), (4, false)])
+    @Test(arguments: [(1 as UInt64, true), (2, false)])
     func cancellingFromEitherSideStopsBoth(seed: UInt64, senderCancels: Bool) async throws {
         let scratch = try Scratch()
         let (alice, bob) = try await Self.pair(scratch)
@@ -247,7 +250,7 @@ struct ResourceChannelTests {
 
     /// Cut the connection at random points, reconnect, send again: the transfer resumes where the
     /// receiver's file ended, and the result is byte-identical.
-    @Test(arguments: [21 as UInt64, 22, 23])
+    @Test(arguments: [21 as UInt64])
     func anInterruptedTransferResumes(seed: UInt64) async throws {
         let scratch = try Scratch()
         let (alice, bob) = try await Self.pair(scratch)

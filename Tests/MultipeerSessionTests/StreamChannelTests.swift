@@ -8,7 +8,10 @@ import ProtocolTestSupport
 import Testing
 import MultipeerProtocol
 
-/// Named byte streams between two engines over loopback (docs/PROTOCOL.md §6.4.9-§6.4.13, §7.6).
+/// Named byte streams between two engines over loopback (docs/PROTOCOL.md §6.4.9-§6.4.13, §7.6):
+/// that the shell's endpoints, sockets and threads carry out what the core decides. The rules
+/// themselves (windows, turns, refusals, cancels, limits) are tested on the virtual network,
+/// `SessionCoreChannelTests`, and in `ChannelMuxTests`.
 @Suite("Streams over loopback", .serialized)
 struct StreamChannelTests {
     static let pki = try! TestPKI()
@@ -31,7 +34,7 @@ struct StreamChannelTests {
         }
     }
 
-    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 10 << 20])
+    @Test(arguments: [0, 65_537, 10 << 20])
     func streamsArriveByteIdentical(size: Int) async throws {
         let (alice, bob) = try await Self.pair()
         defer { Task { await alice.shutdown(); await bob.shutdown() } }
