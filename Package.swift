@@ -79,6 +79,7 @@ let package = Package(
         .target(
             name: "MultipeerSession",
             dependencies: [
+                "CMultipeerShims",
                 "MultipeerProtocol",
                 "MultipeerWire",
                 "MultipeerCrypto",

@@ -43,6 +43,11 @@ BIO *mp_callback_bio_new(void *context, mp_bio_write_callback write, mp_bio_read
 /// Bytes malloc has handed out and not taken back (glibc's mallinfo2); 0 where unknown.
 size_t mp_heap_bytes_in_use(void);
 
+/// Starts writing a file range back to storage without waiting (sync_file_range); 0 on success.
+int mp_start_write_back(int descriptor, long long offset, long long length);
+/// Waits until a file range is written back (not a durability barrier: fsync is); 0 on success.
+int mp_finish_write_back(int descriptor, long long offset, long long length);
+
 /// libsodium initialisation that is safe to call from many threads; 0 on success.
 int mp_sodium_init_once(void);
 

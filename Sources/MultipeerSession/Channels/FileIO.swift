@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CMultipeerShims
 import NIOCore
 import Synchronization
 import MultipeerProtocol
@@ -20,6 +21,9 @@ package final class OpenFile: @unchecked Sendable {
     private(set) var descriptor: Int32
     /// Told how many bytes each read returned, when a test watches the file's directory.
     private let readObserver: (@Sendable (Int) -> Void)?
+    /// Bytes before this offset were handed to write-back (`writeBack(through:)`); only the
+    /// one writer of a received file uses it, one batch at a time.
+    private var writeBackStart: UInt64 = 0
 
     private init(descriptor: Int32, path: String) {
         self.descriptor = descriptor
@@ -71,18 +75,62 @@ package final class OpenFile: @unchecked Sendable {
         return buffer
     }
 
-    func write(_ bytes: ByteBuffer, at offset: UInt64) throws(FileIOError) {
-        var written = 0
-        let count = bytes.readableBytes
-        while written < count {
-            let result = bytes.withUnsafeReadableBytes { raw in
-                pwrite(descriptor, raw.baseAddress! + written, count - written, off_t(offset) + off_t(written))
+    /// Writes `chunks` in order from `offset`, up to `IOV_MAX` of them a system call. Returns how
+    /// many bytes landed, and the error that stopped it short, if one did.
+    func write(_ chunks: ArraySlice<ByteBuffer>, at offset: UInt64) -> (landed: Int, error: FileIOError?) {
+        var vectors: [iovec] = []
+        var storages: [Unmanaged<AnyObject>] = []
+        vectors.reserveCapacity(chunks.count)
+        storages.reserveCapacity(chunks.count)
+        defer { for storage in storages { storage.release() } }
+        for chunk in chunks where chunk.readableBytes > 0 {
+            chunk.withUnsafeReadableBytesWithStorageManagement { raw, storage in
+                storages.append(storage.retain())
+                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress), iov_len: raw.count))
+            }
+        }
+        var landed = 0
+        var next = 0
+        while next < vectors.count {
+            let count = min(vectors.count - next, Self.maximumVectors)
+            let result = vectors.withUnsafeMutableBufferPointer { all in
+                pwritev(descriptor, all.baseAddress! + next, Int32(count), off_t(offset) + off_t(landed))
             }
             if result < 0 {
                 if errno == EINTR { continue }
-                throw FileIOError(operation: "write", code: errno)
+                return (landed, FileIOError(operation: "write", code: errno))
             }
-            written += result
+            landed += result
+            // Past what landed: whole vectors skipped, a partly written one trimmed.
+            var left = result
+            while next < vectors.count, left >= vectors[next].iov_len {
+                left -= vectors[next].iov_len
+                next += 1
+            }
+            if left > 0 {
+                vectors[next].iov_base += left
+                vectors[next].iov_len -= left
+            }
+        }
+        return (landed, nil)
+    }
+
+    /// Linux's IOV_MAX, which Swift's Glibc does not export.
+    static let maximumVectors = 1024
+    /// A received file goes to storage this many bytes at a time as it grows (see `writeBack`).
+    static let writeBackWindow: UInt64 = 8 << 20
+
+    /// Hands each whole window written since the last call to write-back, and waits for the
+    /// window before it, so the final `sync` finds at most about two windows left to write and
+    /// the page cache holds no more dirty bytes of the file than that. Write-back errors are
+    /// left to `sync`, which reports them.
+    func writeBack(through end: UInt64) {
+        while end >= writeBackStart + Self.writeBackWindow {
+            _ = mp_start_write_back(descriptor, Int64(writeBackStart), Int64(Self.writeBackWindow))
+            if writeBackStart >= Self.writeBackWindow {
+                _ = mp_finish_write_back(descriptor, Int64(writeBackStart - Self.writeBackWindow), Int64(Self.writeBackWindow))
+            }
+            writeBackStart += Self.writeBackWindow
         }
     }
 

@@ -167,20 +167,30 @@ package final class ResourceReceiver: InboundChannel {
         }
         let (file, hasher, fault) = (file, hasher, writeFault)
         pool.runIfActive(eventLoop: eventLoop) { () -> (bytes: Int, error: (any Error)?) in
-            // Counts (and hashes) whole chunks that landed even when a later one fails, so a
-            // partial kept after a failed write has a hash state of exactly its bytes.
-            var position = batch.at
-            do {
-                for chunk in batch.chunks {
-                    try fault?(position)
-                    try file.write(chunk, at: position)
-                    chunk.withUnsafeReadableBytes { hasher.update($0) }
+            // A test's fault stops the batch before the chunk it names.
+            var ready = batch.chunks.count
+            var failure: (any Error)?
+            if let fault {
+                var position = batch.at
+                for (index, chunk) in batch.chunks.enumerated() {
+                    do { try fault(position) } catch {
+                        (ready, failure) = (index, error)
+                        break
+                    }
                     position += UInt64(chunk.readableBytes)
                 }
-                return (Int(position - batch.at), nil)
-            } catch {
-                return (Int(position - batch.at), error)
             }
+            let (landed, error) = file.write(batch.chunks.prefix(ready), at: batch.at)
+            // Hashes exactly the bytes that landed, even when a write stopped short, so a
+            // partial kept after a failed write has a hash state of exactly its bytes.
+            var left = landed
+            for chunk in batch.chunks where left > 0 {
+                let count = min(left, chunk.readableBytes)
+                chunk.withUnsafeReadableBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0.prefix(count))) }
+                left -= count
+            }
+            file.writeBack(through: batch.at + UInt64(landed))
+            return (landed, error ?? failure)
         }.whenComplete { [self] outcome in
             let (bytes, failure): (Int, (any Error)?) = switch outcome {
             case .success(let written): written
