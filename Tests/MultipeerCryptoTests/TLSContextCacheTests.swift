@@ -16,13 +16,30 @@ struct TLSContextCacheTests {
         // Without an identity each context has an ephemeral certificate of its own.
         #expect(try TLSContext.shared(identity: nil) !== TLSContext.shared(identity: nil))
 
-        // Held weakly: once no session holds it, it goes, and the next one is new.
+        // Kept for the grace after its last hand-out, then let go; the next one is new.
         weak let released = first
         first = nil
         second = nil
-        #expect(released == nil)
+        #expect(released != nil)
         let again = try TLSContext.shared(identity: alice)
         #expect(again.identity === alice)
         #expect(TLSContext.sharedContextCount >= 1)
+    }
+
+    /// A session made right after another with the same identity finds its context; once the
+    /// grace has passed with nobody holding it, it goes (and OpenSSL's copy of the key with it).
+    @Test func aReleasedContextLingersForTheGraceThenGoes() async throws {
+        let pki = try TestPKI()
+        let carol = try pki.peer("carol")
+        TLSContext.sharedContextGrace = .milliseconds(200)
+        defer { TLSContext.sharedContextGrace = .seconds(10) }
+        var held: TLSContext? = try TLSContext.shared(identity: carol)
+        weak let released = held
+        held = nil
+        #expect(released != nil)
+        #expect(try TLSContext.shared(identity: carol) === released)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while released != nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(released == nil)
     }
 }
