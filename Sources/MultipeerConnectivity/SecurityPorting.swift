@@ -102,7 +102,7 @@ public final class SecPolicy: Hashable, @unchecked Sendable {
 
 /// Apple's `SecPolicyCreateBasicX509`: a chain to one of the anchors, each certificate within
 /// its validity, signatures, CA constraints and key strengths checked (OpenSSL's verifier, as
-/// `mpc-certgen verify` runs it).
+/// `mpc-certgen verify` runs it); the leaf must be an end entity.
 public func SecPolicyCreateBasicX509() -> SecPolicy { SecPolicy() }
 
 /// A certificate chain to evaluate, with its anchors and time (Apple's `SecTrust`). Only the

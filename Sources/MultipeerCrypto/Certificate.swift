@@ -101,7 +101,16 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
     public var notValidBefore: Date { Self.date(X509_get0_notBefore(x509)) }
     public var notValidAfter: Date { Self.date(X509_get0_notAfter(x509)) }
 
+    /// Whether OpenSSL accepts this certificate as the issuer of others (`X509_check_ca`).
     public var isCertificateAuthority: Bool { X509_check_ca(x509) > 0 }
+
+    /// Whether this is an end entity, as a peer identity must be: not a usable CA, and no
+    /// basicConstraints `CA:TRUE` either. A CA:TRUE certificate whose keyUsage forbids signing
+    /// certificates is no usable CA to OpenSSL, yet a CA certificate to RFC 5280 and to other
+    /// verifiers.
+    public var isEndEntity: Bool {
+        !isCertificateAuthority && X509_get_extension_flags(x509) & UInt32(EXFLAG_CA) == 0
+    }
 
     public var publicKeyAlgorithm: KeyAlgorithm? {
         guard let key = X509_get0_pubkey(x509) else { return nil }

@@ -17,6 +17,9 @@ public struct CertificateBuilder: Sendable {
     public var notValidBefore: Date
     public var notValidAfter: Date
     public var role: Role
+    /// For tests of verifiers: a `.peer` certificate with basicConstraints CA:TRUE, its keyUsage
+    /// still digitalSignature alone.
+    package var marksPeerAsCertificateAuthority = false
 
     public init(
         commonName: String,
@@ -84,7 +87,7 @@ public struct CertificateBuilder: Sendable {
             ]
         case .peer:
             var list: [(Int32, String)] = [
-                (NID_basic_constraints, "critical,CA:FALSE"),
+                (NID_basic_constraints, marksPeerAsCertificateAuthority ? "critical,CA:TRUE" : "critical,CA:FALSE"),
                 (NID_key_usage, "critical,digitalSignature"),
                 (NID_ext_key_usage, "clientAuth,serverAuth"),
                 (NID_subject_key_identifier, "hash"),

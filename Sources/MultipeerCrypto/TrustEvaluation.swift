@@ -19,7 +19,8 @@ public struct TrustEvaluation: Sendable {
             /// A key under 112-bit security (RSA under 2048 bits), or a signature digest that weak,
             /// anywhere in the chain.
             case weakKey
-            /// The leaf is a CA certificate; a peer identity must be an end entity.
+            /// The leaf is a CA certificate (basicConstraints CA:TRUE, or usable as a CA); a peer
+            /// identity must be an end entity.
             case leafIsCertificateAuthority
         }
         public let reason: Reason
@@ -46,8 +47,9 @@ public struct TrustEvaluation: Sendable {
         guard let leaf = chain.first else {
             return .untrusted(Failure(reason: .noCertificate, code: 0, message: "the peer presented no certificate"))
         }
-        // A leaf that may sign certificates could vouch for names of its own under the same anchor.
-        if leaf.isCertificateAuthority {
+        // A leaf that may sign certificates could vouch for names of its own under the same anchor;
+        // CA:TRUE counts even where keyUsage forbids signing, as other verifiers may ignore that.
+        if !leaf.isEndEntity {
             OpenSSLErrors.clear()
             return .untrusted(
                 Failure(

@@ -241,6 +241,28 @@ struct TrustEvaluationTests {
         let selfSignedCA = try CertificateBuilder(commonName: "pinned", role: .certificateAuthority(pathLength: nil)).issue(for: try PrivateKey.generate())
         #expect(failure(TrustEvaluation(anchors: [selfSignedCA]).evaluate([selfSignedCA])) == .leafIsCertificateAuthority)
     }
+
+    /// CA:TRUE with keyUsage digitalSignature alone, issued by the intermediate: OpenSSL's
+    /// X509_check_ca calls it no CA (keyUsage forbids signing), yet it is a CA certificate to
+    /// RFC 5280 and to verifiers that skip keyUsage. It was accepted as a peer.
+    @Test func aCATrueLeafWhoseKeyUsageForbidsSigningIsRefused() throws {
+        let pki = try TestPKI()
+        let evaluation = TrustEvaluation(anchors: [pki.root])
+        #expect(evaluation.evaluate(try pki.peer("bob").certificateChain) == .trusted)
+
+        let built = try pki.peer("bob") { $0.marksPeerAsCertificateAuthority = true }
+        #expect(!built.certificate.isCertificateAuthority)
+        #expect(!built.certificate.isEndEntity)
+        #expect(failure(evaluation.evaluate(built.certificateChain)) == .leafIsCertificateAuthority)
+
+        // The same made by the openssl command line, as the outside probe made it.
+        let cli = try CommandLinePKI()
+        try cli.add("intermediate", certificate: pki.intermediate, key: pki.intermediateKey)
+        let issued = try cli.issue("bob", newKey: "ed25519", extensions: "capeer_nosign", issuer: "intermediate").certificate
+        #expect(!issued.isEndEntity)
+        #expect(failure(evaluation.evaluate([issued, pki.intermediate])) == .leafIsCertificateAuthority)
+        #expect(try pki.peer("alice").certificate.isEndEntity)
+    }
 }
 
 @Suite("Comparison code")

@@ -153,6 +153,10 @@ final class CommandLinePKI: Sendable {
             basicConstraints = critical,CA:TRUE
             keyUsage = critical,digitalSignature,keyCertSign
             extendedKeyUsage = clientAuth,serverAuth
+            [capeer_nosign]
+            basicConstraints = critical,CA:TRUE
+            keyUsage = critical,digitalSignature
+            extendedKeyUsage = clientAuth,serverAuth
             [ca]
             basicConstraints = critical,CA:TRUE
             keyUsage = critical,keyCertSign,cRLSign,digitalSignature
