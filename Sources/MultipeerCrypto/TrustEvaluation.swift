@@ -22,6 +22,8 @@ public struct TrustEvaluation: Sendable {
             /// The leaf is a CA certificate (basicConstraints CA:TRUE, or usable as a CA); a peer
             /// identity must be an end entity.
             case leafIsCertificateAuthority
+            /// The leaf's subject holds more than one common name, so it certifies no single name.
+            case ambiguousCommonName
         }
         public let reason: Reason
         /// OpenSSL's verify error code and text, for logs.
@@ -55,6 +57,15 @@ public struct TrustEvaluation: Sendable {
                 Failure(
                     reason: .leafIsCertificateAuthority, code: X509_V_ERR_APPLICATION_VERIFICATION,
                     message: "the leaf certificate is a CA certificate, not a peer identity"))
+        }
+        // Apps compare the common name with the peer's name; with two, readers disagree on which counts.
+        let names = leaf.subjectCommonNames.count
+        if names > 1 {
+            OpenSSLErrors.clear()
+            return .untrusted(
+                Failure(
+                    reason: .ambiguousCommonName, code: X509_V_ERR_APPLICATION_VERIFICATION,
+                    message: "the leaf certificate's subject has \(names) common names"))
         }
         guard let store = X509_STORE_new(), let context = X509_STORE_CTX_new(), let untrusted = mp_sk_X509_new_null() else {
             return .untrusted(Failure(reason: .other, code: -1, message: "out of memory"))
