@@ -248,7 +248,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MultipeerAppTests",
-            dependencies: ["multipeer", "MultipeerConnectivity"]
+            dependencies: ["multipeer", "MultipeerConnectivity", "MultipeerCrypto", "MultipeerTestSupport"]
         ),
         .testTarget(
             name: "MultipeerConnectivityTests",

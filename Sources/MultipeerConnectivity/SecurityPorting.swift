@@ -80,7 +80,7 @@ public func SecCertificateCreateWithData(_ allocator: Any?, _ data: CFData) -> S
 }
 
 /// Apple's `SecCertificateCopyCommonName`: the subject's common name, or `errSecParam` when the
-/// certificate has none.
+/// certificate has none, or several (no single name to compare with a peer's).
 @discardableResult
 public func SecCertificateCopyCommonName(_ certificate: SecCertificate, _ commonName: UnsafeMutablePointer<CFString?>) -> OSStatus {
     guard let name = certificate.certificate.subjectCommonName else { return errSecParam }
@@ -102,7 +102,7 @@ public final class SecPolicy: Hashable, @unchecked Sendable {
 
 /// Apple's `SecPolicyCreateBasicX509`: a chain to one of the anchors, each certificate within
 /// its validity, signatures, CA constraints and key strengths checked (OpenSSL's verifier, as
-/// `mpc-certgen verify` runs it).
+/// `mpc-certgen verify` runs it); the leaf must be an end entity with at most one common name.
 public func SecPolicyCreateBasicX509() -> SecPolicy { SecPolicy() }
 
 /// A certificate chain to evaluate, with its anchors and time (Apple's `SecTrust`). Only the

@@ -53,7 +53,8 @@ public func SecCertificateCopyData(_ certificate: SecCertificate) -> Data {
     Data(certificate.certificate.derEncoded)
 }
 
-/// Apple's `SecCertificateCopySubjectSummary`: the common name, or the whole subject.
+/// Apple's `SecCertificateCopySubjectSummary`: the common name, or the whole subject when
+/// there is none or more than one.
 public func SecCertificateCopySubjectSummary(_ certificate: SecCertificate) -> String? {
     certificate.certificate.subjectCommonName ?? certificate.certificate.subject
 }

@@ -86,8 +86,13 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
     /// The subject in RFC 2253 form, for example "CN=alice,O=Example".
     public var subject: String { Self.describe(X509_get_subject_name(x509)) }
     public var issuer: String { Self.describe(X509_get_issuer_name(x509)) }
-    public var subjectCommonName: String? { Self.commonName(X509_get_subject_name(x509)) }
-    public var issuerCommonName: String? { Self.commonName(X509_get_issuer_name(x509)) }
+    /// The subject's common name; nil when it has none, more than one (which one a reader takes
+    /// differs between implementations, so none is right), or one that is not text.
+    public var subjectCommonName: String? { Self.onlyName(Self.commonNames(X509_get_subject_name(x509))) }
+    public var issuerCommonName: String? { Self.onlyName(Self.commonNames(X509_get_issuer_name(x509))) }
+    /// Every common name in the subject, in order; one that is not text appears as U+FFFD.
+    public var subjectCommonNames: [String] { Self.commonNames(X509_get_subject_name(x509)).map { $0 ?? "\u{FFFD}" } }
+    public var issuerCommonNames: [String] { Self.commonNames(X509_get_issuer_name(x509)).map { $0 ?? "\u{FFFD}" } }
 
     /// The serial number in upper-case hex.
     public var serialNumberHex: String {
@@ -101,7 +106,16 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
     public var notValidBefore: Date { Self.date(X509_get0_notBefore(x509)) }
     public var notValidAfter: Date { Self.date(X509_get0_notAfter(x509)) }
 
+    /// Whether OpenSSL accepts this certificate as the issuer of others (`X509_check_ca`).
     public var isCertificateAuthority: Bool { X509_check_ca(x509) > 0 }
+
+    /// Whether this is an end entity, as a peer identity must be: not a usable CA, and no
+    /// basicConstraints `CA:TRUE` either. A CA:TRUE certificate whose keyUsage forbids signing
+    /// certificates is no usable CA to OpenSSL, yet a CA certificate to RFC 5280 and to other
+    /// verifiers.
+    public var isEndEntity: Bool {
+        !isCertificateAuthority && X509_get_extension_flags(x509) & UInt32(EXFLAG_CA) == 0
+    }
 
     public var publicKeyAlgorithm: KeyAlgorithm? {
         guard let key = X509_get0_pubkey(x509) else { return nil }
@@ -125,12 +139,24 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
         return (try? OpenSSLBIO.string { X509_NAME_print_ex($0, name, 0, mp_XN_FLAG_RFC2253_UTF8()) >= 0 }) ?? ""
     }
 
-    private static func commonName(_ name: OpaquePointer?) -> String? {
-        guard let name else { return nil }
-        let index = X509_NAME_get_index_by_NID(name, NID_commonName, -1)
-        guard index >= 0, let entry = X509_NAME_get_entry(name, index), let data = X509_NAME_ENTRY_get_data(entry) else {
-            return nil
+    private static func onlyName(_ names: [String?]) -> String? {
+        names.count == 1 ? names[0] : nil
+    }
+
+    /// Every common name entry, in order (multi-valued RDNs included); nil for one that is not text.
+    private static func commonNames(_ name: OpaquePointer?) -> [String?] {
+        guard let name else { return [] }
+        var names: [String?] = []
+        var index = X509_NAME_get_index_by_NID(name, NID_commonName, -1)
+        while index >= 0 {
+            names.append(text(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, index))))
+            index = X509_NAME_get_index_by_NID(name, NID_commonName, index)
         }
+        return names
+    }
+
+    private static func text(_ data: UnsafeMutablePointer<ASN1_STRING>?) -> String? {
+        guard let data else { return nil }
         var utf8: UnsafeMutablePointer<UInt8>?
         let length = ASN1_STRING_to_UTF8(&utf8, data)
         guard length >= 0, let utf8 else { return nil }

@@ -17,6 +17,12 @@ public struct CertificateBuilder: Sendable {
     public var notValidBefore: Date
     public var notValidAfter: Date
     public var role: Role
+    /// For tests of verifiers: common names after `commonName` in the subject, as a hostile
+    /// issuer might add them.
+    package var additionalCommonNames: [String] = []
+    /// For tests of verifiers: a `.peer` certificate with basicConstraints CA:TRUE, its keyUsage
+    /// still digitalSignature alone.
+    package var marksPeerAsCertificateAuthority = false
 
     public init(
         commonName: String,
@@ -84,7 +90,7 @@ public struct CertificateBuilder: Sendable {
             ]
         case .peer:
             var list: [(Int32, String)] = [
-                (NID_basic_constraints, "critical,CA:FALSE"),
+                (NID_basic_constraints, marksPeerAsCertificateAuthority ? "critical,CA:TRUE" : "critical,CA:FALSE"),
                 (NID_key_usage, "critical,digitalSignature"),
                 (NID_ext_key_usage, "clientAuth,serverAuth"),
                 (NID_subject_key_identifier, "hash"),
@@ -102,6 +108,7 @@ public struct CertificateBuilder: Sendable {
         var entries: [(String, String)] = []
         if let organization { entries.append(("O", organization)) }
         entries.append(("CN", commonName))
+        entries += additionalCommonNames.map { ("CN", $0) }
         for (field, value) in entries {
             let bytes = Array(value.utf8)
             guard let length = Int32(exactly: bytes.count),

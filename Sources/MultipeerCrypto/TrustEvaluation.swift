@@ -19,8 +19,11 @@ public struct TrustEvaluation: Sendable {
             /// A key under 112-bit security (RSA under 2048 bits), or a signature digest that weak,
             /// anywhere in the chain.
             case weakKey
-            /// The leaf is a CA certificate; a peer identity must be an end entity.
+            /// The leaf is a CA certificate (basicConstraints CA:TRUE, or usable as a CA); a peer
+            /// identity must be an end entity.
             case leafIsCertificateAuthority
+            /// The leaf's subject holds more than one common name, so it certifies no single name.
+            case ambiguousCommonName
         }
         public let reason: Reason
         /// OpenSSL's verify error code and text, for logs.
@@ -46,13 +49,23 @@ public struct TrustEvaluation: Sendable {
         guard let leaf = chain.first else {
             return .untrusted(Failure(reason: .noCertificate, code: 0, message: "the peer presented no certificate"))
         }
-        // A leaf that may sign certificates could vouch for names of its own under the same anchor.
-        if leaf.isCertificateAuthority {
+        // A leaf that may sign certificates could vouch for names of its own under the same anchor;
+        // CA:TRUE counts even where keyUsage forbids signing, as other verifiers may ignore that.
+        if !leaf.isEndEntity {
             OpenSSLErrors.clear()
             return .untrusted(
                 Failure(
                     reason: .leafIsCertificateAuthority, code: X509_V_ERR_APPLICATION_VERIFICATION,
                     message: "the leaf certificate is a CA certificate, not a peer identity"))
+        }
+        // Apps compare the common name with the peer's name; with two, readers disagree on which counts.
+        let names = leaf.subjectCommonNames.count
+        if names > 1 {
+            OpenSSLErrors.clear()
+            return .untrusted(
+                Failure(
+                    reason: .ambiguousCommonName, code: X509_V_ERR_APPLICATION_VERIFICATION,
+                    message: "the leaf certificate's subject has \(names) common names"))
         }
         guard let store = X509_STORE_new(), let context = X509_STORE_CTX_new(), let untrusted = mp_sk_X509_new_null() else {
             return .untrusted(Failure(reason: .other, code: -1, message: "out of memory"))

@@ -34,7 +34,8 @@ struct Inspect: ParsableCommand {
             print("  valid from:  \(certificate.notValidBefore)")
             print("  valid until: \(certificate.notValidAfter)\(certificate.notValidAfter < Date() ? "  (EXPIRED)" : certificate.notValidBefore > Date() ? "  (NOT YET VALID)" : "")")
             print("  key:         \(certificate.publicKeyAlgorithm.map { "\($0)" } ?? "unsupported")")
-            print("  CA:          \(certificate.isCertificateAuthority ? "yes" : "no")")
+            let ca = certificate.isCertificateAuthority ? "yes" : certificate.isEndEntity ? "no" : "marked CA:TRUE (keyUsage forbids signing)"
+            print("  CA:          \(ca)")
             print("  SHA-256:     \(certificate.sha256FingerprintText)")
             print("  code:        \(ComparisonCode.make(for: certificate))")
         }

@@ -241,6 +241,57 @@ struct TrustEvaluationTests {
         let selfSignedCA = try CertificateBuilder(commonName: "pinned", role: .certificateAuthority(pathLength: nil)).issue(for: try PrivateKey.generate())
         #expect(failure(TrustEvaluation(anchors: [selfSignedCA]).evaluate([selfSignedCA])) == .leafIsCertificateAuthority)
     }
+
+    /// CA:TRUE with keyUsage digitalSignature alone, issued by the intermediate: OpenSSL's
+    /// X509_check_ca calls it no CA (keyUsage forbids signing), yet it is a CA certificate to
+    /// RFC 5280 and to verifiers that skip keyUsage. It was accepted as a peer.
+    @Test func aCATrueLeafWhoseKeyUsageForbidsSigningIsRefused() throws {
+        let pki = try TestPKI()
+        let evaluation = TrustEvaluation(anchors: [pki.root])
+        #expect(evaluation.evaluate(try pki.peer("bob").certificateChain) == .trusted)
+
+        let built = try pki.peer("bob") { $0.marksPeerAsCertificateAuthority = true }
+        #expect(!built.certificate.isCertificateAuthority)
+        #expect(!built.certificate.isEndEntity)
+        #expect(failure(evaluation.evaluate(built.certificateChain)) == .leafIsCertificateAuthority)
+
+        // The same made by the openssl command line, as the outside probe made it.
+        let cli = try CommandLinePKI()
+        try cli.add("intermediate", certificate: pki.intermediate, key: pki.intermediateKey)
+        let issued = try cli.issue("bob", newKey: "ed25519", extensions: "capeer_nosign", issuer: "intermediate").certificate
+        #expect(!issued.isEndEntity)
+        #expect(failure(evaluation.evaluate([issued, pki.intermediate])) == .leafIsCertificateAuthority)
+        #expect(try pki.peer("alice").certificate.isEndEntity)
+    }
+
+    /// A subject "CN=bob, CN=mallory" names nobody in particular: readers differ on which CN
+    /// counts. It was accepted as bob (the first CN).
+    @Test func aLeafWithTwoCommonNamesIsRefused() throws {
+        let pki = try TestPKI()
+        let evaluation = TrustEvaluation(anchors: [pki.root])
+        let built = try pki.peer("bob") { $0.additionalCommonNames = ["mallory"] }
+        #expect(built.certificate.subjectCommonNames == ["bob", "mallory"])
+        #expect(built.certificate.subjectCommonName == nil)
+        #expect(failure(evaluation.evaluate(built.certificateChain)) == .ambiguousCommonName)
+
+        // From the openssl command line: two RDNs, and one multi-valued RDN.
+        let cli = try CommandLinePKI()
+        try cli.add("intermediate", certificate: pki.intermediate, key: pki.intermediateKey)
+        for subject in ["/CN=bob/CN=mallory", "/CN=bob+CN=mallory", "/O=x/CN=bob/OU=y/CN=mallory"] {
+            let issued = try cli.issue("bob", newKey: "ed25519", extensions: "peer", issuer: "intermediate", subject: subject).certificate
+            #expect(issued.subjectCommonName == nil, "\(subject)")
+            #expect(Set(issued.subjectCommonNames) == ["bob", "mallory"], "\(subject)")
+            #expect(failure(evaluation.evaluate([issued, pki.intermediate])) == .ambiguousCommonName, "\(subject)")
+        }
+
+        // One CN, or none, is no ambiguity; the issuer's names are read the same way.
+        let single = try pki.peer("bob").certificate
+        #expect(single.subjectCommonNames == ["bob"] && single.subjectCommonName == "bob")
+        #expect(single.issuerCommonNames == ["Test Intermediate CA"] && single.issuerCommonName == "Test Intermediate CA")
+        let nameless = try cli.issue("nameless", newKey: "ed25519", extensions: "peer", issuer: "intermediate", subject: "/O=x").certificate
+        #expect(nameless.subjectCommonNames.isEmpty && nameless.subjectCommonName == nil)
+        #expect(evaluation.evaluate([nameless, pki.intermediate]) == .trusted)
+    }
 }
 
 @Suite("Comparison code")

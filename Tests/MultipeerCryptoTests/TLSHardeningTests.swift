@@ -153,6 +153,10 @@ final class CommandLinePKI: Sendable {
             basicConstraints = critical,CA:TRUE
             keyUsage = critical,digitalSignature,keyCertSign
             extendedKeyUsage = clientAuth,serverAuth
+            [capeer_nosign]
+            basicConstraints = critical,CA:TRUE
+            keyUsage = critical,digitalSignature
+            extendedKeyUsage = clientAuth,serverAuth
             [ca]
             basicConstraints = critical,CA:TRUE
             keyUsage = critical,keyCertSign,cRLSign,digitalSignature
@@ -185,10 +189,16 @@ final class CommandLinePKI: Sendable {
     }
 
     /// Issues `name` for a fresh key (`newKey` as `openssl req -newkey` takes it) under the issuer
-    /// `issuer`, with the extension section `extensions`. Returns the certificate and the raw key.
+    /// `issuer`, with the extension section `extensions` and the subject `subject` (`-subj` form,
+    /// multi-valued RDNs allowed; `/CN=name` by default). Returns the certificate and the raw key.
     @discardableResult
-    func issue(_ name: String, newKey: String, extensions: String, issuer: String) throws -> (certificate: Certificate, keyPEM: String) {
-        try run(["req", "-new", "-newkey", newKey, "-nodes", "-keyout", "\(name).key", "-subj", "/CN=\(name)", "-out", "\(name).csr"])
+    func issue(
+        _ name: String, newKey: String, extensions: String, issuer: String, subject: String? = nil
+    ) throws -> (certificate: Certificate, keyPEM: String) {
+        try run([
+            "req", "-new", "-newkey", newKey, "-nodes", "-keyout", "\(name).key", "-subj", subject ?? "/CN=\(name)",
+            "-out", "\(name).csr",
+        ])
         try run([
             "x509", "-req", "-in", "\(name).csr", "-CA", "\(issuer).pem", "-CAkey", "\(issuer).key", "-set_serial", "0x\(UInt32.random(in: 1...UInt32.max))",
             "-days", "2", "-extfile", "extensions.cnf", "-extensions", extensions, "-out", "\(name).pem",

@@ -83,10 +83,12 @@ struct TrustStepTests {
         #expect(request.certificateChain?.count == 2)
     }
 
-    @Test(arguments: ["expired", "notYetValid", "unknownCA", "selfSigned"])
+    @Test(arguments: ["expired", "notYetValid", "unknownCA", "selfSigned", "caLeaf", "twoCommonNames"])
     func badCertificatesAreRejectedByTheEvaluator(kind: String) throws {
         let bad: SecurityIdentity
         switch kind {
+        case "caLeaf": bad = try Self.pki.peer("mallory") { $0.marksPeerAsCertificateAuthority = true }
+        case "twoCommonNames": bad = try Self.pki.peer("bob") { $0.additionalCommonNames = ["mallory"] }
         case "expired": bad = try Self.pki.peer("mallory", notValidBefore: .init(timeIntervalSinceNow: -7200), notValidAfter: .init(timeIntervalSinceNow: -3600))
         case "notYetValid": bad = try Self.pki.peer("mallory", notValidBefore: .init(timeIntervalSinceNow: 3600), notValidAfter: .init(timeIntervalSinceNow: 7200))
         case "unknownCA": bad = try TestPKI(name: "Rogue").peer("mallory")

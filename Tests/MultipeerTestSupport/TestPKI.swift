@@ -21,14 +21,18 @@ public final class TestPKI: Sendable {
         ).issue(for: intermediateKey, issuer: (root, rootKey))
     }
 
+    /// A peer identity under the intermediate; `adjust` can make its certificate one that
+    /// verifiers must refuse (CertificateBuilder's package-level settings).
     public func peer(
         _ name: String, algorithm: KeyAlgorithm = .ed25519,
-        notValidBefore: Date = Date(timeIntervalSinceNow: -300), notValidAfter: Date = Date(timeIntervalSinceNow: 86_400)
+        notValidBefore: Date = Date(timeIntervalSinceNow: -300), notValidAfter: Date = Date(timeIntervalSinceNow: 86_400),
+        adjust: (inout CertificateBuilder) -> Void = { _ in }
     ) throws -> SecurityIdentity {
         let key = try PrivateKey.generate(algorithm)
-        let certificate = try CertificateBuilder(
-            commonName: name, dnsNames: ["\(name).local"], notValidBefore: notValidBefore, notValidAfter: notValidAfter
-        ).issue(for: key, issuer: (intermediate, intermediateKey))
+        var builder = CertificateBuilder(
+            commonName: name, dnsNames: ["\(name).local"], notValidBefore: notValidBefore, notValidAfter: notValidAfter)
+        adjust(&builder)
+        let certificate = try builder.issue(for: key, issuer: (intermediate, intermediateKey))
         return try SecurityIdentity(privateKey: key, certificateChain: [certificate, intermediate])
     }
 }
