@@ -8,7 +8,10 @@ import CMultipeerOpenSSL
 /// buffers, as the handshake's do. The engine's semantics are kept: one record per write of at
 /// most the record limit, a KeyUpdate requested before `recordsPerKeyUpdate` records under one
 /// key (OpenSSL never starts one itself), the first failure sticks, nothing is written after
-/// close_notify. OpenSSL answers the peer's KeyUpdate requests itself, as soon as it reads them.
+/// close_notify. OpenSSL answers each of the peer's KeyUpdate requests itself, while reading or
+/// ahead of this side's next record; so that a peer cannot have it derive keys, or queue answers,
+/// without end, the connection fails past `TLSRecordLayer.maximumRecordsWithoutData` KeyUpdates
+/// in a row without application data, or requests while this side writes nothing.
 final class OpenSSLRecordLayer {
     private let ssl: OpaquePointer
     let recordsPerKeyUpdate: UInt64
@@ -17,6 +20,9 @@ final class OpenSSLRecordLayer {
     /// close_notify follows it (OpenSSL forbids SSL_shutdown after a fatal error).
     private var failure: SecurityError?
     private var closeNotifySent = false
+    /// KeyUpdates read since the last application data, and requests since this side last wrote.
+    private var keyUpdatesWithoutData = 0
+    private var requestsWithoutWrite = 0
 
     private(set) var keyUpdatesInitiated = 0
     private(set) var keyUpdatesSent = 0
@@ -62,6 +68,7 @@ final class OpenSSLRecordLayer {
             throw fail(SecurityError.openSSL(.tlsFailure, "TLS write failed"))
         }
         recordsSinceKeyUpdate += 1
+        requestsWithoutWrite = 0
     }
 
     /// Opens received records into `destination` (OpenSSL reads them through the engine's BIO).
@@ -69,7 +76,16 @@ final class OpenSSLRecordLayer {
         if let failure { throw failure }
         OpenSSLErrors.clear()  // else another caller's error turns wouldBlock or close into a failure
         var read = 0
-        if SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1 { return .bytes(read) }
+        let opened = SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1
+        let limit = TLSRecordLayer.maximumRecordsWithoutData
+        guard keyUpdatesWithoutData <= limit, requestsWithoutWrite <= limit else {
+            let what = keyUpdatesWithoutData > limit ? "KeyUpdates in a row without application data" : "KeyUpdate requests while this side wrote nothing"
+            throw fail(SecurityError(.tlsFailure, "more than \(limit) \(what)"))
+        }
+        if opened {
+            keyUpdatesWithoutData = 0
+            return .bytes(read)
+        }
         switch SSL_get_error(ssl, 0) {
         case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
             return .wouldBlock
@@ -93,12 +109,14 @@ final class OpenSSLRecordLayer {
         return error
     }
 
-    fileprivate func noteKeyUpdate(sent: Bool) {
+    fileprivate func noteKeyUpdate(sent: Bool, requesting: Bool) {
         if sent {
             keyUpdatesSent += 1
             recordsSinceKeyUpdate = 0  // an answer to the peer renews this side's key too
         } else {
             keyUpdatesReceived += 1
+            keyUpdatesWithoutData += 1
+            if requesting { requestsWithoutWrite += 1 }
         }
     }
 }
@@ -111,5 +129,7 @@ private func noteKeyUpdates(
     guard contentType == SSL3_RT_HANDSHAKE, length > 0, let buffer, let argument,
         buffer.load(as: UInt8.self) == UInt8(SSL3_MT_KEY_UPDATE)
     else { return }
-    Unmanaged<OpenSSLRecordLayer>.fromOpaque(argument).takeUnretainedValue().noteKeyUpdate(sent: writeP == 1)
+    // Type, 3-byte length, then request_update (RFC 8446 §4.6.3).
+    let requesting = length >= 5 && buffer.load(fromByteOffset: 4, as: UInt8.self) == 1
+    Unmanaged<OpenSSLRecordLayer>.fromOpaque(argument).takeUnretainedValue().noteKeyUpdate(sent: writeP == 1, requesting: requesting)
 }

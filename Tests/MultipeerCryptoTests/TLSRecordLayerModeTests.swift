@@ -139,6 +139,62 @@ struct TLSRecordLayerModeTests {
         #expect(try pair.read(pair.server) == Array("still talking".utf8))
     }
 
+    /// KeyUpdates in a row without application data cost a key derivation each and yield
+    /// nothing: past the limit they end the connection, in either layer.
+    @Test(arguments: TLSRecordLayerKind.allCases, [TLSRecordLayer.maximumRecordsWithoutData, TLSRecordLayer.maximumRecordsWithoutData + 1])
+    func keyUpdatesWithoutDataAreCutOffPastTheLimit(kind: TLSRecordLayerKind, count: Int) throws {
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server, recordLayer: .forced(kind))
+        let raw = try RawTLSPeer(role: .client, cipherSuite: "TLS_AES_128_GCM_SHA256")
+        try #require(raw.handshake(with: engine).raw == .complete)
+        for _ in 0..<count {
+            #expect(SSL_key_update(raw.ssl, SSL_KEY_UPDATE_NOT_REQUESTED) == 1)
+            #expect(SSL_do_handshake(raw.ssl) == 1)  // sends it now
+        }
+        try raw.write([1])
+        engine.receive(try #require(raw.takeOutbound()))
+        if count <= TLSRecordLayer.maximumRecordsWithoutData {
+            #expect(try engine.readPlaintext() == .plaintext(ByteBuffer(bytes: [1])))
+        } else {
+            let error = try #require(throws: SecurityError.self) { try engine.readPlaintext() }
+            #expect(error.code == .tlsFailure)
+            #expect(error.reason.contains("in a row without application data"))
+        }
+    }
+
+    /// A peer that asks for KeyUpdates but never reads cannot make this side queue answers
+    /// without end: the library's layer owes it one answer, sent ahead of its next record;
+    /// OpenSSL's answers each request, so past the limit of requests while this side writes
+    /// nothing the connection ends.
+    @Test(arguments: TLSRecordLayerKind.allCases)
+    func keyUpdateRequestsWithoutAWriteAreBounded(kind: TLSRecordLayerKind) throws {
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server, recordLayer: .forced(kind))
+        let raw = try RawTLSPeer(role: .client, cipherSuite: "TLS_AES_128_GCM_SHA256")
+        try #require(raw.handshake(with: engine).raw == .complete)
+        var failure: SecurityError?
+        var rounds = 0
+        while rounds < 2 * TLSRecordLayer.maximumRecordsWithoutData, failure == nil {
+            rounds += 1
+            #expect(SSL_key_update(raw.ssl, SSL_KEY_UPDATE_REQUESTED) == 1)
+            try raw.write([UInt8(truncatingIfNeeded: rounds)])
+            engine.receive(try #require(raw.takeOutbound()))
+            do {
+                #expect(try engine.readPlaintext() == .plaintext(ByteBuffer(bytes: [UInt8(truncatingIfNeeded: rounds)])))
+            } catch {
+                failure = error
+            }
+        }
+        switch kind {
+        case .library:
+            #expect(failure == nil)
+            #expect(engine.keyUpdatesSent == 0)
+            try engine.write(ByteBuffer(string: "answer"))
+            #expect(engine.keyUpdatesSent == 1)
+        case .openSSL:
+            #expect(rounds == TLSRecordLayer.maximumRecordsWithoutData + 1)
+            #expect(failure?.reason.contains("KeyUpdate requests while this side wrote nothing") == true)
+        }
+    }
+
     /// A client's max_fragment_length (RFC 6066) bounds every record, in either layer.
     @Test(arguments: TLSRecordLayerKind.allCases)
     func aClientsMaxFragmentLengthIsHonoured(kind: TLSRecordLayerKind) throws {
