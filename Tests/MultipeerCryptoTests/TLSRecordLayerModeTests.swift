@@ -53,6 +53,22 @@ struct TLSRecordLayerModeTests {
         #expect(try pair.client.readPlaintext() == .closed)
     }
 
+    /// The client's first record often arrives in the same read as its Finished.
+    @Test(arguments: TLSRecordLayerKind.allCases)
+    func dataRightBehindTheClientsFinishedIsRead(kind: TLSRecordLayerKind) throws {
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordLayer: .forced(kind))
+        #expect(try pair.client.advanceHandshake() == .inProgress)
+        pair.server.receive(try #require(pair.client.takeOutbound()))
+        #expect(try pair.server.advanceHandshake() == .inProgress)
+        pair.client.receive(try #require(pair.server.takeOutbound()))
+        #expect(try pair.client.advanceHandshake() == .complete)
+        try pair.client.write(ByteBuffer(string: "first"))
+        pair.server.receive(try #require(pair.client.takeOutbound()))
+        #expect(try pair.server.advanceHandshake() == .complete)
+        #expect(pair.server.recordLayer == kind)
+        #expect(try pair.server.readPlaintext() == .plaintext(ByteBuffer(string: "first")))
+    }
+
     @Test(arguments: TLSRecordLayerKind.allCases)
     func readingIntoASmallBufferTakesAsMuchAsFits(kind: TLSRecordLayerKind) throws {
         let pair = try pair(kind)
