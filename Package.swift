@@ -63,6 +63,8 @@ let package = Package(
             dependencies: [
                 "CMultipeerShims", "CMultipeerOpenSSL", "CMultipeerSodium", "MultipeerWire",
                 .product(name: "NIOCore", package: "swift-nio"),
+                // The record layer guard's verdict (TLSRecordLayerGuard).
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // Imports are checked by ProtocolPurityTests: NIOCore for ByteBuffer and deadlines, never NIOPosix.
@@ -214,6 +216,7 @@ let package = Package(
             name: "MultipeerCryptoTests",
             dependencies: [
                 "MultipeerCrypto", "CMultipeerShims", "CMultipeerOpenSSL", "MultipeerWire", "MultipeerTestSupport",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),

@@ -1,5 +1,6 @@
 import CMultipeerOpenSSL
 import CMultipeerShims
+import Logging
 import MultipeerWire
 import NIOCore
 
@@ -10,7 +11,10 @@ import NIOCore
 /// OpenSSL runs the handshake, reading straight out of the received buffers and writing straight
 /// into the outbound buffer (a callback BIO). After it, `TLSRecordLayer` seals and opens records
 /// with the traffic secrets the handshake derived: OpenSSL's record layer cost several times the
-/// cipher's own work on small records, and extra copies of every byte on large ones.
+/// cipher's own work on small records, and extra copies of every byte on large ones. Where
+/// `TLSRecordLayerGuard` refuses the library's layer, or `MULTIPEER_TLS_RECORD_LAYER=openssl`
+/// says so, OpenSSL's own protects the records instead (`OpenSSLRecordLayer`), over the same
+/// buffers and with the same API.
 ///
 /// Not thread-safe: one engine belongs to one connection's event loop.
 public final class TLSEngine {
@@ -47,8 +51,34 @@ public final class TLSEngine {
     @exclusivity(unchecked) fileprivate var outbound = ByteBuffer()
     /// The handshake's application traffic secrets, until the record layer takes them.
     private let secrets = TLSTrafficSecretCapture()
+
+    private enum Records {
+        case library(TLSRecordLayer)
+        case openSSL(OpenSSLRecordLayer)
+
+        var acceptsWrites: Bool {
+            switch self {
+            case .library(let layer): layer.acceptsWrites
+            case .openSSL(let layer): layer.acceptsWrites
+            }
+        }
+    }
+
     /// Protects application data once the handshake is complete.
-    @exclusivity(unchecked) private var records: TLSRecordLayer?
+    @exclusivity(unchecked) private var records: Records?
+    private let recordLayerPolicy: TLSRecordLayerPolicy
+    private let recordLayerGuard: TLSRecordLayerGuard
+    private let logger: Logger
+    /// Which layer protects this connection's records; nil until the handshake is complete.
+    package var recordLayer: TLSRecordLayerKind? {
+        switch records {
+        case .library: .library
+        case .openSSL: .openSSL
+        case nil: nil
+        }
+    }
+    /// Why this connection uses its record layer.
+    package private(set) var recordLayerReason: String?
     /// Plaintext written with `coalescing`, held to share a record with the writes after it;
     /// sealed before any other write, or by `sealHeld()`.
     @exclusivity(unchecked) private var held = ByteBuffer()
@@ -63,10 +93,28 @@ public final class TLSEngine {
     /// A KeyUpdate is sent before this many records have been sealed under one key (RFC 8446 §5.5).
     public let recordsPerKeyUpdate: UInt64
     /// KeyUpdates this side started because of its record limit.
-    public var keyUpdatesInitiated: Int { records?.keyUpdatesInitiated ?? 0 }
+    public var keyUpdatesInitiated: Int {
+        switch records {
+        case .library(let layer): layer.keyUpdatesInitiated
+        case .openSSL(let layer): layer.keyUpdatesInitiated
+        case nil: 0
+        }
+    }
     /// All KeyUpdate messages sent, including answers to the peer's requests.
-    public var keyUpdatesSent: Int { records?.keyUpdatesSent ?? 0 }
-    public var keyUpdatesReceived: Int { records?.keyUpdatesReceived ?? 0 }
+    public var keyUpdatesSent: Int {
+        switch records {
+        case .library(let layer): layer.keyUpdatesSent
+        case .openSSL(let layer): layer.keyUpdatesSent
+        case nil: 0
+        }
+    }
+    public var keyUpdatesReceived: Int {
+        switch records {
+        case .library(let layer): layer.keyUpdatesReceived
+        case .openSSL(let layer): layer.keyUpdatesReceived
+        case nil: 0
+        }
+    }
     public var isHandshakeComplete: Bool { records != nil }
 
     public static let maximumRecordPlaintext = 16_384
@@ -76,10 +124,25 @@ public final class TLSEngine {
     /// Bytes a TLS 1.3 record adds to its plaintext: header, content type, AEAD tag.
     static let recordOverhead = TLSRecordProtection.headerLength + 1 + TLSRecordProtection.tagLength
 
-    public init(
+    public convenience init(
         context: TLSContext, role: Role, recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
     ) throws(SecurityError) {
+        try self.init(context: context, role: role, recordsPerKeyUpdate: recordsPerKeyUpdate, recordLayer: nil)
+    }
+
+    /// `recordLayer` nil takes `MULTIPEER_TLS_RECORD_LAYER`, else the guard's verdict; tests may
+    /// force a layer, or ask a guard of their own. `logger` hears the guard's verdict when this
+    /// engine is the one that checks, and the switch's once per process.
+    package init(
+        context: TLSContext, role: Role, recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
+        recordLayer: TLSRecordLayerPolicy?, recordLayerGuard: TLSRecordLayerGuard = .process,
+        logger: Logger = Logger(label: "MultipeerCrypto", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) throws(SecurityError) {
         precondition(recordsPerKeyUpdate > 0, "recordsPerKeyUpdate must be positive")
+        self.recordLayerPolicy = recordLayer ?? .environment
+        self.recordLayerGuard = recordLayerGuard
+        self.logger = logger
+        if recordLayer == nil { TLSRecordLayerPolicy.announceEnvironment(to: logger) }
         guard let ssl = SSL_new(role == .server ? context.server : context.client) else {
             throw SecurityError.openSSL(.internalError, "SSL_new failed")
         }
@@ -92,7 +155,8 @@ public final class TLSEngine {
             throw SecurityError.openSSL(.internalError, "BIO_new failed")
         }
         SSL_set_bio(ssl, bio, bio)  // the SSL now owns the BIO
-        try secrets.attach(to: ssl)
+        // With OpenSSL's layer forced, the traffic secrets are never copied out of OpenSSL.
+        if recordLayerPolicy != .forced(.openSSL) { try secrets.attach(to: ssl) }
         switch role {
         case .client:
             SSL_set_connect_state(ssl)
@@ -178,25 +242,45 @@ public final class TLSEngine {
         }
     }
 
-    /// Hands record protection over from OpenSSL. OpenSSL reads one record at a time and sends no
+    /// Hands record protection over from OpenSSL, to the library's layer or, where the policy
+    /// or the guard says so, to OpenSSL's own. OpenSSL reads one record at a time and sends no
     /// session tickets, so neither side has sealed or opened a record under the application
     /// traffic keys yet: both sequence numbers start at zero.
     private func startRecordLayer() throws(SecurityError) {
-        guard SSL_has_pending(ssl) == 0 else {
-            throw SecurityError(.internalError, "OpenSSL read past the end of the handshake")
-        }
         guard let cipher = SSL_get_current_cipher(ssl), let suite = TLSCipherSuite(protocolID: SSL_CIPHER_get_protocol_id(cipher)) else {
             throw SecurityError(.tlsHandshakeFailed, "a cipher suite this engine does not protect records with")
         }
-        guard let client = secrets.client, let server = secrets.server else {
-            throw SecurityError(.internalError, "the handshake's traffic secrets were not captured")
-        }
-        records = try TLSRecordLayer(
-            suite: suite, role: role, clientSecret: client, serverSecret: server, recordsPerKeyUpdate: recordsPerKeyUpdate)
         // Modes 1-4 are 512, 1,024, 2,048 and 4,096 bytes; 0 is none.
         if let session = SSL_get_session(ssl), case let mode = SSL_SESSION_get_max_fragment_length(session), (1...4).contains(mode) {
             recordLimit = 256 << Int(mode)
         }
+        let kind: TLSRecordLayerKind
+        switch recordLayerPolicy {
+        case .forced(let forced):
+            kind = forced
+            recordLayerReason = "forced"
+        case .guarded:
+            switch recordLayerGuard.verdict(for: suite, logger: logger) {
+            case .agrees:
+                kind = .library
+                recordLayerReason = "the guard found it agrees with OpenSSL's"
+            case .refused(let why):
+                kind = .openSSL
+                recordLayerReason = why
+            }
+        }
+        if kind == .openSSL {
+            records = .openSSL(OpenSSLRecordLayer(ssl: ssl, recordsPerKeyUpdate: recordsPerKeyUpdate))
+            return
+        }
+        guard SSL_has_pending(ssl) == 0 else {
+            throw SecurityError(.internalError, "OpenSSL read past the end of the handshake")
+        }
+        guard let client = secrets.client, let server = secrets.server else {
+            throw SecurityError(.internalError, "the handshake's traffic secrets were not captured")
+        }
+        records = .library(try TLSRecordLayer(
+            suite: suite, role: role, clientSecret: client, serverSecret: server, recordsPerKeyUpdate: recordsPerKeyUpdate))
     }
 
     /// Seals `plaintext`; the records appear in `takeOutbound()`.
@@ -281,7 +365,12 @@ public final class TLSEngine {
         var outcome: Result<Void, SecurityError> = .success(())
         first.withUnsafeReadableBytes { head in
             second.withUnsafeReadableBytes { tail in
-                outcome = Result { () throws(SecurityError) in try records.sealApplicationData(head, tail, into: &outbound) }
+                outcome = Result { () throws(SecurityError) in
+                    switch records {
+                    case .library(let layer): try layer.sealApplicationData(head, tail, into: &outbound)
+                    case .openSSL(let layer): try layer.seal(head, tail)  // into `outbound`, through the BIO
+                    }
+                }
             }
         }
         try outcome.get()
@@ -290,7 +379,10 @@ public final class TLSEngine {
     /// Opens received records into `destination`, as far as it reaches.
     public func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> ReadStatus {
         guard let records, destination.count > 0 else { return .wouldBlock }
-        return try records.read(from: &inbound, into: destination, output: &outbound)
+        switch records {
+        case .library(let layer): return try layer.read(from: &inbound, into: destination, output: &outbound)
+        case .openSSL(let layer): return try layer.read(into: destination)
+        }
     }
 
     /// Opens whatever complete records have arrived, into a new buffer.
@@ -315,7 +407,11 @@ public final class TLSEngine {
     /// Queues close_notify.
     public func close() {
         try? sealHeld()  // held frames go ahead of close_notify; a failure here ends the connection anyway
-        records?.sealCloseNotify(into: &outbound)
+        switch records {
+        case .library(let layer): layer.sealCloseNotify(into: &outbound)
+        case .openSSL(let layer): layer.sealCloseNotify()
+        case nil: break
+        }
     }
 
     /// The peer's certificate chain, leaf first; empty if it presented none.

@@ -1,3 +1,4 @@
+import Logging
 @testable import MultipeerCrypto
 import MultipeerTestSupport
 import NIOCore
@@ -8,9 +9,18 @@ struct EnginePair {
     let client: TLSEngine
     let server: TLSEngine
 
-    init(clientIdentity: SecurityIdentity?, serverIdentity: SecurityIdentity?, recordsPerKeyUpdate: UInt64 = 1 << 24) throws {
-        client = try TLSEngine(context: TLSContext(identity: clientIdentity), role: .client, recordsPerKeyUpdate: recordsPerKeyUpdate)
-        server = try TLSEngine(context: TLSContext(identity: serverIdentity), role: .server, recordsPerKeyUpdate: recordsPerKeyUpdate)
+    /// `recordLayer` nil: as a connection picks it (the switch, else the guard).
+    init(
+        clientIdentity: SecurityIdentity?, serverIdentity: SecurityIdentity?, recordsPerKeyUpdate: UInt64 = 1 << 24,
+        recordLayer: TLSRecordLayerPolicy? = nil, serverRecordLayer: TLSRecordLayerPolicy? = nil,
+        recordLayerGuard: TLSRecordLayerGuard = .process, logger: Logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) throws {
+        client = try TLSEngine(
+            context: TLSContext(identity: clientIdentity), role: .client, recordsPerKeyUpdate: recordsPerKeyUpdate,
+            recordLayer: recordLayer, recordLayerGuard: recordLayerGuard, logger: logger)
+        server = try TLSEngine(
+            context: TLSContext(identity: serverIdentity), role: .server, recordsPerKeyUpdate: recordsPerKeyUpdate,
+            recordLayer: serverRecordLayer ?? recordLayer, recordLayerGuard: recordLayerGuard, logger: logger)
     }
 
     /// Moves ciphertext both ways until neither side has anything to send.
@@ -175,8 +185,9 @@ struct TLSEngineTests {
         #expect(!clientKey.constantTimeEquals(otherDirection))
     }
 
+    /// The library's layer: OpenSSL's answers each request itself (TLSRecordLayerModeTests).
     @Test func keyUpdatesHappenAtTheInjectedLimitWhileDataFlows() throws {
-        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordsPerKeyUpdate: 3)
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordsPerKeyUpdate: 3, recordLayer: .forced(.library))
         try pair.handshake()
         var expected: [UInt8] = []
         var received: [UInt8] = []

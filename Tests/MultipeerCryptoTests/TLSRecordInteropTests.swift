@@ -6,6 +6,7 @@ import Testing
 
 /// The engine's record layer against OpenSSL's own, in both roles and every suite: the key
 /// schedule, KeyUpdate both ways, session tickets and close_notify must agree byte for byte.
+/// The engines here use the library's layer whatever MULTIPEER_TLS_RECORD_LAYER says.
 @Suite("TLS records: the engine's own layer against OpenSSL's")
 struct TLSRecordInteropTests {
     static let suites = ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"]
@@ -15,7 +16,8 @@ struct TLSRecordInteropTests {
 
     /// An engine and an OpenSSL endpoint with finished handshakes.
     private func connect(engineRole: TLSEngine.Role, suite: String, tickets: Int = 0, recordsPerKeyUpdate: UInt64 = 1 << 24) throws -> (TLSEngine, RawTLSPeer) {
-        let engine = try TLSEngine(context: TLSContext(identity: nil), role: engineRole, recordsPerKeyUpdate: recordsPerKeyUpdate)
+        let engine = try TLSEngine(
+            context: TLSContext(identity: nil), role: engineRole, recordsPerKeyUpdate: recordsPerKeyUpdate, recordLayer: .forced(.library))
         let raw: RawTLSPeer
         if engineRole == .client {
             let bob = try pki.peer("bob")
@@ -101,7 +103,7 @@ struct TLSRecordInteropTests {
     /// the engine then seals no record larger than it, coalesced frames included.
     @Test(arguments: [(UInt8(1), 512), (2, 1_024), (3, 2_048), (4, 4_096)])
     func aClientsMaxFragmentLengthIsHonoured(mode: UInt8, limit: Int) throws {
-        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server)
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server, recordLayer: .forced(.library))
         let raw = try RawTLSPeer(role: .client, cipherSuite: "TLS_AES_128_GCM_SHA256")
         #expect(SSL_set_tlsext_max_fragment_length(raw.ssl, mode) == 1)
         let outcome = raw.handshake(with: engine)
@@ -121,8 +123,8 @@ struct TLSRecordInteropTests {
     /// The client's first record often arrives in the same read as its Finished: OpenSSL must
     /// not have read it, and the engine must open it under the first application key.
     @Test func dataRightBehindTheClientsFinishedIsRead() throws {
-        let client = try TLSEngine(context: TLSContext(identity: nil), role: .client)
-        let server = try TLSEngine(context: TLSContext(identity: nil), role: .server)
+        let client = try TLSEngine(context: TLSContext(identity: nil), role: .client, recordLayer: .forced(.library))
+        let server = try TLSEngine(context: TLSContext(identity: nil), role: .server, recordLayer: .forced(.library))
         #expect(try client.advanceHandshake() == .inProgress)
         server.receive(try #require(client.takeOutbound()))
         #expect(try server.advanceHandshake() == .inProgress)

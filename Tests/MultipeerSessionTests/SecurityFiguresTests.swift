@@ -1,4 +1,5 @@
 import Foundation
+import MultipeerCrypto
 import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
@@ -41,11 +42,32 @@ import Testing
             "at most \(SessionEngineConfiguration.defaultPendingConnections) inbound connections",
             "most \(channels.resumableTransfers) of them (`ChannelConfiguration.resumableTransfers`)",
             "A kept partial lives \(channels.resumeLifetime.nanoseconds / 60_000_000_000) minutes (`resumeLifetime`)",
-        ]
+        ] + Self.recordLayerSentences
         #expect(!Self.document.isEmpty, "SECURITY.md not found")
         for sentence in sentences {
             let found = Self.document.contains(sentence)
             #expect(found, "SECURITY.md lacks: \(sentence)")
         }
+    }
+
+    /// "The TLS record layer": tested releases, the switch and the limits of both layers.
+    static var recordLayerSentences: [String] {
+        let oldest = TLSRecordLayerGuard.oldestTestedOpenSSL
+        let newest = TLSRecordLayerGuard.newestTestedOpenSSL
+        let withoutData = TLSRecordLayer.maximumRecordsWithoutData
+        let perKey = WireLimits.tlsRecordsPerKeyUpdate
+        return [
+            "OpenSSL \(oldest.major).\(oldest.minor) to \(newest.major).\(newest.minor).x (`TLSRecordLayerGuard.oldestTestedOpenSSL`",
+            "`\(TLSRecordLayerPolicy.environmentVariable)=openssl` forces OpenSSL's layer",
+            "more than \(withoutData) records in a row without application data end the connection (`TLSRecordLayer.maximumRecordsWithoutData`",
+            "held up to \(grouped(TLSRecordLayer.maximumHandshakeMessageLength)) bytes (`TLSRecordLayer.maximumHandshakeMessageLength`",
+            "before \(grouped(Int(perKey))) records (2^\(perKey.trailingZeroBitCount)) under one key (`WireLimits.tlsRecordsPerKeyUpdate`",
+            "more than \(withoutData) KeyUpdates in a row without application data, or more than \(withoutData) requests while this side writes nothing",
+        ]
+    }
+
+    /// 2^n in the text stands for the record limit, so it must be a power of two.
+    @Test func theRecordsPerKeyUpdateAreAPowerOfTwo() {
+        #expect(WireLimits.tlsRecordsPerKeyUpdate.nonzeroBitCount == 1)
     }
 }

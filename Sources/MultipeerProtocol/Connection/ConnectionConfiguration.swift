@@ -1,3 +1,4 @@
+import Logging
 import MultipeerCrypto
 import MultipeerWire
 
@@ -31,6 +32,8 @@ package struct ConnectionConfiguration: Sendable {
     package var expectedCertificateFingerprint: SHA256Digest?
     /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
     package var invitation: Invitation?
+    /// Hears what TLS has to say once per process (the record layer guard's verdict).
+    package var logger: Logger
     /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
     package var randomBytes: @Sendable (Int) -> [UInt8] = { count in
         // Eight bytes a draw: each draw is a system call, and every accepted connection makes a nonce.
@@ -54,7 +57,8 @@ package struct ConnectionConfiguration: Sendable {
         recordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate,
         expectedPeer: Bytes16? = nil,
         expectedCertificateFingerprint: SHA256Digest? = nil,
-        invitation: Invitation? = nil
+        invitation: Invitation? = nil,
+        logger: Logger = Logger(label: "MultipeerProtocol", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.role = role
         self.localPeer = localPeer
@@ -69,6 +73,7 @@ package struct ConnectionConfiguration: Sendable {
         self.expectedPeer = expectedPeer
         self.expectedCertificateFingerprint = expectedCertificateFingerprint
         self.invitation = invitation
+        self.logger = logger
     }
 
     var hasIdentity: Bool { tls.identity != nil }

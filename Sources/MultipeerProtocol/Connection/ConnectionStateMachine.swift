@@ -378,7 +378,7 @@ package struct ConnectionStateMachine {
             do {
                 engine = try TLSEngine(
                     context: configuration.tls, role: configuration.role == .dialer ? .client : .server,
-                    recordsPerKeyUpdate: configuration.recordsPerKeyUpdate)
+                    recordsPerKeyUpdate: configuration.recordsPerKeyUpdate, recordLayer: nil, logger: configuration.logger)
             } catch {
                 state = .closed
                 return [.close(ConnectionError(.tls(error)))]

@@ -68,7 +68,7 @@ private final class InvitationRun {
         let connection = ConnectionConfiguration(
             role: .dialer, localPeer: configuration.localPeer, encryptionPreference: configuration.encryptionPreference,
             tls: configuration.tls, purpose: .invitation, recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
-            expectedPeer: inviter.invitee.identifier, invitation: invitation)
+            expectedPeer: inviter.invitee.identifier, invitation: invitation, logger: configuration.logger)
         let handshakeTimeout = configuration.handshakeTimeout
         let eventLoop = engine.eventLoop
         let run = NIOLoopBound(self, eventLoop: eventLoop)

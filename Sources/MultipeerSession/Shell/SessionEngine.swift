@@ -570,7 +570,7 @@ package final class SessionEngine: Sendable {
             tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
-            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint)
+            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint, logger: configuration.logger)
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
             trustEvaluator: { [weak self] request, answer in

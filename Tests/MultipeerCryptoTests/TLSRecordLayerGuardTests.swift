@@ -1,0 +1,152 @@
+import Foundation
+import Logging
+@testable import MultipeerCrypto
+import MultipeerTestSupport
+import NIOCore
+import Synchronization
+import Testing
+
+/// Collects log messages, for tests.
+final class LogLines: Sendable {
+    private let lines = Mutex<[(level: Logger.Level, text: String)]>([])
+
+    var all: [(level: Logger.Level, text: String)] { lines.withLock { $0 } }
+
+    var logger: Logger {
+        var logger = Logger(label: "test") { _ in Handler(lines: self) }
+        logger.logLevel = .trace
+        return logger
+    }
+
+    private struct Handler: LogHandler {
+        let lines: LogLines
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            lines.lines.withLock { $0.append((event.level, "\(event.message) \(fields.joined(separator: " "))")) }
+        }
+    }
+}
+
+/// The guard that decides, once per process and suite, whether the library's record layer may
+/// be used, and the switch that overrides it.
+@Suite("TLS record layer guard and switch")
+struct TLSRecordLayerGuardTests {
+    /// On the OpenSSL this is built against (a tested one), both layers agree in every suite,
+    /// and each suite is checked once.
+    @Test func theLinkedOpenSSLAgreesInEverySuite() throws {
+        #expect(TLSRecordLayerGuard.isTested(.linked), "OpenSSL \(TLSRecordLayerGuard.OpenSSLRelease.linked) is not a tested release")
+        let check = TLSRecordLayerGuard()
+        let lines = LogLines()
+        for suite in TLSCipherSuite.allCases {
+            #expect(check.verdict(for: suite, logger: lines.logger) == .agrees, "\(suite)")
+            let cost = try #require(check.cost(of: suite))
+            // What it costs, once per process and suite (reported, not a limit).
+            print("TLS record layer guard: \(suite.openSSLName) checked in \(cost)")
+        }
+        for suite in TLSCipherSuite.allCases { #expect(check.verdict(for: suite, logger: lines.logger) == .agrees) }
+        #expect(check.checksRun == TLSCipherSuite.allCases.count)
+        #expect(lines.all.filter { $0.level == .debug }.count == TLSCipherSuite.allCases.count)
+        #expect(!lines.all.contains { $0.level >= .warning })
+    }
+
+    /// The guard runs for the first connection of a suite, not for every connection.
+    @Test func theGuardRunsOncePerSuiteNotPerConnection() throws {
+        let check = TLSRecordLayerGuard()
+        for _ in 0..<5 {
+            let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordLayer: .guarded, recordLayerGuard: check)
+            try pair.handshake()
+            #expect(pair.client.recordLayer == .library && pair.server.recordLayer == .library)
+            #expect(pair.client.recordLayerReason?.contains("agrees") == true)
+        }
+        #expect(check.checksRun == 1)
+        // The process's own guard has checked at most every suite, however many connections ran.
+        #expect(TLSRecordLayerGuard.process.checksRun <= TLSCipherSuite.allCases.count)
+    }
+
+    @Test func testedReleasesAreTheNamedRange() {
+        typealias Release = TLSRecordLayerGuard.OpenSSLRelease
+        #expect(TLSRecordLayerGuard.oldestTestedOpenSSL == Release(major: 3, minor: 0))
+        #expect(TLSRecordLayerGuard.newestTestedOpenSSL == Release(major: 3, minor: 5))
+        for tested in [Release(major: 3, minor: 0), Release(major: 3, minor: 0, patch: 19), Release(major: 3, minor: 5, patch: 7), Release(major: 3, minor: 5, patch: 99)] {
+            #expect(TLSRecordLayerGuard.isTested(tested), "\(tested)")
+        }
+        for untested in [Release(major: 1, minor: 1, patch: 1), Release(major: 3, minor: 6), Release(major: 4, minor: 0)] {
+            #expect(!TLSRecordLayerGuard.isTested(untested), "\(untested)")
+        }
+    }
+
+    /// An OpenSSL outside the tested range: OpenSSL's layer protects the records, and the log
+    /// says why, once.
+    @Test func anUntestedOpenSSLFallsBackAndSaysWhy() throws {
+        let check = TLSRecordLayerGuard(release: .init(major: 3, minor: 6, patch: 0))
+        let lines = LogLines()
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordLayer: .guarded, recordLayerGuard: check, logger: lines.logger)
+        try pair.handshake()
+        #expect(pair.client.recordLayer == .openSSL && pair.server.recordLayer == .openSSL)
+        #expect(pair.client.recordLayerReason?.contains("OpenSSL 3.6.0 is outside the tested releases 3.0 to 3.5.x") == true)
+        let warnings = lines.all.filter { $0.level == .warning }
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.text.contains("falling back to OpenSSL's record layer") == true)
+        #expect(warnings.first?.text.contains("why=OpenSSL 3.6.0 is outside the tested releases") == true)
+        // And the connection works.
+        try pair.client.write(ByteBuffer(string: "over OpenSSL's records"))
+        pair.pump()
+        #expect(try pair.read(pair.server) == Array("over OpenSSL's records".utf8))
+    }
+
+    /// A difference between the layers (here a traffic secret altered on its way to the
+    /// library) is caught by the comparison: OpenSSL's layer is used, and the log says why.
+    @Test func aDifferenceFallsBackAndSaysWhy() throws {
+        let check = TLSRecordLayerGuard(fault: .alteredTrafficSecret)
+        for suite in TLSCipherSuite.allCases {
+            guard case .refused(let why) = check.verdict(for: suite, logger: LogLines().logger) else {
+                Issue.record("\(suite): the altered secret went unnoticed")
+                continue
+            }
+            #expect(why == "the client's records sealed by the library differ from OpenSSL's", "\(suite)")
+        }
+        let lines = LogLines()
+        let pair = try EnginePair(
+            clientIdentity: nil, serverIdentity: nil, recordLayer: .guarded, recordLayerGuard: TLSRecordLayerGuard(fault: .alteredTrafficSecret),
+            logger: lines.logger)
+        try pair.handshake()
+        #expect(pair.client.recordLayer == .openSSL && pair.server.recordLayer == .openSSL)
+        #expect(lines.all.contains { $0.level == .warning && $0.text.contains("why=the client's records sealed by the library differ") })
+        try pair.server.write(ByteBuffer(string: "still private"))
+        pair.pump()
+        #expect(try pair.read(pair.client) == Array("still private".utf8))
+    }
+
+    @Test func theSwitchIsReadAsOneOfTwoWords() {
+        #expect(TLSRecordLayerPolicy.parse(nil) == (.guarded, nil))
+        #expect(TLSRecordLayerPolicy.parse("") == (.guarded, nil))
+        #expect(TLSRecordLayerPolicy.parse("openssl") == (.forced(.openSSL), nil))
+        #expect(TLSRecordLayerPolicy.parse("OpenSSL") == (.forced(.openSSL), nil))
+        #expect(TLSRecordLayerPolicy.parse("library") == (.forced(.library), nil))
+        #expect(TLSRecordLayerPolicy.parse("boringssl") == (.guarded, "boringssl"))
+    }
+
+    /// In the CI run with `MULTIPEER_TLS_RECORD_LAYER` set, every engine left to choose uses the
+    /// layer it names; unset, the guard's verdict on this OpenSSL (the library's). The line
+    /// printed is what scripts/test looks for, so the run cannot test the other layer unnoticed.
+    @Test func engineChoiceFollowsTheSwitch() throws {
+        let value = ProcessInfo.processInfo.environment[TLSRecordLayerPolicy.environmentVariable]
+        let expected: TLSRecordLayerKind
+        switch TLSRecordLayerPolicy.parse(value).policy {
+        case .forced(let kind): expected = kind
+        case .guarded: expected = .library
+        }
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
+        try pair.handshake()
+        #expect(pair.client.recordLayer == expected && pair.server.recordLayer == expected)
+        print("TLS record layer in use by MultipeerCryptoTests: \(pair.client.recordLayer?.rawValue ?? "none")")
+    }
+}
