@@ -155,7 +155,10 @@ let package = Package(
         // One session behind a line protocol (Interop/HARNESS.md), for peers written in other languages.
         .executableTarget(
             name: "interop-peer",
-            dependencies: ["MultipeerConnectivity", "MultipeerCrypto", "MultipeerDiscovery", "MultipeerWire"]
+            dependencies: [
+                "MultipeerConnectivity", "MultipeerCrypto", "MultipeerDiscovery", "MultipeerWire",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         // Examples/README.md: apps written as for Apple's platforms, each run end to end by ExampleAppsProcessTests.
         .executableTarget(name: "group-chat", dependencies: ["MultipeerConnectivity"], path: "Examples/GroupChat"),

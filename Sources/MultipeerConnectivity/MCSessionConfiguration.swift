@@ -46,7 +46,8 @@ public struct MCSessionConfiguration: Sendable {
     /// Bytes an `OutputStream` holds before `write` takes less (its peer's windows bound the rest).
     public var streamBufferSize: Int = 256 << 10
     /// Where the session tells what happens to its connections (swift-log): dials, refusals and
-    /// their reasons, ends and their reasons, shed connections. Silent unless the app sets one;
+    /// their reasons, ends and their reasons, shed connections, and (at debug level) each TLS
+    /// handshake's key exchange group and cipher suite. Silent unless the app sets one;
     /// never keys or payloads. Peers appear by display name and the first bytes of their identifier.
     public var logger = Logger(label: "MultipeerConnectivity", factory: { _ in SwiftLogNoOpLogHandler() })
 

@@ -231,6 +231,11 @@ public final class TLSEngine {
                 throw SecurityError(.tlsHandshakeFailed, "the peer did not select ALPN \(WireLimits.alpnProtocol)")
             }
             try startRecordLayer()
+            // What was negotiated, so an operator (or an interop run) can see it; no secrets.
+            logger.debug("TLS handshake complete", metadata: [
+                "role": "\(role)", "group": "\(negotiatedGroup ?? "none")",
+                "cipherSuite": "\(negotiatedCipherSuite ?? "none")", "recordLayer": "\(recordLayer?.rawValue ?? "none")",
+            ])
             return .complete
         }
         switch SSL_get_error(ssl, result) {

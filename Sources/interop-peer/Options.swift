@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 @_spi(Testing) import MultipeerConnectivity
 import MultipeerCrypto
 
@@ -24,12 +25,15 @@ struct Options {
     var recordsPerKeyUpdate: UInt64?
     /// The one interface ADVERTISE and BROWSE use for multicast DNS.
     var discoveryInterface = "lo"
+    /// The session's log on standard error from this level on; none by default.
+    var logLevel: Logger.Level?
 
     static let usage = """
         usage: interop-peer [--name NAME] [--encryption required|optional|none]
                             [--identity FILE.p12 --password-file FILE] [--trust accept|reject|ca:PEMFILE]
                             [--resource-dir DIR] [--keepalive SECONDS] [--listen IP]
                             [--datagrams-per-epoch N] [--records-per-key-update N] [--interface NAME]
+                            [--log-level trace|debug|info|notice|warning|error|critical]
         """
 
     struct Invalid: Error, CustomStringConvertible {
@@ -71,6 +75,11 @@ struct Options {
                     throw Invalid(description: "--interface \(value): an interface name")
                 }
                 options.discoveryInterface = value
+            case "--log-level":
+                guard let level = Logger.Level(rawValue: value) else {
+                    throw Invalid(description: "--log-level \(value): trace, debug, info, notice, warning, error or critical")
+                }
+                options.logLevel = level
             default: throw Invalid(description: "unknown option \(flag)")
             }
         }
@@ -120,6 +129,11 @@ struct Options {
         configuration.listenAddress = listenAddress
         if let datagramsPerEpoch { configuration.datagramsPerEpoch = datagramsPerEpoch }
         if let recordsPerKeyUpdate { configuration.tlsRecordsPerKeyUpdate = recordsPerKeyUpdate }
+        if let logLevel {
+            var logger = Logger(label: "interop-peer") { StreamLogHandler.standardError(label: $0) }
+            logger.logLevel = logLevel
+            configuration.logger = logger
+        }
         if let resourceDirectory { configuration.resourceDirectory = URL(fileURLWithPath: resourceDirectory) }
         if let keepalive {
             configuration.keepaliveInterval = keepalive

@@ -1,5 +1,6 @@
 import CMultipeerOpenSSL
 import Foundation
+import Logging
 @testable import MultipeerCrypto
 import MultipeerTestSupport
 import Testing
@@ -22,6 +23,20 @@ struct KeyExchangeGroupTests {
         let expected = TLSContext.offersPostQuantumKeyExchange ? "X25519MLKEM768" : "x25519"
         #expect(pair.client.negotiatedGroup == expected)
         #expect(pair.server.negotiatedGroup == expected)
+    }
+
+    /// The group is logged at debug level when the handshake completes, so that a run against
+    /// another TLS stack (scripts/pq-interop) can read it off the session's log.
+    @Test func theGroupIsLoggedWhenTheHandshakeCompletes() throws {
+        let lines = LogLines()
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, logger: lines.logger)
+        try pair.handshake()
+        let expected = TLSContext.offersPostQuantumKeyExchange ? "X25519MLKEM768" : "x25519"
+        let completions = lines.all.filter { $0.level == .debug && $0.text.hasPrefix("TLS handshake complete ") }.map(\.text)
+        #expect(completions.count == 2, "\(completions)")
+        for role in ["client", "server"] {
+            #expect(completions.contains { $0.contains("group=\(expected) ") && $0.contains("role=\(role)") }, "\(completions)")
+        }
     }
 
     /// A peer whose OpenSSL has no ML-KEM (3.0's groups) still agrees with us, on X25519.

@@ -7,7 +7,9 @@ struct Identities {
     let server: NIOSSLContext
     let client: NIOSSLContext
 
-    init(directory: String) throws {
+    /// `applicationProtocols` and `curves` only for the TLS peer (TLSPeer); nil curves keep
+    /// swift-nio-ssl's default groups.
+    init(directory: String, applicationProtocols: [String] = [], curves: [NIOTLSCurve]? = nil) throws {
         let password = try String(contentsOfFile: "\(directory)/password.txt", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         let root = try NIOSSLCertificate.fromPEMFile("\(directory)/ca/ca.pem")
@@ -28,6 +30,8 @@ struct Identities {
             tls.certificateVerification = .noHostnameVerification
             // BoringSSL leaves Ed25519 out of its default verification list; alice signs with it.
             tls.verifySignatureAlgorithms = [.ed25519, .ecdsaSecp256R1Sha256, .ecdsaSecp384R1Sha384, .rsaPssRsaeSha256]
+            tls.applicationProtocols = applicationProtocols
+            tls.curves = curves
             return tls
         }
         server = try NIOSSLContext(configuration: configuration("alice", server: true))

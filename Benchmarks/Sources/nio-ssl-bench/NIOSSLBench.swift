@@ -12,6 +12,13 @@ enum NIOSSLBench {
     }
 
     static func run(_ options: Options) async throws {
+        if let role = options.tlsPeer {
+            let identities = try Identities(
+                directory: try Identities.locate(options.certificates), applicationProtocols: [options.alpn],
+                curves: try TLSPeer.curves(options.curves))
+            try await TLSPeer.run(role: role, port: options.port, identities: identities)
+            return
+        }
         let plan = Plan(options)
         let identities = try Identities(directory: try Identities.locate(options.certificates))
         let loops = Loops()

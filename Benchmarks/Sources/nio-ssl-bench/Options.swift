@@ -10,6 +10,11 @@ struct Options {
     var bulkMiB: Int?
     var roundTrips: Int?
     var establishments: Int?
+    /// One handshake with the library instead of the benchmarks (TLSPeer).
+    var tlsPeer: TLSPeer.Role?
+    var port: Int?
+    var alpn = "mpcp/1"
+    var curves: String?
 
     static let groups = ["bulk", "latency", "establishment"]
 
@@ -17,11 +22,19 @@ struct Options {
         usage: nio-ssl-bench [--quick] [--json FILE] [--only bulk|latency|establishment]...
                              [--certificates DIR] [--repetitions N] [--bulk-mib N]
                              [--round-trips N] [--establishments N]
+               nio-ssl-bench --tls-peer client|server [--port N] [--alpn PROTOCOL] [--curves A:B]
+                             [--certificates DIR]
 
         TLS 1.3 over SwiftNIO and swift-nio-ssl on 127.0.0.1, mutual authentication with the
         Certificates/ test identities; the baseline for multipeer-bench (scripts/bench-compare).
         Defaults: 5 repetitions, 1024 MiB bulk, 20000 round trips, 200 establishments;
         --quick: 3, 64, 2000, 40.
+
+        --tls-peer: one TLS 1.3 handshake with the library on 127.0.0.1 (scripts/pq-interop),
+        after MPCP's preamble; the server listens on a port of its own and prints LISTENING
+        <port>, the client dials --port; both print HANDSHAKE <alpn> once it completes and close.
+        ALPN default mpcp/1; --curves (e.g. X25519MLKEM768:x25519) replaces swift-nio-ssl's
+        default groups.
         """
 
     static func parse(_ arguments: [String]) throws -> Options {
@@ -48,6 +61,14 @@ struct Options {
             case "--bulk-mib": options.bulkMiB = try count(argument)
             case "--round-trips": options.roundTrips = try count(argument)
             case "--establishments": options.establishments = try count(argument)
+            case "--tls-peer":
+                guard let role = TLSPeer.Role(rawValue: try value(argument)) else { throw UsageError("--tls-peer takes client or server") }
+                options.tlsPeer = role
+            case "--port":
+                guard let port = Int(try value(argument)), (1...65_535).contains(port) else { throw UsageError("--port needs a port") }
+                options.port = port
+            case "--alpn": options.alpn = try value(argument)
+            case "--curves": options.curves = try value(argument)
             case "-h", "--help":
                 print(usage)
                 exit(0)
