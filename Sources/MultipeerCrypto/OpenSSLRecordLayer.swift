@@ -9,19 +9,25 @@ import CMultipeerOpenSSL
 /// most the record limit, a KeyUpdate requested before `recordsPerKeyUpdate` records under one
 /// key (OpenSSL never starts one itself), the first failure sticks, nothing is written after
 /// close_notify. OpenSSL answers each of the peer's KeyUpdate requests itself, while reading or
-/// ahead of this side's next record; so that a peer cannot have it derive keys, or queue answers,
-/// without end, the connection fails past `TLSRecordLayer.maximumRecordsWithoutData` KeyUpdates
-/// in a row without application data, or requests while this side writes nothing.
+/// ahead of this side's next record; so that a peer cannot have it derive keys, queue answers or
+/// copy session tickets without end, the connection fails past
+/// `TLSRecordLayer.maximumRecordsWithoutData` post-handshake messages (KeyUpdates, tickets) in a
+/// row without application data, or KeyUpdate requests while this side writes nothing. OpenSSL
+/// reads one record per call here (`SSL_MODE_AUTO_RETRY` off, read_ahead off), so the count is
+/// checked after every record, not after a whole socket read of them. The bound ends the
+/// connection without an alert: OpenSSL has no call to send one on the library's behalf.
 final class OpenSSLRecordLayer {
     private let ssl: OpaquePointer
+    private let hasBufferedInput: () -> Bool
     let recordsPerKeyUpdate: UInt64
     private var recordsSinceKeyUpdate: UInt64 = 0
     /// The first failure, reading or writing; every later call fails with it, and no
     /// close_notify follows it (OpenSSL forbids SSL_shutdown after a fatal error).
     private var failure: SecurityError?
     private var closeNotifySent = false
-    /// KeyUpdates read since the last application data, and requests since this side last wrote.
-    private var keyUpdatesWithoutData = 0
+    /// Post-handshake messages read since the last application data, and KeyUpdate requests
+    /// since this side last wrote.
+    private var messagesWithoutData = 0
     private var requestsWithoutWrite = 0
 
     private(set) var keyUpdatesInitiated = 0
@@ -30,9 +36,14 @@ final class OpenSSLRecordLayer {
 
     /// Takes over `ssl` once its handshake is complete. The engine frees the SSL before this
     /// goes, so the callback never finds it gone.
-    init(ssl: OpaquePointer, recordsPerKeyUpdate: UInt64) {
+    /// `hasBufferedInput`: whether the engine holds received bytes OpenSSL has not read yet.
+    init(ssl: OpaquePointer, recordsPerKeyUpdate: UInt64, hasBufferedInput: @escaping () -> Bool) {
         self.ssl = ssl
         self.recordsPerKeyUpdate = recordsPerKeyUpdate
+        self.hasBufferedInput = hasBufferedInput
+        // One record per SSL_read: a call must not go through a socket read's worth of KeyUpdates
+        // or tickets before the bound below is checked.
+        _ = SSL_ctrl(ssl, SSL_CTRL_CLEAR_MODE, Int(SSL_MODE_AUTO_RETRY), nil)
         SSL_set_msg_callback(ssl, noteKeyUpdates)
         _ = SSL_ctrl(ssl, SSL_CTRL_SET_MSG_CALLBACK_ARG, 0, Unmanaged.passUnretained(self).toOpaque())
     }
@@ -75,24 +86,30 @@ final class OpenSSLRecordLayer {
     func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> TLSEngine.ReadStatus {
         if let failure { throw failure }
         OpenSSLErrors.clear()  // else another caller's error turns wouldBlock or close into a failure
-        var read = 0
-        let opened = SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1
         let limit = TLSRecordLayer.maximumRecordsWithoutData
-        guard keyUpdatesWithoutData <= limit, requestsWithoutWrite <= limit else {
-            let what = keyUpdatesWithoutData > limit ? "KeyUpdates in a row without application data" : "KeyUpdate requests while this side wrote nothing"
-            throw fail(SecurityError(.tlsFailure, "more than \(limit) \(what)"))
-        }
-        if opened {
-            keyUpdatesWithoutData = 0
-            return .bytes(read)
-        }
-        switch SSL_get_error(ssl, 0) {
-        case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
-            return .wouldBlock
-        case SSL_ERROR_ZERO_RETURN:
-            return .closed
-        default:
-            throw fail(SecurityError.openSSL(.tlsFailure, "TLS read failed"))
+        while true {
+            var read = 0
+            let opened = SSL_read_ex(ssl, destination.baseAddress, destination.count, &read) == 1
+            guard messagesWithoutData <= limit, requestsWithoutWrite <= limit else {
+                let what = messagesWithoutData > limit
+                    ? "KeyUpdates or session tickets in a row without application data" : "KeyUpdate requests while this side wrote nothing"
+                throw fail(SecurityError(.tlsFailure, "more than \(limit) \(what)"))
+            }
+            if opened {
+                messagesWithoutData = 0
+                return .bytes(read)
+            }
+            switch SSL_get_error(ssl, 0) {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                // A record without data was read; the next may be waiting already. Each pass
+                // takes bytes from the engine, so this ends.
+                if hasBufferedInput() { continue }
+                return .wouldBlock
+            case SSL_ERROR_ZERO_RETURN:
+                return .closed
+            default:
+                throw fail(SecurityError.openSSL(.tlsFailure, "TLS read failed"))
+            }
         }
     }
 
@@ -115,21 +132,31 @@ final class OpenSSLRecordLayer {
             recordsSinceKeyUpdate = 0  // an answer to the peer renews this side's key too
         } else {
             keyUpdatesReceived += 1
-            keyUpdatesWithoutData += 1
+            messagesWithoutData += 1
             if requesting { requestsWithoutWrite += 1 }
         }
     }
+
+    fileprivate func noteTicketReceived() {
+        messagesWithoutData += 1
+    }
 }
 
-/// Counts KeyUpdate messages both ways, as the library's layer does.
+/// Counts KeyUpdate messages both ways, and session tickets received, as the library's layer does.
 private func noteKeyUpdates(
     _ writeP: Int32, _ version: Int32, _ contentType: Int32, _ buffer: UnsafeRawPointer?, _ length: Int,
     _ ssl: OpaquePointer?, _ argument: UnsafeMutableRawPointer?
 ) {
-    guard contentType == SSL3_RT_HANDSHAKE, length > 0, let buffer, let argument,
-        buffer.load(as: UInt8.self) == UInt8(SSL3_MT_KEY_UPDATE)
-    else { return }
-    // Type, 3-byte length, then request_update (RFC 8446 §4.6.3).
-    let requesting = length >= 5 && buffer.load(fromByteOffset: 4, as: UInt8.self) == 1
-    Unmanaged<OpenSSLRecordLayer>.fromOpaque(argument).takeUnretainedValue().noteKeyUpdate(sent: writeP == 1, requesting: requesting)
+    guard contentType == SSL3_RT_HANDSHAKE, length > 0, let buffer, let argument else { return }
+    let layer = Unmanaged<OpenSSLRecordLayer>.fromOpaque(argument).takeUnretainedValue()
+    switch buffer.load(as: UInt8.self) {
+    case UInt8(SSL3_MT_KEY_UPDATE):
+        // Type, 3-byte length, then request_update (RFC 8446 §4.6.3).
+        let requesting = length >= 5 && buffer.load(fromByteOffset: 4, as: UInt8.self) == 1
+        layer.noteKeyUpdate(sent: writeP == 1, requesting: requesting)
+    case UInt8(SSL3_MT_NEWSESSION_TICKET) where writeP == 0:
+        layer.noteTicketReceived()
+    default:
+        break
+    }
 }

@@ -235,6 +235,7 @@ public final class TLSEngine {
             logger.debug("TLS handshake complete", metadata: [
                 "role": "\(role)", "group": "\(negotiatedGroup ?? "none")",
                 "cipherSuite": "\(negotiatedCipherSuite ?? "none")", "recordLayer": "\(recordLayer?.rawValue ?? "none")",
+                "recordLayerReason": "\(recordLayerReason ?? "none")",
             ])
             return .complete
         }
@@ -264,8 +265,8 @@ public final class TLSEngine {
         case .forced(let forced):
             kind = forced
             recordLayerReason = "forced"
-        case .guarded:
-            switch recordLayerGuard.verdict(for: suite, logger: logger) {
+        case .guarded, .comparedOnAnyRelease:
+            switch recordLayerGuard.verdict(for: suite, onAnyRelease: recordLayerPolicy == .comparedOnAnyRelease, logger: logger) {
             case .agrees:
                 kind = .library
                 recordLayerReason = "the guard found it agrees with OpenSSL's"
@@ -275,7 +276,9 @@ public final class TLSEngine {
             }
         }
         if kind == .openSSL {
-            records = .openSSL(OpenSSLRecordLayer(ssl: ssl, recordsPerKeyUpdate: recordsPerKeyUpdate))
+            records = .openSSL(OpenSSLRecordLayer(ssl: ssl, recordsPerKeyUpdate: recordsPerKeyUpdate) { [unowned self] in
+                inbound.byteCount > 0
+            })
             return
         }
         guard SSL_has_pending(ssl) == 0 else {

@@ -14,12 +14,16 @@ package enum TLSRecordLayerKind: String, Sendable, Equatable, CaseIterable {
 package enum TLSRecordLayerPolicy: Sendable, Equatable {
     /// `TLSRecordLayerGuard` decides, once per process and cipher suite.
     case guarded
-    /// This layer, whatever the guard would say.
+    /// The guard decides by comparing the layers alone, even on an OpenSSL release it was not
+    /// tested with (the switch set to `library`): the comparison still runs, so no setting
+    /// hands records to the library's layer unchecked.
+    case comparedOnAnyRelease
+    /// This layer, whatever the guard would say (tests; `openssl` from the switch).
     case forced(TLSRecordLayerKind)
 
-    /// The switch that forces a layer for a whole process, read once: `openssl` or `library`.
-    /// Meant for tests and for running on an OpenSSL the guard does not know; unset, the guard
-    /// decides.
+    /// The switch, read once per process: `openssl` forces OpenSSL's own record layer;
+    /// `library` lets the guard accept the library's on an untested OpenSSL release when the
+    /// comparison agrees. Unset, the guard decides.
     package static let environmentVariable = "MULTIPEER_TLS_RECORD_LAYER"
 
     /// What the process's environment asks for; `.guarded` when the switch is unset or not
@@ -31,8 +35,11 @@ package enum TLSRecordLayerPolicy: Sendable, Equatable {
 
     package static func parse(_ value: String?) -> (policy: TLSRecordLayerPolicy, misunderstood: String?) {
         guard let value, !value.isEmpty else { return (.guarded, nil) }
-        guard let kind = TLSRecordLayerKind(rawValue: value.lowercased()) else { return (.guarded, value) }
-        return (.forced(kind), nil)
+        switch TLSRecordLayerKind(rawValue: value.lowercased()) {
+        case .openSSL: return (.forced(.openSSL), nil)
+        case .library: return (.comparedOnAnyRelease, nil)
+        case nil: return (.guarded, value)
+        }
     }
 
     private static let announced = Atomic<Bool>(false)
@@ -42,6 +49,8 @@ package enum TLSRecordLayerPolicy: Sendable, Equatable {
         guard announced.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
         if case .forced(let kind) = environment {
             logger.notice("TLS records: \(kind.rawValue) record layer forced by \(environmentVariable)")
+        } else if environment == .comparedOnAnyRelease {
+            logger.notice("TLS records: \(environmentVariable)=library; the guard compares the layers on any OpenSSL release")
         } else if let misunderstood {
             logger.warning(
                 "TLS records: \(environmentVariable) is neither 'openssl' nor 'library'; the record layer guard decides",

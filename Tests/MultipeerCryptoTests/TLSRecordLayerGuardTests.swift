@@ -73,12 +73,14 @@ struct TLSRecordLayerGuardTests {
 
     @Test func testedReleasesAreTheNamedRange() {
         typealias Release = TLSRecordLayerGuard.OpenSSLRelease
-        #expect(TLSRecordLayerGuard.oldestTestedOpenSSL == Release(major: 3, minor: 0))
-        #expect(TLSRecordLayerGuard.newestTestedOpenSSL == Release(major: 3, minor: 5))
+        #expect(TLSRecordLayerGuard.testedOpenSSLSeries == [Release(major: 3, minor: 0), Release(major: 3, minor: 5)])
         for tested in [Release(major: 3, minor: 0), Release(major: 3, minor: 0, patch: 19), Release(major: 3, minor: 5, patch: 7), Release(major: 3, minor: 5, patch: 99)] {
             #expect(TLSRecordLayerGuard.isTested(tested), "\(tested)")
         }
-        for untested in [Release(major: 1, minor: 1, patch: 1), Release(major: 3, minor: 6), Release(major: 4, minor: 0)] {
+        for untested in [
+            Release(major: 1, minor: 1, patch: 1), Release(major: 3, minor: 2, patch: 1), Release(major: 3, minor: 4),
+            Release(major: 3, minor: 6), Release(major: 4, minor: 0),
+        ] {
             #expect(!TLSRecordLayerGuard.isTested(untested), "\(untested)")
         }
     }
@@ -91,15 +93,32 @@ struct TLSRecordLayerGuardTests {
         let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordLayer: .guarded, recordLayerGuard: check, logger: lines.logger)
         try pair.handshake()
         #expect(pair.client.recordLayer == .openSSL && pair.server.recordLayer == .openSSL)
-        #expect(pair.client.recordLayerReason?.contains("OpenSSL 3.6.0 is outside the tested releases 3.0 to 3.5.x") == true)
+        #expect(pair.client.recordLayerReason?.contains("OpenSSL 3.6.0 is not one of the tested releases (3.0.x, 3.5.x)") == true)
         let warnings = lines.all.filter { $0.level == .warning }
         #expect(warnings.count == 1)
         #expect(warnings.first?.text.contains("falling back to OpenSSL's record layer") == true)
-        #expect(warnings.first?.text.contains("why=OpenSSL 3.6.0 is outside the tested releases") == true)
+        #expect(warnings.first?.text.contains("why=OpenSSL 3.6.0 is not one of the tested releases") == true)
         // And the connection works.
         try pair.client.write(ByteBuffer(string: "over OpenSSL's records"))
         pair.pump()
         #expect(try pair.read(pair.server) == Array("over OpenSSL's records".utf8))
+    }
+
+    /// The switch's `library` lets an untested release through to the comparison, never past
+    /// it: a difference still falls back.
+    @Test func anyReleaseStillGoesThroughTheComparison() throws {
+        let untested = TLSRecordLayerGuard(release: .init(major: 3, minor: 6, patch: 0))
+        let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil, recordLayer: .comparedOnAnyRelease, recordLayerGuard: untested)
+        try pair.handshake()
+        #expect(pair.client.recordLayer == .library && pair.server.recordLayer == .library)
+        #expect(untested.checksRun == 1)
+        let altered = TLSRecordLayerGuard(release: .init(major: 3, minor: 6, patch: 0), fault: .alteredTrafficSecret)
+        for suite in TLSCipherSuite.allCases {
+            guard case .refused = altered.verdict(for: suite, onAnyRelease: true, logger: LogLines().logger) else {
+                Issue.record("\(suite): an altered secret passed the comparison")
+                continue
+            }
+        }
     }
 
     /// A difference between the layers (here a traffic secret altered on its way to the
@@ -130,7 +149,8 @@ struct TLSRecordLayerGuardTests {
         #expect(TLSRecordLayerPolicy.parse("") == (.guarded, nil))
         #expect(TLSRecordLayerPolicy.parse("openssl") == (.forced(.openSSL), nil))
         #expect(TLSRecordLayerPolicy.parse("OpenSSL") == (.forced(.openSSL), nil))
-        #expect(TLSRecordLayerPolicy.parse("library") == (.forced(.library), nil))
+        // `library` never skips the comparison: it only lets an untested release through it.
+        #expect(TLSRecordLayerPolicy.parse("library") == (.comparedOnAnyRelease, nil))
         #expect(TLSRecordLayerPolicy.parse("boringssl") == (.guarded, "boringssl"))
     }
 
@@ -142,7 +162,7 @@ struct TLSRecordLayerGuardTests {
         let expected: TLSRecordLayerKind
         switch TLSRecordLayerPolicy.parse(value).policy {
         case .forced(let kind): expected = kind
-        case .guarded: expected = .library
+        case .guarded, .comparedOnAnyRelease: expected = .library
         }
         let pair = try EnginePair(clientIdentity: nil, serverIdentity: nil)
         try pair.handshake()

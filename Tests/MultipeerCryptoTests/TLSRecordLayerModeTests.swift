@@ -177,6 +177,48 @@ struct TLSRecordLayerModeTests {
         }
     }
 
+    /// A flood of KeyUpdate requests in one socket read: each layer stops at the limit, having
+    /// derived and answered no more than that many keys (OpenSSL's would otherwise go through
+    /// every record of the read in one call).
+    @Test(arguments: TLSRecordLayerKind.allCases)
+    func aFloodOfKeyUpdatesInOneReadStopsAtTheLimit(kind: TLSRecordLayerKind) throws {
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .server, recordLayer: .forced(kind))
+        let raw = try RawTLSPeer(role: .client, cipherSuite: "TLS_AES_128_GCM_SHA256")
+        try #require(raw.handshake(with: engine).raw == .complete)
+        for _ in 0..<1_000 {
+            #expect(SSL_key_update(raw.ssl, SSL_KEY_UPDATE_REQUESTED) == 1)
+            #expect(SSL_do_handshake(raw.ssl) == 1)
+        }
+        try raw.write([1])
+        engine.receive(try #require(raw.takeOutbound()))
+        let error = try #require(throws: SecurityError.self) { try engine.readPlaintext() }
+        #expect(error.code == .tlsFailure)
+        let limit = TLSRecordLayer.maximumRecordsWithoutData + 1
+        #expect(engine.keyUpdatesReceived <= limit)
+        #expect(engine.keyUpdatesSent <= limit)
+        #expect(engine.outboundByteCount < limit * 64)
+    }
+
+    /// Session tickets cost a copy and a derivation each and yield nothing: a server that sends
+    /// them without end is cut off like KeyUpdates, in either layer.
+    @Test(arguments: TLSRecordLayerKind.allCases)
+    func aFloodOfSessionTicketsIsCutOff(kind: TLSRecordLayerKind) throws {
+        let engine = try TLSEngine(context: TLSContext(identity: nil), role: .client, recordLayer: .forced(kind))
+        let identity = try SecurityIdentity.ephemeral()
+        let raw = try RawTLSPeer(
+            role: .server, certificate: identity.certificate, key: identity.privateKey.pkey, cipherSuite: "TLS_AES_128_GCM_SHA256")
+        let outcome = raw.handshake(with: engine)
+        try #require(outcome.raw == .complete && outcome.engineError == nil)
+        for _ in 0..<(TLSRecordLayer.maximumRecordsWithoutData + 8) {
+            #expect(SSL_new_session_ticket(raw.ssl) == 1)
+            #expect(SSL_do_handshake(raw.ssl) == 1)  // sends it now
+        }
+        try raw.write([1])
+        engine.receive(try #require(raw.takeOutbound()))
+        let error = try #require(throws: SecurityError.self) { try engine.readPlaintext() }
+        #expect(error.code == .tlsFailure)
+    }
+
     /// A peer that asks for KeyUpdates but never reads cannot make this side queue answers
     /// without end: the library's layer owes it one answer, sent ahead of its next record;
     /// OpenSSL's answers each request, so past the limit of requests while this side writes

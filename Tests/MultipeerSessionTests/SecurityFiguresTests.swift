@@ -52,17 +52,16 @@ import Testing
 
     /// "The TLS record layer": tested releases, the switch and the limits of both layers.
     static var recordLayerSentences: [String] {
-        let oldest = TLSRecordLayerGuard.oldestTestedOpenSSL
-        let newest = TLSRecordLayerGuard.newestTestedOpenSSL
+        let tested = TLSRecordLayerGuard.testedOpenSSLSeries.map { "\($0.major).\($0.minor).x" }.joined(separator: " and ")
         let withoutData = TLSRecordLayer.maximumRecordsWithoutData
         let perKey = WireLimits.tlsRecordsPerKeyUpdate
         return [
-            "OpenSSL \(oldest.major).\(oldest.minor) to \(newest.major).\(newest.minor).x (`TLSRecordLayerGuard.oldestTestedOpenSSL`",
+            "Tested releases: OpenSSL \(tested) (`TLSRecordLayerGuard.testedOpenSSLSeries`)",
             "`\(TLSRecordLayerPolicy.environmentVariable)=openssl` forces OpenSSL's layer",
             "more than \(withoutData) records in a row without application data end the connection (`TLSRecordLayer.maximumRecordsWithoutData`",
             "held up to \(grouped(TLSRecordLayer.maximumHandshakeMessageLength)) bytes (`TLSRecordLayer.maximumHandshakeMessageLength`",
             "before \(grouped(Int(perKey))) records (2^\(perKey.trailingZeroBitCount)) under one key (`WireLimits.tlsRecordsPerKeyUpdate`",
-            "more than \(withoutData) KeyUpdates in a row without application data, or more than \(withoutData) requests while this side writes nothing",
+            "more than \(withoutData) KeyUpdates or session tickets in a row without application data, or more than \(withoutData) requests while this side writes nothing",
         ]
     }
 
