@@ -92,6 +92,7 @@ struct SessionFuzzCorpusTests {
         #expect(try run("policy-malformed-ticket") == TLSDifferentialRun(delivered: 5, policies: [.ticketParsed]))
         #expect(try run("policy-five-user-canceled") == TLSDifferentialRun(delivered: 5, policies: [.warningAlerts]))
         #expect(try run("policy-short-record-header") == TLSDifferentialRun(delivered: 6, state: .failed, policies: [.shortRecordHeader]))
+        #expect(try run("policy-header-after-key-update-answer") == TLSDifferentialRun(keyUpdatesRead: 1, state: .failed, policies: [.headerAfterKeyUpdateAnswer]))
         #expect(try run("policy-write-waits-for-ticket") == TLSDifferentialRun(written: 64, policies: [.writeWaitsForHandshakeMessage]))
     }
 

@@ -460,7 +460,7 @@ final class TLSDifferentialHarness {
             precondition(rerunLibrary(through: partial.start) != .failed, "the library failed before a short record header")
             return libraryIsAhead(.shortRecordHeader)
         }
-        // OpenSSL 3.0, owing a KeyUpdate answer when a handshake message's header comes, sends
+        // OpenSSL, owing a KeyUpdate answer when a handshake message's header comes, sends
         // the answer and leaves the header unjudged until another record arrives.
         if libraryState == .failed, subjectState == .open, libraryRead.count == subjectRead.count,
             libraryRead[compared...].elementsEqual(subjectRead[compared...]), followed > 0,

@@ -26,9 +26,9 @@ public enum TLSDifferentialPolicy: String, Sendable {
     /// A record header whose length leaves no room for a tag and a content type: the library
     /// fails at the header, OpenSSL waits for the body and fails then.
     case shortRecordHeader
-    /// OpenSSL 3.0, owing a KeyUpdate answer when the header of the next handshake message comes,
-    /// sends the answer and leaves the header unjudged until another record arrives; the library
-    /// judges (and may refuse) it at once.
+    /// OpenSSL (3.0 and 3.5), owing a KeyUpdate answer when the header of the next handshake
+    /// message comes, sends the answer and leaves the header unjudged until another record
+    /// arrives; the library judges (and may refuse) it at once.
     case headerAfterKeyUpdateAnswer
     /// While OpenSSL holds part of a post-handshake message it reads the rest before it writes
     /// (SSL_write waits or fails with it, SSL_shutdown and SSL_key_update wait); the library
