@@ -179,6 +179,8 @@ let package = Package(
             dependencies: [
                 "MultipeerSession", "MultipeerProtocol", "MultipeerWire", "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                // OpenSSL's own record layer, which fuzz-tls-differential runs beside the library's.
+                "CMultipeerOpenSSL", "CMultipeerShims",
             ],
             path: "Fuzz/Sources/SessionFuzzChecks"
         ),
@@ -187,6 +189,8 @@ let package = Package(
         .executableTarget(
             name: "fuzz-channel-endpoints", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-channel-endpoints"),
         .executableTarget(name: "fuzz-tls-records", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-tls-records"),
+        .executableTarget(
+            name: "fuzz-tls-differential", dependencies: ["SessionFuzzChecks"], path: "Fuzz/Sources/fuzz-tls-differential"),
         .target(
             name: "DNSFuzzChecks",
             dependencies: ["MultipeerDNS", .product(name: "NIOCore", package: "swift-nio")],

@@ -32,6 +32,16 @@ package enum TLSCipherSuite: Sendable, Equatable, CaseIterable {
 enum TLSKeySchedule {
     static let ivLength = 12
 
+    /// A traffic secret is exactly as long as the suite's hash (§7.1). HKDF would take a key of
+    /// any length, so a secret of the wrong suite or a truncated one is refused here instead of
+    /// keying records no peer can open.
+    static func checkTrafficSecret(_ secret: SecureBytes, suite: TLSCipherSuite) throws(SecurityError) {
+        guard secret.count == suite.hashLength else {
+            throw SecurityError(
+                .invalidArgument, "a TLS traffic secret of \(secret.count) bytes for \(suite), whose hash is \(suite.hashLength) bytes")
+        }
+    }
+
     /// HKDF-Expand-Label(secret, label, "", length) (§7.1), wiped when released.
     static func expandLabel(_ secret: SecureBytes, _ label: String, length: Int, suite: TLSCipherSuite) throws(SecurityError) -> SecureBytes {
         let fullLabel = Array("tls13 \(label)".utf8)

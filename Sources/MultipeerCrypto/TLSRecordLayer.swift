@@ -304,29 +304,30 @@ package final class TLSRecordLayer {
             let type = handshakeMessages.getInteger(at: start, as: UInt8.self)!
             let length = Int(handshakeMessages.getInteger(at: start + 1, as: UInt8.self)!) << 16
                 | Int(handshakeMessages.getInteger(at: start + 2, as: UInt16.self)!)
-            guard length <= Self.maximumHandshakeMessageLength else {
-                throw Violation(alert: Alert.unexpectedMessage, reason: "a post-handshake message of \(length) bytes")
+            // Judged by its header, so that a message this side would refuse is not waited for.
+            switch type {
+            case HandshakeType.newSessionTicket where role == .client:
+                guard length <= Self.maximumHandshakeMessageLength else {
+                    throw Violation(alert: Alert.unexpectedMessage, reason: "a post-handshake message of \(length) bytes")
+                }
+            case HandshakeType.keyUpdate:
+                guard length == 1 else { throw Violation(alert: Alert.decodeError, reason: "a KeyUpdate of \(length) bytes") }
+            default:
+                throw Violation(alert: Alert.unexpectedMessage, reason: "handshake message \(type) after the handshake")
             }
             guard handshakeMessages.readableBytes >= 4 + length else { break }
             handshakeMessages.moveReaderIndex(forwardBy: 4)
             let body = handshakeMessages.readSlice(length: length)!
-            switch type {
-            case HandshakeType.newSessionTicket where role == .client:
-                continue  // resumption is off (§5); a ticket is dropped unread
-            case HandshakeType.keyUpdate:
-                guard length == 1 else { throw Violation(alert: Alert.decodeError, reason: "a KeyUpdate of \(length) bytes") }
-                let request = body.getInteger(at: body.readerIndex, as: UInt8.self)!
-                guard request <= 1 else { throw Violation(alert: Alert.illegalParameter, reason: "KeyUpdate request \(request)") }
-                // The key changes after this record, so nothing may follow it in the record (§5.1).
-                guard handshakeMessages.readableBytes == 0 else {
-                    throw Violation(alert: Alert.unexpectedMessage, reason: "data after a KeyUpdate in its record")
-                }
-                try reader.update()
-                keyUpdatesReceived += 1
-                if request == 1 { owesKeyUpdate = true }
-            default:
-                throw Violation(alert: Alert.unexpectedMessage, reason: "handshake message \(type) after the handshake")
+            guard type == HandshakeType.keyUpdate else { continue }  // resumption is off (§5); a ticket is dropped unread
+            let request = body.getInteger(at: body.readerIndex, as: UInt8.self)!
+            guard request <= 1 else { throw Violation(alert: Alert.illegalParameter, reason: "KeyUpdate request \(request)") }
+            // The key changes after this record, so nothing may follow it in the record (§5.1).
+            guard handshakeMessages.readableBytes == 0 else {
+                throw Violation(alert: Alert.unexpectedMessage, reason: "data after a KeyUpdate in its record")
             }
+            try reader.update()
+            keyUpdatesReceived += 1
+            if request == 1 { owesKeyUpdate = true }
         }
         if handshakeMessages.readableBytes == 0 { Self.release(&handshakeMessages) } else { handshakeMessages.discardReadBytes() }
     }

@@ -29,6 +29,7 @@ package final class TLSRecordProtection {
     private let gatheringLimit: Int
 
     package init(suite: TLSCipherSuite, secret: SecureBytes, sealing: Bool, gatheringLimit: Int = TLSRecordProtection.gatheredContentLimit) throws(SecurityError) {
+        try TLSKeySchedule.checkTrafficSecret(secret, suite: suite)
         self.gatheringLimit = gatheringLimit
         iv.initializeMemory(as: UInt8.self, repeating: 0)
         guard let context = EVP_CIPHER_CTX_new() else {

@@ -4,10 +4,13 @@ import MultipeerWire
 /// The two application traffic secrets of a handshake, taken from OpenSSL's key-log callback
 /// (OpenSSL 3.0 has no other way to hand them out), so that the engine protects records itself.
 /// Nothing is written anywhere: the callback keeps the two secrets in wiped memory and ignores
-/// every other line.
-final class TLSTrafficSecretCapture {
-    private(set) var client: SecureBytes?
-    private(set) var server: SecureBytes?
+/// every other line. Package-visible for the differential fuzz target, which runs OpenSSL's record
+/// layer beside this library's with the secrets taken here.
+package final class TLSTrafficSecretCapture {
+    package private(set) var client: SecureBytes?
+    package private(set) var server: SecureBytes?
+
+    package init() {}
 
     /// The SSL ex-data slot that points at the engine's capture.
     static let exDataIndex: Int32 = CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, nil, nil, nil, nil)
@@ -18,14 +21,14 @@ final class TLSTrafficSecretCapture {
     private static let randomHexLength = 64
 
     /// Points `ssl`'s ex-data at this capture; it must outlive the handshake.
-    func attach(to ssl: OpaquePointer) throws(SecurityError) {
+    package func attach(to ssl: OpaquePointer) throws(SecurityError) {
         guard Self.exDataIndex >= 0, SSL_set_ex_data(ssl, Self.exDataIndex, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
             throw SecurityError.openSSL(.internalError, "SSL_set_ex_data failed")
         }
     }
 
     /// Drops both secrets (wiped as they are released).
-    func clear() {
+    package func clear() {
         client = nil
         server = nil
     }
@@ -61,7 +64,7 @@ final class TLSTrafficSecretCapture {
 }
 
 /// Installed on every context; finds the connection's capture through the SSL's ex-data.
-let captureTrafficSecret: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> Void = { ssl, line in
+package let captureTrafficSecret: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> Void = { ssl, line in
     guard let ssl, let line, TLSTrafficSecretCapture.exDataIndex >= 0,
         let capture = SSL_get_ex_data(ssl, TLSTrafficSecretCapture.exDataIndex)
     else { return }

@@ -168,6 +168,19 @@ struct TLSRecordLayerTests {
         try expectFailure(peer, containing: reason, alert: alert)
     }
 
+    /// Found by fuzz-tls-differential: the layer waited for the whole of a message it would
+    /// refuse (up to 64 KiB of it), where OpenSSL fails on its header.
+    @Test(arguments: [
+        (TLSEngine.Role.server, [4, 0, 0, 200] as [UInt8], "handshake message 4", TLSRecordLayer.Alert.unexpectedMessage),
+        (.client, [13, 0, 1, 0], "handshake message 13", TLSRecordLayer.Alert.unexpectedMessage),
+        (.client, [24, 0, 0, 2], "KeyUpdate of 2 bytes", TLSRecordLayer.Alert.decodeError),
+    ])
+    func anUnwantedHandshakeMessageFailsAtItsHeader(role: TLSEngine.Role, header: [UInt8], reason: String, alert: UInt8) throws {
+        let peer = try ForgingPeer(role: role)
+        peer.deliver(try peer.forge(22, header))  // the body never comes
+        try expectFailure(peer, containing: reason, alert: alert)
+    }
+
     /// Requests, even each behind data of its own, make the layer write nothing while it reads:
     /// a peer that never reads cannot grow what this side has to send. One answer goes ahead of
     /// the layer's next record.

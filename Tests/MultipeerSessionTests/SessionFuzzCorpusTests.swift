@@ -8,7 +8,7 @@ import Testing
 /// checks the fuzzers run; and each seed still reaches the state it is named for.
 @Suite("Session fuzz corpus replay")
 struct SessionFuzzCorpusTests {
-    static let targets = ["fuzz-datagram", "fuzz-connection", "fuzz-channel-endpoints", "fuzz-tls-records"]
+    static let targets = ["fuzz-datagram", "fuzz-connection", "fuzz-channel-endpoints", "fuzz-tls-records", "fuzz-tls-differential"]
 
     static func inputs(of target: String) throws -> [URL] {
         try ["Corpus", "Regressions"].flatMap { folder in
@@ -33,6 +33,7 @@ struct SessionFuzzCorpusTests {
                 case "fuzz-datagram": SessionFuzzChecks.checkDatagram(bytes)
                 case "fuzz-connection": SessionFuzzChecks.checkConnection(bytes)
                 case "fuzz-tls-records": SessionFuzzChecks.checkTLSRecords(bytes)
+                case "fuzz-tls-differential": SessionFuzzChecks.checkTLSDifferential(bytes)
                 default: SessionFuzzChecks.checkChannelEndpoint(bytes)
                 }
             }
@@ -70,6 +71,29 @@ struct SessionFuzzCorpusTests {
         #expect(try run("fatal-alert-fails") == TLSRecordRun(failed: true))
         #expect(try run("oversized-content-fails") == TLSRecordRun(failed: true))
         #expect(try run("layer-sends-then-closes") == TLSRecordRun(sentAndOpened: 64))
+    }
+
+    @Test func tlsDifferentialSeedsReachTheirStates() throws {
+        func run(_ name: String) throws -> TLSDifferentialRun {
+            try Self.seed("fuzz-tls-differential", name).withUnsafeBytes { SessionFuzzChecks.checkTLSDifferential($0) }
+        }
+        #expect(try run("server-data-in-pieces") == TLSDifferentialRun(delivered: 5 + 16_384 + 3))
+        #expect(try run("client-key-updates-both-ways") == TLSDifferentialRun(delivered: 2, written: 5 * 64, keyUpdatesRead: 2))
+        #expect(try run("client-ticket-and-key-update-split-and-padded") == TLSDifferentialRun(delivered: 2, written: 128, keyUpdatesRead: 1))
+        #expect(try run("server-close-notify-then-ignored") == TLSDifferentialRun(delivered: 1, written: 64, state: .closed))
+        #expect(try run("tampered-record-fails") == TLSDifferentialRun(state: .failed))
+        #expect(try run("fatal-alert-fails") == TLSDifferentialRun(state: .failed))
+        #expect(try run("oversized-content-fails") == TLSDifferentialRun(state: .failed))
+        #expect(try run("both-send-then-close") == TLSDifferentialRun(delivered: 4, written: 64))
+        // Each documented policy, at the record it names.
+        #expect(try run("policy-records-without-data") == TLSDifferentialRun(keyUpdatesRead: 32, state: .failed, policies: [.recordsWithoutData]))
+        #expect(try run("policy-ticket-over-library-limit") == TLSDifferentialRun(state: .failed, policies: [.handshakeMessageLimit]))
+        #expect(try run("policy-alert-inside-ticket") == TLSDifferentialRun(state: .failed, policies: [.alertInsideHandshakeMessage]))
+        #expect(try run("policy-malformed-ticket") == TLSDifferentialRun(delivered: 5, policies: [.ticketParsed]))
+        #expect(try run("policy-five-user-canceled") == TLSDifferentialRun(delivered: 5, policies: [.warningAlerts]))
+        #expect(try run("policy-short-record-header") == TLSDifferentialRun(delivered: 6, state: .failed, policies: [.shortRecordHeader]))
+        #expect(try run("policy-header-after-key-update-answer") == TLSDifferentialRun(keyUpdatesRead: 1, state: .failed, policies: [.headerAfterKeyUpdateAnswer]))
+        #expect(try run("policy-write-waits-for-ticket") == TLSDifferentialRun(written: 64, policies: [.writeWaitsForHandshakeMessage]))
     }
 
     @Test func channelEndpointSeedsReachTheirStates() throws {
