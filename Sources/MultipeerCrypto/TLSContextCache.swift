@@ -31,8 +31,12 @@ extension TLSContext {
     /// How many contexts are shared right now (for tests).
     public static var sharedContextCount: Int { sharedContexts.withLock { $0.values.filter { $0.context != nil }.count } }
 
-    /// How long a shared context outlives the last session that held it (10 s unless a test
-    /// changes it). Then it goes, and with it OpenSSL's copy of the identity's key.
+    /// How long a shared context outlives the last session that held it, unless a test changes
+    /// `sharedContextGrace`.
+    package static let defaultSharedContextGrace: Duration = .seconds(10)
+
+    /// How long a shared context outlives the last session that held it. Then it goes, and
+    /// with it OpenSSL's copy of the identity's key.
     package static var sharedContextGrace: Duration {
         get { grace.withLock { $0 } }
         set { grace.withLock { $0 = newValue } }
@@ -63,4 +67,4 @@ private struct WeakContext: Sendable {
 
 private let sharedContexts = Mutex<[ObjectIdentifier: WeakContext]>([:])
 private let lingering = Mutex<[ObjectIdentifier: (context: TLSContext, generation: UInt64)]>([:])
-private let grace = Mutex<Duration>(.seconds(10))
+private let grace = Mutex<Duration>(TLSContext.defaultSharedContextGrace)

@@ -32,7 +32,7 @@ struct TLSContextCacheTests {
         let pki = try TestPKI()
         let carol = try pki.peer("carol")
         TLSContext.sharedContextGrace = .milliseconds(200)
-        defer { TLSContext.sharedContextGrace = .seconds(10) }
+        defer { TLSContext.sharedContextGrace = TLSContext.defaultSharedContextGrace }
         var held: TLSContext? = try TLSContext.shared(identity: carol)
         weak let released = held
         held = nil
