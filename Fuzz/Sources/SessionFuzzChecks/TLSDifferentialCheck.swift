@@ -1,3 +1,4 @@
+import CMultipeerOpenSSL
 import MultipeerCrypto
 import NIOCore
 
@@ -408,6 +409,16 @@ final class TLSDifferentialHarness {
         guard !parted else { return }
         if libraryState == subjectState && libraryRead.count == subjectRead.count {
             precondition(libraryRead[compared...].elementsEqual(subjectRead[compared...]), "the two read different bytes")
+            // Failed or closed at the same record: each counts the records it opened, OpenSSL
+            // where its message callback reports a record's inner content type.
+            if libraryState != .open && libraryRecordsAsOpenSSLCounts != subject.observer.recordsOpened {
+                guard explain() else {
+                    preconditionFailure(
+                        "both \(libraryState), the library after opening \(layer.recordsOpened) records, OpenSSL after "
+                            + "\(subject.observer.recordsOpened); \(followed) records followed")
+                }
+                return
+            }
             compared = libraryRead.count
             libraryAhead = false
             subjectFailedWhileWriting = false
@@ -429,6 +440,20 @@ final class TLSDifferentialHarness {
                     + "\(subject.unreadInput) bytes unread, \(subject.isInInit ? "is" : "is not") inside a handshake message")
         }
     }
+
+    /// The records the library opened, as OpenSSL would count them: OpenSSL before 3.2 reports
+    /// an authentic record's inner type before it finds the content over 16 KiB; the library
+    /// and 3.2 on refuse such a record first.
+    private var libraryRecordsAsOpenSSLCounts: Int {
+        let opened = layer.recordsOpened
+        guard Self.openSSLReportsOversizedRecords, libraryState == .failed, opened < records.count,
+            records[opened].end <= min(delivered, tamperedFrom),
+            let typeIndex = records[opened].inner.lastIndex(where: { $0 != 0 }), typeIndex > TLSEngine.maximumRecordPlaintext
+        else { return opened }
+        return opened + 1
+    }
+
+    private static let openSSLReportsOversizedRecords = OpenSSL_version_num() < 0x3020_0000
 
     /// A difference of reads that a documented policy explains; false if none does.
     private func explain() -> Bool {
