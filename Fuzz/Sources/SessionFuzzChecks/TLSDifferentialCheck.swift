@@ -448,7 +448,8 @@ final class TLSDifferentialHarness {
         let opened = layer.recordsOpened
         guard Self.openSSLReportsOversizedRecords, libraryState == .failed, opened < records.count,
             records[opened].end <= min(delivered, tamperedFrom),
-            let typeIndex = records[opened].inner.lastIndex(where: { $0 != 0 }), typeIndex > TLSEngine.maximumRecordPlaintext
+            let typeIndex = records[opened].inner.lastIndex(where: { $0 != 0 }), typeIndex > TLSEngine.maximumRecordPlaintext,
+            opened == 0 || rerunLibrary(through: records[opened - 1].end) != .failed  // it failed at that record, not the one before
         else { return opened }
         return opened + 1
     }
