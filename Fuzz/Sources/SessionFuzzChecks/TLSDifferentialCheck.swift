@@ -38,8 +38,8 @@ extension SessionFuzzChecks {
     /// told to do the same), then operations (`TLSDifferentialOp`).
     ///
     /// Checks: no trap; after every read both have read the same bytes and are alike open, closed
-    /// or failed (a failure that sends an alert on one side sends one on the other), and have taken
-    /// the same KeyUpdates; a write is taken by both or refused by both; what each writes opens
+    /// or failed, closed or failed at the same record (a failure that sends an alert on one side
+    /// sends one on the other), and have taken the same KeyUpdates; a write is taken by both or refused by both; what each writes opens
     /// under the peer's keys to exactly the data it took, answers every KeyUpdate request before
     /// its next data (the library once, just before it; OpenSSL at once, per request), and nothing
     /// but OpenSSL's answers and alerts follows a close_notify; the OpenSSL peer reads all the
