@@ -20,7 +20,7 @@ package final class TLSRecordProtection {
     // Exclusivity unchecked: see TLSEngine.
     @exclusivity(unchecked) private var secret: SecureBytes
     /// The write or read IV; derived from the secret, so wiped with it.
-    private let iv = UnsafeMutableRawBufferPointer.allocate(byteCount: TLSKeySchedule.ivLength, alignment: 16)
+    private let iv: UnsafeMutableRawBufferPointer
     /// Records sealed or opened under the current key.
     @exclusivity(unchecked) private(set) var sequence: UInt64 = 0
 
@@ -30,12 +30,13 @@ package final class TLSRecordProtection {
 
     package init(suite: TLSCipherSuite, secret: SecureBytes, sealing: Bool, gatheringLimit: Int = TLSRecordProtection.gatheredContentLimit) throws(SecurityError) {
         try TLSKeySchedule.checkTrafficSecret(secret, suite: suite)
-        self.gatheringLimit = gatheringLimit
-        iv.initializeMemory(as: UInt8.self, repeating: 0)
         guard let context = EVP_CIPHER_CTX_new() else {
-            iv.deallocate()
             throw SecurityError.openSSL(.internalError, "EVP_CIPHER_CTX_new failed")
         }
+        // Allocated once nothing before full initialization can throw: deinit frees it from here on.
+        iv = UnsafeMutableRawBufferPointer.allocate(byteCount: TLSKeySchedule.ivLength, alignment: 16)
+        iv.initializeMemory(as: UInt8.self, repeating: 0)
+        self.gatheringLimit = gatheringLimit
         self.suite = suite
         self.sealing = sealing
         self.context = context

@@ -85,6 +85,8 @@ struct SessionFuzzCorpusTests {
         #expect(try run("fatal-alert-fails") == TLSDifferentialRun(state: .failed))
         #expect(try run("oversized-content-fails") == TLSDifferentialRun(state: .failed))
         #expect(try run("both-send-then-close") == TLSDifferentialRun(delivered: 4, written: 64))
+        #expect(try run("client-ticket-then-key-update-request-2") == TLSDifferentialRun(state: .failed))
+        #expect(try run("server-empty-record-then-empty-handshake-record") == TLSDifferentialRun(state: .failed))
         // Each documented policy, at the record it names.
         #expect(try run("policy-records-without-data") == TLSDifferentialRun(keyUpdatesRead: 32, state: .failed, policies: [.recordsWithoutData]))
         #expect(try run("policy-ticket-over-library-limit") == TLSDifferentialRun(state: .failed, policies: [.handshakeMessageLimit]))

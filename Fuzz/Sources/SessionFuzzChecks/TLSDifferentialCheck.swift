@@ -1,3 +1,4 @@
+import CMultipeerOpenSSL
 import MultipeerCrypto
 import NIOCore
 
@@ -37,8 +38,8 @@ extension SessionFuzzChecks {
     /// told to do the same), then operations (`TLSDifferentialOp`).
     ///
     /// Checks: no trap; after every read both have read the same bytes and are alike open, closed
-    /// or failed (a failure that sends an alert on one side sends one on the other), and have taken
-    /// the same KeyUpdates; a write is taken by both or refused by both; what each writes opens
+    /// or failed, closed or failed at the same record (a failure that sends an alert on one side
+    /// sends one on the other), and have taken the same KeyUpdates; a write is taken by both or refused by both; what each writes opens
     /// under the peer's keys to exactly the data it took, answers every KeyUpdate request before
     /// its next data (the library once, just before it; OpenSSL at once, per request), and nothing
     /// but OpenSSL's answers and alerts follows a close_notify; the OpenSSL peer reads all the
@@ -408,6 +409,16 @@ final class TLSDifferentialHarness {
         guard !parted else { return }
         if libraryState == subjectState && libraryRead.count == subjectRead.count {
             precondition(libraryRead[compared...].elementsEqual(subjectRead[compared...]), "the two read different bytes")
+            // Failed or closed at the same record: each counts the records it opened, OpenSSL
+            // where its message callback reports a record's inner content type.
+            if libraryState != .open && !openSSLStoppedWhereTheLibraryDid() {
+                guard explain() else {
+                    preconditionFailure(
+                        "both \(libraryState), the library after opening \(layer.recordsOpened) records, OpenSSL after "
+                            + "\(subject.observer.recordsOpened); \(followed) records followed")
+                }
+                return
+            }
             compared = libraryRead.count
             libraryAhead = false
             subjectFailedWhileWriting = false
@@ -430,6 +441,34 @@ final class TLSDifferentialHarness {
         }
     }
 
+    /// The records the library opened, as OpenSSL would count them: OpenSSL before 3.2 reports
+    /// an authentic record's inner type before it finds the content over 16 KiB; the library
+    /// and 3.2 on refuse such a record first.
+    private var libraryRecordsAsOpenSSLCounts: Int {
+        let opened = layer.recordsOpened
+        guard Self.openSSLReportsOversizedRecords, libraryState == .failed, opened < records.count,
+            records[opened].end <= min(delivered, tamperedFrom),
+            let typeIndex = records[opened].inner.lastIndex(where: { $0 != 0 }), typeIndex > TLSEngine.maximumRecordPlaintext,
+            opened == 0 || rerunLibrary(through: records[opened - 1].end) != .failed  // it failed at that record, not the one before
+        else { return opened }
+        return opened + 1
+    }
+
+    /// OpenSSL opened as many records as the library, or, where it left a header unjudged
+    /// after a KeyUpdate answer, judged it on opening the next record.
+    private func openSSLStoppedWhereTheLibraryDid() -> Bool {
+        let library = libraryRecordsAsOpenSSLCounts
+        let openSSL = subject.observer.recordsOpened
+        if openSSL == library { return true }
+        guard openSSL == library + 1, libraryState == .failed, let refused = policies.refusedHeader, refused.afterKeyUpdateRequest,
+            refused.record + 1 == layer.recordsOpened
+        else { return false }
+        if usedPolicies.last != .headerAfterKeyUpdateAnswer { usedPolicies.append(.headerAfterKeyUpdateAnswer) }
+        return true
+    }
+
+    private static let openSSLReportsOversizedRecords = OpenSSL_version_num() < 0x3020_0000
+
     /// A difference of reads that a documented policy explains; false if none does.
     private func explain() -> Bool {
         for allowance in policies.allowances where records[allowance.record].end <= delivered {
@@ -443,10 +482,14 @@ final class TLSDifferentialHarness {
                 // It failed at exactly that record, not before.
                 precondition(rerunLibrary(through: record.start) != .failed, "the library failed before the record its \(allowance.policy) policy fails")
                 precondition(rerunLibrary(through: record.end) == .failed, "the library did not fail at the record its \(allowance.policy) policy fails")
-            case .openSSLMayFail, .alertsDiffer:
+            case .openSSLMayFail:
+                // Only OpenSSL fails there: the library must get through the record.
                 guard subjectState == .failed, subject.observer.recordsOpened == allowance.record + 1, subjectRead.count == prefix,
-                    libraryRead.count >= prefix, libraryRead[..<prefix].elementsEqual(subjectRead)
+                    libraryRead.count >= prefix, libraryRead[..<prefix].elementsEqual(subjectRead),
+                    rerunLibrary(through: record.end) != .failed
                 else { continue }
+            case .alertsDiffer:
+                continue  // both fail there: explainAlert() judges it
             }
             usedPolicies.append(allowance.policy)
             parted = true
@@ -461,11 +504,12 @@ final class TLSDifferentialHarness {
             return libraryIsAhead(.shortRecordHeader)
         }
         // OpenSSL, owing a KeyUpdate answer when a handshake message's header comes, sends
-        // the answer and leaves the header unjudged until another record arrives.
+        // the answer and leaves the header unjudged until another record arrives: the last
+        // record followed holds a header both must refuse, right after a KeyUpdate request.
         if libraryState == .failed, subjectState == .open, libraryRead.count == subjectRead.count,
             libraryRead[compared...].elementsEqual(subjectRead[compared...]), followed > 0,
             subject.observer.recordsOpened == followed, subject.unreadInput == 0, !subject.isInInit,
-            subject.observer.keyUpdatesRead.contains(1), records[followed - 1].inner.last(where: { $0 != 0 }) == 22
+            let refused = policies.refusedHeader, refused.record == followed - 1, refused.afterKeyUpdateRequest
         {
             let record = records[followed - 1]
             precondition(rerunLibrary(through: record.start) != .failed && rerunLibrary(through: record.end) == .failed,

@@ -93,6 +93,10 @@ struct TLSRecordPolicies {
     private(set) var data = 0
     /// No record after the last one is read alike (one failed, or close_notify came).
     private(set) var finished = false
+    /// The record whose handshake message header both must refuse, if one came, and whether
+    /// the message just before that header was a KeyUpdate request.
+    private(set) var refusedHeader: (record: Int, afterKeyUpdateRequest: Bool)?
+    private var lastMessageWasKeyUpdateRequest = false
     private var recordsWithoutData = 0
     private var warningAlerts = 0
     private var handshake = HandshakeReassembler()
@@ -112,7 +116,7 @@ struct TLSRecordPolicies {
         // No type, too much content, or a type TLS 1.3 does not have: both fail.
         guard let typeIndex = inner.lastIndex(where: { $0 != 0 }), typeIndex <= TLSEngine.maximumRecordPlaintext,
             [21, 22, 23].contains(inner[typeIndex])
-        else { return finish() }
+        else { return bothFail(at: record) }
         let content = inner[..<typeIndex]
         switch inner[typeIndex] {
         case 23: followData(content, record: record)
@@ -122,6 +126,13 @@ struct TLSRecordPolicies {
     }
 
     private mutating func finish() { finished = true }
+
+    /// Both must fail at this record: nothing earlier in it (a ticket OpenSSL parses) may
+    /// excuse OpenSSL failing while the library goes on.
+    private mutating func bothFail(at record: Int) {
+        allowances.removeAll { $0.record == record && $0.kind == .openSSLMayFail }
+        finish()
+    }
 
     private mutating func allow(_ policy: TLSDifferentialPolicy, _ kind: TLSPolicyAllowance.Kind, at record: Int) {
         allowances.append(TLSPolicyAllowance(record: record, policy: policy, kind: kind, dataBefore: data))
@@ -138,7 +149,7 @@ struct TLSRecordPolicies {
 
     private mutating func followData(_ content: ArraySlice<UInt8>, record: Int) {
         // Application data inside a handshake message: both fail.
-        guard handshake.isEmpty else { return finish() }
+        guard handshake.isEmpty else { return bothFail(at: record) }
         if content.isEmpty {
             // OpenSSL's limit of 32 empty records in a row is never below the library's.
             _ = countWithoutData(record: record)
@@ -150,7 +161,7 @@ struct TLSRecordPolicies {
     }
 
     private mutating func followHandshake(_ content: ArraySlice<UInt8>, record: Int) {
-        guard !content.isEmpty else { return finish() }  // both refuse an empty handshake record
+        guard !content.isEmpty else { return bothFail(at: record) }  // both refuse an empty handshake record
         warningAlerts = 0
         if countWithoutData(record: record) { return }
         guard handshake.count + content.count <= TLSRecordLayer.maximumHandshakeMessageLength + 4 else {
@@ -167,15 +178,17 @@ struct TLSRecordPolicies {
                 allow(.handshakeMessageLimit, .libraryFails, at: record)
                 return finish()
             default:
-                return finish()
+                refusedHeader = (record, lastMessageWasKeyUpdateRequest)
+                return bothFail(at: record)
             }
             guard let message = handshake.next() else { return }
+            lastMessageWasKeyUpdateRequest = message.type == 24 && message.body[0] == 1
             if message.type == 4 {
                 allow(.ticketParsed, .openSSLMayFail, at: record)
                 continue
             }
             // A KeyUpdate: a known request value, and the last thing in its record.
-            guard message.body[0] <= 1, handshake.isEmpty else { return finish() }
+            guard message.body[0] <= 1, handshake.isEmpty else { return bothFail(at: record) }
             keyUpdates.append(message.body[0] == 1)
         }
     }
@@ -188,7 +201,7 @@ struct TLSRecordPolicies {
             return finish()
         }
         if countWithoutData(record: record) { return }
-        guard content.count == 2 else { return finish() }
+        guard content.count == 2 else { return bothFail(at: record) }
         let level = content.first!
         let description = content.last!
         let closes = description == 0
@@ -202,7 +215,7 @@ struct TLSRecordPolicies {
         if closes {
             finish()
         } else if !ignored {
-            finish()  // any other alert: both fail
+            bothFail(at: record)  // any other alert
         }
     }
 }
