@@ -14,6 +14,15 @@ package enum TLSCipherSuite: Sendable, Equatable, CaseIterable {
         }
     }
 
+    /// The suite's name in OpenSSL (and RFC 8446).
+    package var openSSLName: String {
+        switch self {
+        case .aes128GCMSHA256: "TLS_AES_128_GCM_SHA256"
+        case .aes256GCMSHA384: "TLS_AES_256_GCM_SHA384"
+        case .chacha20Poly1305SHA256: "TLS_CHACHA20_POLY1305_SHA256"
+        }
+    }
+
     package var keyLength: Int { self == .aes128GCMSHA256 ? 16 : 32 }
     package var hashLength: Int { self == .aes256GCMSHA384 ? 48 : 32 }
     var digest: OpaquePointer? { self == .aes256GCMSHA384 ? EVP_sha384() : EVP_sha256() }

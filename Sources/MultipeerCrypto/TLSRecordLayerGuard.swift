@@ -377,13 +377,3 @@ private final class MemoryEndpoint {
     }
 }
 
-extension TLSCipherSuite {
-    /// The suite's name in OpenSSL (and RFC 8446).
-    var openSSLName: String {
-        switch self {
-        case .aes128GCMSHA256: "TLS_AES_128_GCM_SHA256"
-        case .aes256GCMSHA384: "TLS_AES_256_GCM_SHA384"
-        case .chacha20Poly1305SHA256: "TLS_CHACHA20_POLY1305_SHA256"
-        }
-    }
-}

@@ -226,15 +226,6 @@ struct OpenSSLHandshake {
     }
 }
 
-extension TLSCipherSuite {
-    var openSSLName: String {
-        switch self {
-        case .aes128GCMSHA256: "TLS_AES_128_GCM_SHA256"
-        case .aes256GCMSHA384: "TLS_AES_256_GCM_SHA384"
-        case .chacha20Poly1305SHA256: "TLS_CHACHA20_POLY1305_SHA256"
-        }
-    }
-}
 
 /// The two OpenSSL contexts, made once: TLS 1.3 only, X25519, no tickets or session cache, and
 /// the library's key-log callback. The server presents a fixed Ed25519 key in a fixed
