@@ -3,7 +3,9 @@ import CMultipeerShims
 import Foundation
 
 /// Evaluates a peer's certificate chain against anchors the app chooses (OpenSSL X509_verify_cert),
-/// so that a correct trust decision is one line in the trust callback.
+/// so that a correct trust decision is one line in the trust callback. Trusted chains are
+/// remembered (`TrustEvaluationCache`), so a peer that reconnects costs no second check while
+/// every certificate involved is still valid.
 public struct TrustEvaluation: Sendable {
     public enum Outcome: Hashable, Sendable {
         case trusted
@@ -37,11 +39,14 @@ public struct TrustEvaluation: Sendable {
     public var maximumDepth: Int
     /// The time to check validity at; nil means now.
     public var validationTime: Date?
+    /// Where trusted outcomes are remembered; nil checks every chain afresh.
+    package var cache: TrustEvaluationCache?
 
     public init(anchors: [Certificate], maximumDepth: Int = 4, validationTime: Date? = nil) {
         self.anchors = anchors
         self.maximumDepth = maximumDepth
         self.validationTime = validationTime
+        cache = TrustEvaluationCache.shared
     }
 
     /// `chain` is leaf first, as the trust callback receives it.
@@ -67,6 +72,17 @@ public struct TrustEvaluation: Sendable {
                     reason: .ambiguousCommonName, code: X509_V_ERR_APPLICATION_VERIFICATION,
                     message: "the leaf certificate's subject has \(names) common names"))
         }
+        guard let cache else { return verify(leaf: leaf, chain: chain) }
+        let key = TrustEvaluationCache.key(
+            anchors: anchors, chain: chain, maximumDepth: maximumDepth, securityLevel: TLSContext.securityLevel)
+        if cache.isTrusted(key, at: validationTime ?? Date()) { return .trusted }
+        let outcome = verify(leaf: leaf, chain: chain)
+        if outcome == .trusted { cache.insertTrusted(key, anchors: anchors, chain: chain) }
+        return outcome
+    }
+
+    /// OpenSSL's chain check (X509_verify_cert), uncached.
+    private func verify(leaf: Certificate, chain: [Certificate]) -> Outcome {
         guard let store = X509_STORE_new(), let context = X509_STORE_CTX_new(), let untrusted = mp_sk_X509_new_null() else {
             return .untrusted(Failure(reason: .other, code: -1, message: "out of memory"))
         }
