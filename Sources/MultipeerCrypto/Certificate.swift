@@ -74,7 +74,7 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
     public var sha256Fingerprint: [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        _ = X509_digest(x509, EVP_sha256(), &digest, &length)
+        _ = X509_digest(x509, FetchedAlgorithms.sha256, &digest, &length)
         return digest
     }
 

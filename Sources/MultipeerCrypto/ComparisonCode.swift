@@ -9,7 +9,7 @@ public enum ComparisonCode {
         let input = Array("MPCP comparison code v1".utf8) + fingerprints[0] + fingerprints[1]
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        _ = EVP_Digest(input, input.count, &digest, &length, EVP_sha256(), nil)
+        _ = EVP_Digest(input, input.count, &digest, &length, FetchedAlgorithms.sha256, nil)
         let value = digest.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } % 1_000_000
         let digits = String(value)
         let padded = String(repeating: "0", count: 6 - digits.count) + digits

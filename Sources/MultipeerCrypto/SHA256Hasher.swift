@@ -9,7 +9,7 @@ public final class SHA256Hasher: @unchecked Sendable {
     private var finished = false
 
     public init() {
-        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
+        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, FetchedAlgorithms.sha256, nil) == 1 else {
             fatalError("OpenSSL cannot start SHA-256")  // only when out of memory
         }
         self.context = context

@@ -25,13 +25,13 @@ package enum TLSCipherSuite: Sendable, Equatable, CaseIterable {
 
     package var keyLength: Int { self == .aes128GCMSHA256 ? 16 : 32 }
     package var hashLength: Int { self == .aes256GCMSHA384 ? 48 : 32 }
-    var digest: OpaquePointer? { self == .aes256GCMSHA384 ? EVP_sha384() : EVP_sha256() }
+    var digest: OpaquePointer? { self == .aes256GCMSHA384 ? FetchedAlgorithms.sha384 : FetchedAlgorithms.sha256 }
 
     var cipher: OpaquePointer? {
         switch self {
-        case .aes128GCMSHA256: EVP_aes_128_gcm()
-        case .aes256GCMSHA384: EVP_aes_256_gcm()
-        case .chacha20Poly1305SHA256: EVP_chacha20_poly1305()
+        case .aes128GCMSHA256: FetchedAlgorithms.aes128GCM
+        case .aes256GCMSHA384: FetchedAlgorithms.aes256GCM
+        case .chacha20Poly1305SHA256: FetchedAlgorithms.chacha20Poly1305
         }
     }
 }
