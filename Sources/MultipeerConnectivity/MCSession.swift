@@ -369,14 +369,17 @@ open class MCSession: NSObject, @unchecked Sendable {
             self?.emit(.certificateDecided(peer, certificates: certificates, accepted: accepted))
             answer(accepted)
         }
+        // Async evaluators start on the network thread, where the request was made and the answer
+        // goes: one that does not suspend costs no thread hop (two each way through the global
+        // executor otherwise).
         if let evaluator = trustEvaluator.withLock({ $0 }) {
             let trustRequest = MCTrustRequest(
                 peer: peer, certificates: certificates, pairingCode: request.pairingCode, isEncrypted: request.isEncrypted)
-            Task { decide(await evaluator(trustRequest)) }
+            Task(executorPreference: taskExecutor) { decide(await evaluator(trustRequest)) }
             return
         }
         if let evaluator = evaluator.withLock({ $0 }) {
-            Task { decide(await evaluator(peer, certificates)) }
+            Task(executorPreference: taskExecutor) { decide(await evaluator(peer, certificates)) }
             return
         }
         delegateQueue.async { [delegateBox, weak self] in
@@ -506,12 +509,15 @@ extension MCSession {
     var subscriberCount: Int { subscribers.all.count }
 
     /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
+    /// It starts on the session's network thread (as a task preferring `taskExecutor`): it must
+    /// not block, and long synchronous work belongs in a task of its own.
     public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {
         self.evaluator.withLock { $0 = evaluator }
     }
 
     /// Decides on peers with everything there is to know, the pairing code included; takes
-    /// precedence over `setCertificateEvaluator` and the delegate.
+    /// precedence over `setCertificateEvaluator` and the delegate. Like that one, it starts on
+    /// the session's network thread.
     public func setTrustEvaluator(_ evaluator: (@Sendable (MCTrustRequest) async -> Bool)?) {
         trustEvaluator.withLock { $0 = evaluator }
     }

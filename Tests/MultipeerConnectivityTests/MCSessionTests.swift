@@ -2,6 +2,8 @@ import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
 import MultipeerTestSupport
+import NIOPosix
+import Synchronization
 import Testing
 
 /// Records what a session tells its delegate, and answers certificate questions by a policy.
@@ -263,6 +265,26 @@ struct MCSessionTests {
         }
         #expect(data == Data("async hello".utf8))
         #expect(sender == bobPeer)
+        await alice.disconnectAndWait()
+        await bob.disconnectAndWait()
+    }
+    /// Both async evaluators start on a network thread, not behind a hop through the global
+    /// executor (a thread switch each way on the establishment's critical path).
+    @Test func asyncEvaluatorsStartOnTheNetworkThread() async throws {
+        let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: .loopbackOnly)
+        let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try Self.pki.peer("bob"), configuration: .loopbackOnly)
+        let onNetworkThread = Mutex<[String: Bool]>([:])
+        alice.setCertificateEvaluator { _, _ in
+            onNetworkThread.withLock { $0["certificate"] = MultiThreadedEventLoopGroup.currentEventLoop != nil }
+            return true
+        }
+        bob.setTrustEvaluator { _ in
+            onNetworkThread.withLock { $0["trust"] = MultiThreadedEventLoopGroup.currentEventLoop != nil }
+            return true
+        }
+        try await Self.connect(bob, to: alice)
+        #expect(try await eventually { alice.connectedPeers.count == 1 && bob.connectedPeers.count == 1 })
+        #expect(onNetworkThread.withLock { $0 } == ["certificate": true, "trust": true])
         await alice.disconnectAndWait()
         await bob.disconnectAndWait()
     }
