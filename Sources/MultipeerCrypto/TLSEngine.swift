@@ -44,7 +44,8 @@ public final class TLSEngine {
     private let ssl: OpaquePointer
     // Exclusivity is unchecked on the per-record state here and in the record layer: an engine
     // belongs to one connection on one event loop and is never entered re-entrantly, and the
-    // runtime's checks cost several hundred instructions per message (docs/PERFORMANCE.md).
+    // runtime's checks cost several hundred instructions per message
+    // (docs/benchmarks/HISTORY.md, "The round trip's own work").
     /// Received ciphertext not read yet, oldest first.
     @exclusivity(unchecked) fileprivate var inbound = CiphertextQueue()
     /// Ciphertext waiting for `takeOutbound()`.

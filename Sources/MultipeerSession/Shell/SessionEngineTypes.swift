@@ -118,8 +118,8 @@ package struct ChannelConfiguration: Sendable {
     /// raises the protocol's initial 256 KiB when the channel opens, if this is larger). Keep it
     /// well below the connection window, so one stalled reader cannot stop the other channels.
     /// 1 MiB and 4 MiB by default: with the initial windows a stream ran at half the rate of
-    /// reliable messages on loopback (docs/PERFORMANCE.md); larger ones also queue more ahead of
-    /// a small message sent meanwhile.
+    /// reliable messages on loopback (docs/benchmarks/HISTORY.md, "Channel windows"); larger ones
+    /// also queue more ahead of a small message sent meanwhile.
     package private(set) var channelReceiveWindow: UInt32
     /// What a peer may send on all its channels together before the app has taken some: the
     /// most channel data from one peer held in memory at once.
