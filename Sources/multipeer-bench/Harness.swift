@@ -63,6 +63,8 @@ struct Result: Codable {
     /// The ratio in each repetition, where the baseline ran beside the library's run (so drift
     /// on a shared machine hits both alike); `ratio` is then their median.
     var ratios: Stats? = nil
+    /// For establishment: the identities' key type (ed25519, p256).
+    var keyType: String? = nil
 }
 
 /// Each repetition's library figure over the baseline measured next to it.
