@@ -228,19 +228,26 @@ struct Bench: ParsableCommand {
 
         if wants("establishment") {
             var handshakes: [Double] = []
+            var baselineGroup: String?
             var rates: [Double] = []
             for _ in 0..<plan.repetitions {
                 if !noBaselines {
-                    handshakes.append(try Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b, anchor: pki.root))
+                    let run = try Baselines.tlsHandshakes(count: plan.establishments, server: pki.a, client: pki.b, anchor: pki.root)
+                    handshakes.append(run.rate)
+                    baselineGroup = run.group
                 }
                 rates.append(try await Scenarios.establishments(count: plan.establishments, identities: (pki.a, pki.b), anchor: pki.root))
             }
+            // One more, untimed, to read the group the sessions' handshake chose from their log.
+            let group = try await Scenarios.establishmentGroup(identities: (pki.a, pki.b), anchor: pki.root)
             let library = Stats(rates)
             let ratios = noBaselines ? nil : pairedRatios(rates, handshakes)
+            var note = "\(pki.keyType.label) root and leaves, no intermediate; group \(group ?? "unknown")"
+            if !noBaselines { note += " (OpenSSL pair: \(baselineGroup ?? "unknown"))" }
             results.append(Result(scenario: "5 session establishment (mutual TLS, trust, connected)", unit: "per s", library: library,
                                   baselineName: "OpenSSL mutual-auth handshakes", baseline: noBaselines ? nil : Stats(handshakes), ratio: ratios?.median,
-                                  target: ">= 0.6", met: ratios.map { $0.median >= 0.6 }, note: "\(pki.keyType.label) root and leaves, no intermediate",
-                                  ratios: ratios, keyType: pki.keyType.rawValue))
+                                  target: ">= 0.6", met: ratios.map { $0.median >= 0.6 }, note: note, ratios: ratios,
+                                  keyType: pki.keyType.rawValue, keyExchangeGroup: group, baselineKeyExchangeGroup: baselineGroup))
         }
 
         if wants("channels") {
@@ -339,7 +346,8 @@ struct Bench: ParsableCommand {
         if let json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(Report.Document(date: ISO8601DateFormatter().string(from: Date()), quick: quick, results: results))
+            try encoder.encode(Report.Document(date: ISO8601DateFormatter().string(from: Date()), quick: quick, results: results,
+                                                   openSSL: CryptoRuntime.openSSLVersion))
                 .write(to: URL(fileURLWithPath: json))
             print("wrote \(json)")
         }
@@ -373,6 +381,8 @@ enum Report {
         let date: String
         let quick: Bool
         let results: [Result]
+        /// The linked OpenSSL's version text (nil in files from before it was recorded).
+        var openSSL: String? = nil
     }
 
     static func print(_ results: [Result]) {
