@@ -246,7 +246,7 @@ struct Bench: ParsableCommand {
             if !noBaselines { note += " (OpenSSL pair: \(baselineGroup ?? "unknown"))" }
             results.append(Result(scenario: "5 session establishment (mutual TLS, trust, connected)", unit: "per s", library: library,
                                   baselineName: "OpenSSL mutual-auth handshakes", baseline: noBaselines ? nil : Stats(handshakes), ratio: ratios?.median,
-                                  target: ">= 0.6", met: ratios.map { $0.median >= 0.6 }, note: note, ratios: ratios,
+                                  target: ">= 0.9", met: ratios.map { $0.median >= 0.9 }, note: note, ratios: ratios,
                                   keyType: pki.keyType.rawValue, keyExchangeGroup: group, baselineKeyExchangeGroup: baselineGroup))
         }
 
