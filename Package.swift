@@ -142,6 +142,8 @@ let package = Package(
                 // The flood group's attackers and per-thread CPU times, shared with the tests.
                 "MultipeerTestSupport", "MultipeerWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // Reads the key exchange group from the sessions' log (GroupProbe).
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The terminal app: chat and file transfer between authenticated peers.

@@ -63,6 +63,11 @@ struct Result: Codable {
     /// The ratio in each repetition, where the baseline ran beside the library's run (so drift
     /// on a shared machine hits both alike); `ratio` is then their median.
     var ratios: Stats? = nil
+    /// For establishment: the identities' key type (ed25519, p256) and the key exchange group
+    /// the library's handshake and the OpenSSL baseline's negotiated, by OpenSSL's names.
+    var keyType: String? = nil
+    var keyExchangeGroup: String? = nil
+    var baselineKeyExchangeGroup: String? = nil
 }
 
 /// Each repetition's library figure over the baseline measured next to it.

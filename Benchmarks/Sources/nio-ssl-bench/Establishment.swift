@@ -17,10 +17,27 @@ enum Establishment {
         }
     }
 
+    /// The key exchange group of one more connection, untimed, read from its ServerHello.
+    static func keyExchangeGroup(loops: Loops, identities: Identities) async throws -> String {
+        let server = try await LoopbackServer.start(group: loops.server, context: identities.server, handler: echo)
+        let group = loops.client.next().makePromise(of: String.self)
+        do {
+            _ = try await once(loops: loops, identities: identities, port: server.port, index: 0, keyExchangeGroup: group)
+            await server.stop()
+            // Settled by now: the reader completes it at the ServerHello, or when the connection closes.
+            return try await group.futureResult.get()
+        } catch {
+            group.fail(error)  // a no-op if the reader settled it
+            await server.stop()
+            throw error
+        }
+    }
+
     /// A failed handshake throws, so it can never count as a cheaper success.
-    private static func once(loops: Loops, identities: Identities, port: Int, index: Int) async throws -> Double {
+    private static func once(loops: Loops, identities: Identities, port: Int, index: Int,
+                             keyExchangeGroup: EventLoopPromise<String>? = nil) async throws -> Double {
         let start = ContinuousClock.now
-        let client = try await Loopback.connect(group: loops.client, context: identities.client, port: port)
+        let client = try await Loopback.connect(group: loops.client, context: identities.client, port: port, keyExchangeGroup: keyExchangeGroup)
         return try await client.executeThenClose { inbound, outbound in
             var replies = inbound.makeAsyncIterator()
             let request = RoundTrip.probe(index)

@@ -8,9 +8,12 @@ typealias ConnectionHandler = @Sendable (NIOAsyncChannelInboundStream<ByteBuffer
 enum Pipeline {
     static let maximumMessage = 2 << 20
 
-    /// TLS, then the length-prefix framing, wrapped for use from Swift tasks.
-    static func configure(_ channel: any Channel, tls: some ChannelHandler, configuration: MessageChannel.Configuration = .init()) throws -> MessageChannel {
+    /// TLS, then the length-prefix framing, wrapped for use from Swift tasks; `ahead`, if any,
+    /// sees the bytes before TLS does.
+    static func configure(_ channel: any Channel, tls: some ChannelHandler, configuration: MessageChannel.Configuration = .init(),
+                          ahead: (any ChannelHandler)? = nil) throws -> MessageChannel {
         let operations = channel.pipeline.syncOperations
+        if let ahead { try operations.addHandler(ahead) }
         try operations.addHandler(tls)
         try operations.addHandler(ByteToMessageHandler(LengthPrefixDecoder(maximumLength: maximumMessage)))
         try operations.addHandler(LengthPrefixWriter())
@@ -54,16 +57,19 @@ struct LoopbackServer {
 
 enum Loopback {
     /// A TLS client connection to `port` on 127.0.0.1; the handshake runs on the first write.
+    /// `group`, if given, gets the key exchange group the server chose (ServerHelloGroupReader).
     static func connect(group: any EventLoopGroup, context: NIOSSLContext, port: Int,
                         configuration: MessageChannel.Configuration = .init(),
-                        writeBufferWaterMark: ChannelOptions.Types.WriteBufferWaterMark? = nil) async throws -> MessageChannel {
+                        writeBufferWaterMark: ChannelOptions.Types.WriteBufferWaterMark? = nil,
+                        keyExchangeGroup: EventLoopPromise<String>? = nil) async throws -> MessageChannel {
         var bootstrap = ClientBootstrap(group: group)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connectTimeout(.seconds(10))
         if let writeBufferWaterMark { bootstrap = bootstrap.channelOption(.writeBufferWaterMark, value: writeBufferWaterMark) }
         return try await bootstrap.connect(host: "127.0.0.1", port: port) { channel in
             channel.eventLoop.makeCompletedFuture {
-                try Pipeline.configure(channel, tls: try NIOSSLClientHandler(context: context, serverHostname: nil), configuration: configuration)
+                try Pipeline.configure(channel, tls: try NIOSSLClientHandler(context: context, serverHostname: nil), configuration: configuration,
+                                       ahead: keyExchangeGroup.map { ServerHelloGroupReader(result: $0) })
             }
         }
     }

@@ -13,16 +13,15 @@ enum NIOSSLBench {
 
     static func run(_ options: Options) async throws {
         if let role = options.tlsPeer {
-            let identities = try Identities(
-                directory: try Identities.locate(options.certificates), applicationProtocols: [options.alpn],
-                curves: try TLSPeer.curves(options.curves))
+            let identities = try Identities.load(options, applicationProtocols: [options.alpn])
             try await TLSPeer.run(role: role, port: options.port, identities: identities)
             return
         }
         let plan = Plan(options)
-        let identities = try Identities(directory: try Identities.locate(options.certificates))
+        let identities = try Identities.load(options)
         let loops = Loops()
         print("nio-ssl-bench \(options.quick ? "--quick" : "(full)"): \(plan.repetitions) repetitions, medians; swift-nio-ssl (BoringSSL), TLS 1.3, 127.0.0.1")
+        print("identities: \(identities.description); groups: \(options.curves ?? "swift-nio-ssl's default")")
         var figures: [Figure] = []
         do {
             if options.wants("bulk") {
@@ -50,9 +49,12 @@ enum NIOSSLBench {
                 for _ in 0..<plan.repetitions {
                     rates.append(try await Establishment.run(loops: loops, identities: identities, count: plan.establishments))
                 }
+                // One more connection, untimed, to read the group the server chose.
+                let group = try await Establishment.keyExchangeGroup(loops: loops, identities: identities)
                 figures.append(Figure(key: "establishment", scenario: "5 establishment: connect, mutual TLS 1.3, first echo",
                                       unit: "per s", stats: Stats(rates), p99: nil,
-                                      note: "\(plan.establishments) connections per repetition"))
+                                      note: "\(plan.establishments) connections per repetition; group \(group)",
+                                      keyExchangeGroup: group))
             }
         } catch {
             await loops.shutdown()
@@ -62,7 +64,8 @@ enum NIOSSLBench {
         Report.print(figures)
         if let path = options.json {
             try Report.write(Document(date: ISO8601DateFormatter().string(from: Date()), quick: options.quick,
-                                      repetitions: plan.repetitions, results: figures), to: path)
+                                      repetitions: plan.repetitions, results: figures,
+                                      identities: identities.description, curves: options.curves), to: path)
             print("wrote \(path)")
         }
     }

@@ -6,6 +6,8 @@ struct Options {
     var json: String?
     var only: [String] = []
     var certificates: String?
+    /// multipeer-bench's exported identities instead of the test PKI.
+    var identities: String?
     var repetitions: Int?
     var bulkMiB: Int?
     var roundTrips: Int?
@@ -20,21 +22,23 @@ struct Options {
 
     static let usage = """
         usage: nio-ssl-bench [--quick] [--json FILE] [--only bulk|latency|establishment]...
-                             [--certificates DIR] [--repetitions N] [--bulk-mib N]
-                             [--round-trips N] [--establishments N]
+                             [--certificates DIR | --identities DIR] [--curves A:B]
+                             [--repetitions N] [--bulk-mib N] [--round-trips N] [--establishments N]
                nio-ssl-bench --tls-peer client|server [--port N] [--alpn PROTOCOL] [--curves A:B]
-                             [--certificates DIR]
+                             [--certificates DIR | --identities DIR]
 
         TLS 1.3 over SwiftNIO and swift-nio-ssl on 127.0.0.1, mutual authentication with the
-        Certificates/ test identities; the baseline for multipeer-bench (scripts/bench-compare).
+        Certificates/ test identities, or with --identities those multipeer-bench
+        --export-identities wrote (root.pem; a serves, b connects); the baseline for
+        multipeer-bench (scripts/bench-compare, scripts/bench-establishment).
         Defaults: 5 repetitions, 1024 MiB bulk, 20000 round trips, 200 establishments;
-        --quick: 3, 64, 2000, 40.
+        --quick: 3, 64, 2000, 40. --curves (e.g. X25519MLKEM768:x25519:secp256r1) replaces
+        swift-nio-ssl's default groups on both sides; establishment reports the group chosen.
 
         --tls-peer: one TLS 1.3 handshake with the library on 127.0.0.1 (scripts/pq-interop),
         after MPCP's preamble; the server listens on a port of its own and prints LISTENING
         <port>, the client dials --port; both print HANDSHAKE <alpn> once it completes and close.
-        ALPN default mpcp/1; --curves (e.g. X25519MLKEM768:x25519) replaces swift-nio-ssl's
-        default groups.
+        ALPN default mpcp/1.
         """
 
     static func parse(_ arguments: [String]) throws -> Options {
@@ -57,6 +61,7 @@ struct Options {
                 guard groups.contains(group) else { throw UsageError("--only takes \(groups.joined(separator: ", "))") }
                 options.only.append(group)
             case "--certificates": options.certificates = try value(argument)
+            case "--identities": options.identities = try value(argument)
             case "--repetitions": options.repetitions = try count(argument)
             case "--bulk-mib": options.bulkMiB = try count(argument)
             case "--round-trips": options.roundTrips = try count(argument)
@@ -75,6 +80,7 @@ struct Options {
             default: throw UsageError("unknown argument \(argument)")
             }
         }
+        guard options.certificates == nil || options.identities == nil else { throw UsageError("--certificates and --identities exclude each other") }
         return options
     }
 

@@ -9,6 +9,8 @@ struct Figure: Encodable {
     /// For round trips: the 99th percentile of each repetition.
     let p99: Stats?
     let note: String?
+    /// For establishment: the key exchange group the server chose (OpenSSL's name).
+    var keyExchangeGroup: String? = nil
 }
 
 struct Document: Encodable {
@@ -17,6 +19,9 @@ struct Document: Encodable {
     let quick: Bool
     let repetitions: Int
     let results: [Figure]
+    /// Which certificates, and which groups were offered (nil: swift-nio-ssl's default).
+    let identities: String
+    let curves: String?
 }
 
 enum Report {
