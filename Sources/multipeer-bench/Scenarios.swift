@@ -177,9 +177,14 @@ enum Scenarios {
     /// Sessions established per second: connection data, connect, mutual TLS, both trust
     /// callbacks (each verifying the peer's chain), until both sides report connected. The wait
     /// follows the event streams, so no polling interval is counted.
-    static func establishments(count: Int, identities: (SecurityIdentity, SecurityIdentity), anchor: Certificate) async throws -> Double {
+    /// `firstContact`: the trust evaluations' cache is emptied before each, so both chains are
+    /// verified as for a peer never seen; otherwise the peers reconnect as mesh members do, and
+    /// their chains are remembered after the first.
+    static func establishments(count: Int, identities: (SecurityIdentity, SecurityIdentity), anchor: Certificate,
+                               firstContact: Bool = false) async throws -> Double {
         var total = 0.0
         for _ in 0..<count {
+            if firstContact { TrustEvaluationCache.shared.removeAll() }
             let a = makeSession("a", preference: .required, identity: identities.0)
             let b = makeSession("b", preference: .required, identity: identities.1)
             for session in [a, b] {
