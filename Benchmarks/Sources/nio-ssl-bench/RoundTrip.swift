@@ -25,7 +25,8 @@ enum RoundTrip {
     }
 
     /// Round trips of 64 B messages in microseconds, measured from an ordinary Swift task that
-    /// writes each request and awaits its echo, as multipeer-bench's "events task" figure.
+    /// writes each request and awaits its echo (served by a task too), the counterpart of
+    /// multipeer-bench's "events task" figure. EventLoopRoundTrip is the network thread's.
     static func run(loops: Loops, identities: Identities, samples: Int) async throws -> [Double] {
         let server = try await LoopbackServer.start(group: loops.server, context: identities.server, handler: echo)
         do {
