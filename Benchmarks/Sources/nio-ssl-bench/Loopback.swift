@@ -12,12 +12,17 @@ enum Pipeline {
     /// sees the bytes before TLS does.
     static func configure(_ channel: any Channel, tls: some ChannelHandler, configuration: MessageChannel.Configuration = .init(),
                           ahead: (any ChannelHandler)? = nil) throws -> MessageChannel {
+        try addFraming(channel, tls: tls, ahead: ahead)
+        return try MessageChannel(wrappingChannelSynchronously: channel, configuration: configuration)
+    }
+
+    /// TLS, then the length-prefix framing; what follows them sees whole messages.
+    static func addFraming(_ channel: any Channel, tls: some ChannelHandler, ahead: (any ChannelHandler)? = nil) throws {
         let operations = channel.pipeline.syncOperations
         if let ahead { try operations.addHandler(ahead) }
         try operations.addHandler(tls)
         try operations.addHandler(ByteToMessageHandler(LengthPrefixDecoder(maximumLength: maximumMessage)))
         try operations.addHandler(LengthPrefixWriter())
-        return try MessageChannel(wrappingChannelSynchronously: channel, configuration: configuration)
     }
 }
 

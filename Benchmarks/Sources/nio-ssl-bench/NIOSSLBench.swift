@@ -33,16 +33,17 @@ enum NIOSSLBench {
                                       unit: "MB/s", stats: Stats(rates), p99: nil, note: nil))
             }
             if options.wants("latency") {
-                var medians: [Double] = []
-                var p99s: [Double] = []
+                // Each repetition runs both: the application code in tasks, then in handlers.
+                var tasks = RoundTripFigures()
+                var handlers = RoundTripFigures()
                 for _ in 0..<plan.repetitions {
-                    let times = try await RoundTrip.run(loops: loops, identities: identities, samples: plan.roundTrips)
-                    medians.append(percentile(times, 0.5))
-                    p99s.append(percentile(times, 0.99))
+                    tasks.add(try await RoundTrip.run(loops: loops, identities: identities, samples: plan.roundTrips))
+                    handlers.add(try await EventLoopRoundTrip.run(loops: loops, identities: identities, samples: plan.roundTrips))
                 }
-                figures.append(Figure(key: "roundtrip", scenario: "3 round trip, 64 B, Swift task awaiting each echo",
-                                      unit: "µs median", stats: Stats(medians), p99: Stats(p99s),
-                                      note: "\(plan.roundTrips) round trips per repetition"))
+                figures.append(tasks.figure(key: "roundtrip", scenario: "3 round trip, 64 B, Swift task awaiting each echo",
+                                            note: "\(plan.roundTrips) round trips per repetition; server echoes from a task"))
+                figures.append(handlers.figure(key: "roundtrip-event-loop", scenario: "3 round trip, 64 B, event-loop handlers",
+                                               note: "\(plan.roundTrips) round trips per repetition; each sent from the previous echo's channelRead"))
             }
             if options.wants("establishment") {
                 var rates: [Double] = []

@@ -32,8 +32,10 @@ struct Options {
         --export-identities wrote (root.pem; a serves, b connects); the baseline for
         multipeer-bench (scripts/bench-compare, scripts/bench-establishment).
         Defaults: 5 repetitions, 1024 MiB bulk, 20000 round trips, 200 establishments;
-        --quick: 3, 64, 2000, 40. --curves (e.g. X25519MLKEM768:x25519:secp256r1) replaces
-        swift-nio-ssl's default groups on both sides; establishment reports the group chosen.
+        --quick: 3, 64, 2000, 40. latency makes that many round trips twice a repetition: from
+        Swift tasks (NIOAsyncChannel) and from channel handlers on the event loops.
+        --curves (e.g. X25519MLKEM768:x25519:secp256r1) replaces swift-nio-ssl's default groups
+        on both sides; establishment reports the group chosen.
 
         --tls-peer: one TLS 1.3 handshake with the library on 127.0.0.1 (scripts/pq-interop),
         after MPCP's preamble; the server listens on a port of its own and prints LISTENING

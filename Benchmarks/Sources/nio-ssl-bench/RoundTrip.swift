@@ -16,8 +16,17 @@ enum RoundTrip {
         return probe
     }
 
+    /// The longest a run may take, far above a loaded machine's round trips: a stalled run then
+    /// ends with an error instead of hanging.
+    static func deadline(samples: Int) -> TimeAmount { .seconds(10) + .milliseconds(Int64(5 * (warmUp + samples))) }
+
+    static func overdue(_ samples: Int) -> LoopbackError {
+        LoopbackError("\(warmUp + samples) round trips not done within \(deadline(samples: samples))")
+    }
+
     /// Round trips of 64 B messages in microseconds, measured from an ordinary Swift task that
-    /// writes each request and awaits its echo, as multipeer-bench's "events task" figure.
+    /// writes each request and awaits its echo (served by a task too), the counterpart of
+    /// multipeer-bench's "events task" figure. EventLoopRoundTrip is the network thread's.
     static func run(loops: Loops, identities: Identities, samples: Int) async throws -> [Double] {
         let server = try await LoopbackServer.start(group: loops.server, context: identities.server, handler: echo)
         do {
@@ -32,7 +41,21 @@ enum RoundTrip {
 
     private static func measure(loops: Loops, identities: Identities, port: Int, samples: Int) async throws -> [Double] {
         let client = try await Loopback.connect(group: loops.client, context: identities.client, port: port)
-        return try await client.executeThenClose { inbound, outbound in
+        let channel = client.channel
+        let began = ContinuousClock.now
+        // Closing the channel ends the loop below with an error.
+        let timer = channel.eventLoop.scheduleTask(in: deadline(samples: samples)) { channel.close(promise: nil) }
+        defer { timer.cancel() }
+        do {
+            return try await rounds(client, samples: samples)
+        } catch {
+            if ContinuousClock.now - began >= .nanoseconds(deadline(samples: samples).nanoseconds) { throw overdue(samples) }
+            throw error
+        }
+    }
+
+    private static func rounds(_ client: MessageChannel, samples: Int) async throws -> [Double] {
+        try await client.executeThenClose { inbound, outbound in
             var replies = inbound.makeAsyncIterator()
             var times: [Double] = []
             times.reserveCapacity(samples)
