@@ -29,7 +29,8 @@ open class MCSession: NSObject, @unchecked Sendable {
     ///         for await event in session.events() { /* handle, send */ }
     ///     }
     ///
-    /// Code on it must never block: it would stall every connection of the session.
+    /// Code on it must never block: it would stall every connection on that thread, which other
+    /// sessions may share.
     @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, *)
     public var taskExecutor: any TaskExecutor { networkTaskExecutor as! EventLoopTaskExecutor }
 
@@ -509,15 +510,17 @@ extension MCSession {
     var subscriberCount: Int { subscribers.all.count }
 
     /// Decides on peers' certificates in async code; takes precedence over the delegate's method.
-    /// It starts on the session's network thread (as a task preferring `taskExecutor`): it must
-    /// not block, and long synchronous work belongs in a task of its own.
+    /// It runs on the session's network thread (as a task preferring `taskExecutor`), after each
+    /// `await` too: it must not block, or every connection on that thread, and the trust
+    /// timeout, wait with it. Long synchronous work belongs in a task of its own
+    /// (`Task.detached { … }.value`).
     public func setCertificateEvaluator(_ evaluator: CertificateEvaluator?) {
         self.evaluator.withLock { $0 = evaluator }
     }
 
     /// Decides on peers with everything there is to know, the pairing code included; takes
-    /// precedence over `setCertificateEvaluator` and the delegate. Like that one, it starts on
-    /// the session's network thread.
+    /// precedence over `setCertificateEvaluator` and the delegate. Like that one, it runs on the
+    /// session's network thread and must not block.
     public func setTrustEvaluator(_ evaluator: (@Sendable (MCTrustRequest) async -> Bool)?) {
         trustEvaluator.withLock { $0 = evaluator }
     }

@@ -79,6 +79,18 @@ public final class Certificate: Hashable, @unchecked Sendable, CustomStringConve
     }
 
     /// The fingerprint as colon-separated upper-case hex, as `openssl x509 -fingerprint` prints it.
+    /// The fingerprint, or nil when OpenSSL could not compute it (where `sha256Fingerprint`
+    /// would give zeros): for keys that must never collide.
+    package var checkedSHA256Fingerprint: [UInt8]? {
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        guard X509_digest(x509, FetchedAlgorithms.sha256, &digest, &length) == 1, length == 32 else {
+            OpenSSLErrors.clear()
+            return nil
+        }
+        return digest
+    }
+
     public var sha256FingerprintText: String {
         sha256Fingerprint.map { String(format: "%02X", $0) }.joined(separator: ":")
     }

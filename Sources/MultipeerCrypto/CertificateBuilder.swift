@@ -153,7 +153,7 @@ public struct CertificateBuilder: Sendable {
 extension Date {
     /// Whole seconds since 1970, cut toward zero as `time_t(_:)` cuts them; nil where that
     /// conversion would trap (an infinite or NaN interval, or one beyond the range of `time_t`).
-    var timeT: time_t? { time_t(exactly: timeIntervalSince1970.rounded(.towardZero)) }
+    package var timeT: time_t? { time_t(exactly: timeIntervalSince1970.rounded(.towardZero)) }
 }
 
 enum Bytes16Random {

@@ -72,17 +72,24 @@ public struct TrustEvaluation: Sendable {
                     reason: .ambiguousCommonName, code: X509_V_ERR_APPLICATION_VERIFICATION,
                     message: "the leaf certificate's subject has \(names) common names"))
         }
-        guard let cache else { return verify(leaf: leaf, chain: chain) }
-        let key = TrustEvaluationCache.key(
-            anchors: anchors, chain: chain, maximumDepth: maximumDepth, securityLevel: TLSContext.securityLevel)
-        if cache.isTrusted(key, at: validationTime ?? Date()) { return .trusted }
-        let outcome = verify(leaf: leaf, chain: chain)
-        if outcome == .trusted { cache.insertTrusted(key, anchors: anchors, chain: chain) }
+        // One whole second for both the cache and OpenSSL, so they judge validity alike.
+        let time = validationTime ?? Date()
+        guard let seconds = time.timeT else {
+            let message = "validation time \(time.timeIntervalSince1970) s after 1970 is outside the range of time_t"
+            return .untrusted(Failure(reason: .other, code: -1, message: message))
+        }
+        guard let cache,
+              let key = TrustEvaluationCache.key(
+                  anchors: anchors, chain: chain, maximumDepth: maximumDepth, securityLevel: TLSContext.securityLevel)
+        else { return verify(leaf: leaf, chain: chain, at: seconds) }
+        if cache.isTrusted(key, at: seconds) { return .trusted }
+        let outcome = verify(leaf: leaf, chain: chain, at: seconds)
+        if outcome == .trusted { cache.insertTrusted(key, anchors: anchors, chain: chain, at: seconds) }
         return outcome
     }
 
     /// OpenSSL's chain check (X509_verify_cert), uncached.
-    private func verify(leaf: Certificate, chain: [Certificate]) -> Outcome {
+    private func verify(leaf: Certificate, chain: [Certificate], at seconds: time_t) -> Outcome {
         guard let store = X509_STORE_new(), let context = X509_STORE_CTX_new(), let untrusted = mp_sk_X509_new_null() else {
             return .untrusted(Failure(reason: .other, code: -1, message: "out of memory"))
         }
@@ -104,13 +111,7 @@ public struct TrustEvaluation: Sendable {
         X509_STORE_CTX_set_depth(context, Int32(clamping: maximumDepth))
         // The TLS layer's security level, applied to every key and signature in the chain.
         X509_VERIFY_PARAM_set_auth_level(X509_STORE_CTX_get0_param(context), TLSContext.securityLevel)
-        if let validationTime {
-            guard let seconds = validationTime.timeT else {
-                let message = "validation time \(validationTime.timeIntervalSince1970) s after 1970 is outside the range of time_t"
-                return .untrusted(Failure(reason: .other, code: -1, message: message))
-            }
-            X509_STORE_CTX_set_time(context, 0, seconds)
-        }
+        X509_STORE_CTX_set_time(context, 0, seconds)
         let verified = X509_verify_cert(context) == 1
         OpenSSLErrors.clear()
         if verified { return .trusted }

@@ -1,11 +1,13 @@
+import CMultipeerOpenSSL
 import Foundation
 import Synchronization
 
 /// Chains that `TrustEvaluation` found trusted, so a peer that reconnects (mesh members do, often)
 /// is not verified again: a chain check costs two signature checks, about a fifth of an
 /// establishment. Only successes are kept, keyed by what decided them (the anchors, the chain,
-/// the depth and security level), and a hit still requires the evaluation time to lie inside
-/// every certificate's validity, anchors included.
+/// the depth and security level), and only when every certificate given, anchors included, is
+/// valid at the evaluation time; a hit requires the same of its own time. With every candidate
+/// valid at both times, OpenSSL would build the same path again.
 package final class TrustEvaluationCache: Sendable {
     /// Entries kept; the oldest goes first. Peers cannot add entries of their own: only chains
     /// that verify to the app's anchors are kept.
@@ -16,9 +18,10 @@ package final class TrustEvaluationCache: Sendable {
         fileprivate let digest: [UInt8]
     }
 
+    /// Whole seconds, as OpenSSL compares them: valid from `validFrom` on, and before `validUntil`.
     private struct Entry: Sendable {
-        let validFrom: Date
-        let validUntil: Date
+        let validFrom: time_t
+        let validUntil: time_t
     }
 
     private struct State: Sendable {
@@ -31,24 +34,39 @@ package final class TrustEvaluationCache: Sendable {
 
     package init() {}
 
-    /// SHA-256 over the parameters, the anchors' fingerprints (as a set: their order does not
-    /// change the outcome) and the chain's in order, each 32 bytes, so the key is as long as one.
-    package static func key(anchors: [Certificate], chain: [Certificate], maximumDepth: Int, securityLevel: Int32) -> Key {
-        let hasher = SHA256Hasher()
-        var parameters = (Int64(maximumDepth).littleEndian, Int64(securityLevel).littleEndian,
-                          Int64(anchors.count).littleEndian, Int64(chain.count).littleEndian)
-        withUnsafeBytes(of: &parameters) { hasher.update($0) }
-        for fingerprint in anchors.map(\.sha256Fingerprint).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
-            hasher.update(fingerprint)
+    /// SHA-256 over the parameters, the anchors' fingerprints (sorted, so that listing the same
+    /// anchors in another order finds the entry) and the chain's in order, each 32 bytes. Nil
+    /// when OpenSSL cannot compute one: the chain is then verified uncached.
+    package static func key(anchors: [Certificate], chain: [Certificate], maximumDepth: Int, securityLevel: Int32) -> Key? {
+        var anchorPrints: [[UInt8]] = []
+        var chainPrints: [[UInt8]] = []
+        for anchor in anchors {
+            guard let print = anchor.checkedSHA256Fingerprint else { return nil }
+            anchorPrints.append(print)
         }
-        for certificate in chain { hasher.update(certificate.sha256Fingerprint) }
-        return Key(digest: hasher.finalize())
+        for certificate in chain {
+            guard let print = certificate.checkedSHA256Fingerprint else { return nil }
+            chainPrints.append(print)
+        }
+        var input: [UInt8] = []
+        for parameter in [Int64(maximumDepth), Int64(securityLevel), Int64(anchors.count), Int64(chain.count)] {
+            withUnsafeBytes(of: parameter.littleEndian) { input.append(contentsOf: $0) }
+        }
+        for print in anchorPrints.sorted(by: { $0.lexicographicallyPrecedes($1) }) { input += print }
+        for print in chainPrints { input += print }
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        guard EVP_Digest(input, input.count, &digest, &length, FetchedAlgorithms.sha256, nil) == 1, length == 32 else {
+            OpenSSLErrors.clear()
+            return nil
+        }
+        return Key(digest: digest)
     }
 
-    /// Whether `key` was found trusted and `time` lies inside the validity of all it covered.
-    package func isTrusted(_ key: Key, at time: Date) -> Bool {
+    /// Whether `key` was found trusted and `seconds` lies inside the validity of all it covered.
+    package func isTrusted(_ key: Key, at seconds: time_t) -> Bool {
         state.withLock { state in
-            guard let entry = state.entries[key], entry.validFrom <= time, time <= entry.validUntil else {
+            guard let entry = state.entries[key], entry.validFrom <= seconds, seconds < entry.validUntil else {
                 return false
             }
             state.hits += 1
@@ -56,11 +74,15 @@ package final class TrustEvaluationCache: Sendable {
         }
     }
 
-    /// Records a trusted outcome; the validity kept is the intersection of every certificate's.
-    package func insertTrusted(_ key: Key, anchors: [Certificate], chain: [Certificate]) {
+    /// Records a trusted outcome at `seconds`, if every certificate given was valid then; the
+    /// validity kept is the intersection of theirs. The oldest entry goes when full; a hit does
+    /// not make an entry younger.
+    package func insertTrusted(_ key: Key, anchors: [Certificate], chain: [Certificate], at seconds: time_t) {
         let certificates = anchors + chain
-        guard let validFrom = certificates.map(\.notValidBefore).max(),
-              let validUntil = certificates.map(\.notValidAfter).min(), validFrom <= validUntil
+        let froms = certificates.compactMap(\.notValidBefore.timeT)
+        let untils = certificates.compactMap(\.notValidAfter.timeT)
+        guard froms.count == certificates.count, untils.count == certificates.count,
+              let validFrom = froms.max(), let validUntil = untils.min(), validFrom <= seconds, seconds < validUntil
         else { return }
         state.withLock { state in
             if state.entries.updateValue(Entry(validFrom: validFrom, validUntil: validUntil), forKey: key) == nil {

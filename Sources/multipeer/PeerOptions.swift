@@ -118,7 +118,9 @@ struct PeerOptions: ParsableArguments {
         } catch {
             throw AppFailure(.setup, "cannot make the session: \(error.reason)")
         }
-        session.setTrustEvaluator { request in await policy.decide(request) }
+        // Off the network thread: the policy writes to the terminal, which may block (a paused
+        // terminal, a full pipe).
+        session.setTrustEvaluator { request in await Task.detached { await policy.decide(request) }.value }
         if let identity {
             let certificate = identity.certificate
             console.say("you are \(Terminal.safe(name)): \(Terminal.safe(certificate.subject)), SHA-256 \(certificate.sha256FingerprintText)")

@@ -1,8 +1,8 @@
 import Foundation
-import MultipeerConnectivity
+@testable import MultipeerConnectivity
 import MultipeerCrypto
+import MultipeerSession
 import MultipeerTestSupport
-import NIOPosix
 import Synchronization
 import Testing
 
@@ -268,18 +268,26 @@ struct MCSessionTests {
         await alice.disconnectAndWait()
         await bob.disconnectAndWait()
     }
+
     /// Both async evaluators start on a network thread, not behind a hop through the global
     /// executor (a thread switch each way on the establishment's critical path).
     @Test func asyncEvaluatorsStartOnTheNetworkThread() async throws {
         let alice = try MCSession(peer: MCPeerID(displayName: "alice"), identity: try Self.pki.peer("alice"), configuration: .loopbackOnly)
         let bob = try MCSession(peer: MCPeerID(displayName: "bob"), identity: try Self.pki.peer("bob"), configuration: .loopbackOnly)
         let onNetworkThread = Mutex<[String: Bool]>([:])
+        // The session's own thread, before and after the evaluator suspends.
+        let aliceLoop = (alice.networkTaskExecutor as! EventLoopTaskExecutor).eventLoop
+        let bobLoop = (bob.networkTaskExecutor as! EventLoopTaskExecutor).eventLoop
         alice.setCertificateEvaluator { _, _ in
-            onNetworkThread.withLock { $0["certificate"] = MultiThreadedEventLoopGroup.currentEventLoop != nil }
+            let before = aliceLoop.inEventLoop
+            await Task.yield()
+            onNetworkThread.withLock { $0["certificate"] = before && aliceLoop.inEventLoop }
             return true
         }
         bob.setTrustEvaluator { _ in
-            onNetworkThread.withLock { $0["trust"] = MultiThreadedEventLoopGroup.currentEventLoop != nil }
+            let before = bobLoop.inEventLoop
+            await Task.yield()
+            onNetworkThread.withLock { $0["trust"] = before && bobLoop.inEventLoop }
             return true
         }
         try await Self.connect(bob, to: alice)

@@ -72,17 +72,69 @@ struct TrustEvaluationCacheTests {
         #expect(cache.count == 0)
     }
 
+    @Test func aRememberedChainExpiresAtItsNotAfterSecondAsOpenSSLSays() throws {
+        let cache = TrustEvaluationCache()
+        let alice = try pki.peer("alice", notValidBefore: Date(timeIntervalSinceNow: -300), notValidAfter: Date(timeIntervalSinceNow: 3600))
+        #expect(evaluation(cache).evaluate(alice.certificateChain) == .trusted)
+        let end = alice.certificate.notValidAfter
+        #expect(evaluation(cache, at: end.addingTimeInterval(-1)).evaluate(alice.certificateChain) == .trusted)
+        #expect(cache.hits == 1)
+        #expect(failure(evaluation(cache, at: end).evaluate(alice.certificateChain)) == .expired)
+        #expect(failure(evaluation(TrustEvaluationCache(), at: end).evaluate(alice.certificateChain)) == .expired)
+        #expect(cache.hits == 1)
+    }
+
+    @Test func anAnchorsValidityBoundsItsEntries() throws {
+        // A root that expires before the leaf: past the root's end, OpenSSL refuses the chain.
+        let rootKey = try PrivateKey.generate()
+        let root = try CertificateBuilder(
+            commonName: "Short Root", notValidBefore: Date(timeIntervalSinceNow: -600), notValidAfter: Date(timeIntervalSinceNow: 1800),
+            role: .certificateAuthority(pathLength: 0)
+        ).issue(for: rootKey)
+        let leafKey = try PrivateKey.generate()
+        let leaf = try CertificateBuilder(
+            commonName: "alice", notValidBefore: Date(timeIntervalSinceNow: -300), notValidAfter: Date(timeIntervalSinceNow: 7200)
+        ).issue(for: leafKey, issuer: (root, rootKey))
+        let cache = TrustEvaluationCache()
+        #expect(evaluation(cache, anchors: [root]).evaluate([leaf]) == .trusted)
+        let afterRoot = Date(timeIntervalSinceNow: 3600)
+        #expect(!evaluation(TrustEvaluationCache(), anchors: [root], at: afterRoot).evaluate([leaf]).isTrusted)
+        #expect(!evaluation(cache, anchors: [root], at: afterRoot).evaluate([leaf]).isTrusted)
+        #expect(cache.hits == 0)
+    }
+
+    @Test func onlyChainsValidWhenCheckedAreKept() throws {
+        let cache = TrustEvaluationCache()
+        let chain = try pki.peer("alice", notValidBefore: Date(timeIntervalSinceNow: -300), notValidAfter: Date(timeIntervalSinceNow: 3600)).certificateChain
+        let key = try #require(TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: 4, securityLevel: 2))
+        let later = try #require(Date(timeIntervalSinceNow: 7200).timeT)
+        cache.insertTrusted(key, anchors: [pki.root], chain: chain, at: later)
+        #expect(cache.count == 0)
+    }
+
+    @Test func everyParameterIsPartOfTheKey() throws {
+        let chain = try pki.peer("alice").certificateChain
+        let base = TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: 4, securityLevel: 2)
+        #expect(base != nil)
+        #expect(base != TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: 4, securityLevel: 3))
+        #expect(base != TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: 3, securityLevel: 2))
+        #expect(base != TrustEvaluationCache.key(anchors: [pki.root, pki.intermediate], chain: chain, maximumDepth: 4, securityLevel: 2))
+        #expect(base != TrustEvaluationCache.key(anchors: [pki.root], chain: Array(chain.reversed()), maximumDepth: 4, securityLevel: 2))
+        #expect(base == TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: 4, securityLevel: 2))
+    }
+
     @Test func theCacheKeepsAtMostItsCapacityDroppingTheOldest() throws {
         let cache = TrustEvaluationCache()
         let chain = try pki.peer("alice").certificateChain
-        let keys = (0..<(TrustEvaluationCache.capacity + 50)).map {
-            TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: $0, securityLevel: 2)
+        let keys = try (0..<(TrustEvaluationCache.capacity + 50)).map {
+            try #require(TrustEvaluationCache.key(anchors: [pki.root], chain: chain, maximumDepth: $0, securityLevel: 2))
         }
-        for key in keys { cache.insertTrusted(key, anchors: [pki.root], chain: chain) }
+        let now = try #require(Date().timeT)
+        for key in keys { cache.insertTrusted(key, anchors: [pki.root], chain: chain, at: now) }
         #expect(cache.count == TrustEvaluationCache.capacity)
-        #expect(!cache.isTrusted(keys[0], at: Date()))
-        #expect(!cache.isTrusted(keys[49], at: Date()))
-        #expect(cache.isTrusted(keys[50], at: Date()))
-        #expect(cache.isTrusted(keys[keys.count - 1], at: Date()))
+        #expect(!cache.isTrusted(keys[0], at: now))
+        #expect(!cache.isTrusted(keys[49], at: now))
+        #expect(cache.isTrusted(keys[50], at: now))
+        #expect(cache.isTrusted(keys[keys.count - 1], at: now))
     }
 }

@@ -42,7 +42,7 @@ import Testing
             "at most \(SessionEngineConfiguration.defaultPendingConnections) inbound connections",
             "most \(channels.resumableTransfers) of them (`ChannelConfiguration.resumableTransfers`)",
             "A kept partial lives \(channels.resumeLifetime.nanoseconds / 60_000_000_000) minutes (`resumeLifetime`)",
-            "the cache keeps the newest \(TrustEvaluationCache.capacity) entries (`TrustEvaluationCache.capacity`)",
+            "the cache keeps \(TrustEvaluationCache.capacity) entries (`TrustEvaluationCache.capacity`)",
             "outlives the last session that held it by \(TLSContext.defaultSharedContextGrace.components.seconds) s (`TLSContext.sharedContextGrace`)",
         ] + Self.recordLayerSentences
         #expect(!Self.document.isEmpty, "SECURITY.md not found")
