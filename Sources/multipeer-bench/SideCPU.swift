@@ -1,0 +1,167 @@
+import Foundation
+import MultipeerConnectivity
+import NIOCore
+import NIOPosix
+
+/// CPU time per side of a pair, read per thread from /proc/self/task/<tid>/schedstat (time on a
+/// CPU in nanoseconds, user and kernel alike, unlike stat's 10 ms ticks).
+///
+/// Each side has a loop thread and a file-I/O thread of its own (`SideThreads`), and the
+/// scenarios run the app's work for that side (sending, counting, reading a stream, waiting for
+/// a resource) in tasks that prefer its session's task executor, so all of a side's work in
+/// this process lands on its two threads. What is not counted on either side: threads of the
+/// process that belong to neither (the cooperative pool, Dispatch), reported as "other"; and the
+/// kernel's work outside the process. On loopback the sender's `write` also runs the
+/// receiver's TCP input in its own system call (softirq in the sender's context), so the
+/// sender carries it; softirq work deferred to ksoftirqd is in no thread of this process and is
+/// reported beside the figures (machine-wide, all processes), as is write-back of the
+/// receiver's file by the kernel's flusher threads (not measured).
+enum ThreadCPU {
+    /// Nanoseconds the thread `tid` of this process has run, nil if it is gone.
+    static func nanoseconds(_ tid: Int32) -> UInt64? {
+        schedstat("/proc/self/task/\(tid)/schedstat")
+    }
+
+    /// Nanoseconds the whole process has run, threads that ended included (getrusage).
+    static var processNanoseconds: UInt64 {
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        func ns(_ time: timeval) -> UInt64 { UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_usec) * 1_000 }
+        return ns(usage.ru_utime) + ns(usage.ru_stime)
+    }
+
+    /// Nanoseconds the kernel's ksoftirqd threads have run, machine-wide.
+    static var softirqThreadNanoseconds: UInt64 {
+        softirqThreads.compactMap { schedstat("/proc/\($0)/schedstat") }.reduce(0, +)
+    }
+
+    private static let softirqThreads: [Int] = {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap(Int.init).filter { pid in
+            (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.hasPrefix("ksoftirqd/") == true
+        }
+    }()
+
+    private static func schedstat(_ path: String) -> UInt64? {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        return text.split(separator: " ").first.flatMap { UInt64($0) }
+    }
+
+    /// The calling thread's id, from /proc/thread-self (a link to "<pid>/task/<tid>").
+    static var currentThreadID: Int32 {
+        let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+        return Int32(target.split(separator: "/").last ?? "") ?? 0
+    }
+
+    static func name(_ tid: Int32) -> String {
+        ((try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8)) ?? "?")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// The threads one side of a pair runs on: an event loop and a file-I/O pool of one thread each,
+/// made once and kept for the process's life (a session's last work on its loop may come after
+/// it is released).
+final class SideThreads: Sendable {
+    let name: String
+    let group: MultiThreadedEventLoopGroup
+    let pool: NIOThreadPool
+    let threadIDs: [Int32]
+
+    init(_ name: String) throws {
+        self.name = name
+        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        pool = NIOThreadPool(numberOfThreads: 1)
+        pool.start()
+        let loopThread = try group.next().submit { ThreadCPU.currentThreadID }.wait()
+        let poolThread = try pool.runIfActive(eventLoop: group.next()) { ThreadCPU.currentThreadID }.wait()
+        threadIDs = [loopThread, poolThread]
+    }
+
+    /// This side's session configuration: loopback, its own loop and pool.
+    var configuration: MCSessionConfiguration {
+        var configuration = MCSessionConfiguration.loopbackOnly
+        configuration.eventLoop = group.next()
+        configuration.fileIOPool = pool
+        return configuration
+    }
+
+    var nanoseconds: UInt64 { threadIDs.compactMap(ThreadCPU.nanoseconds).reduce(0, +) }
+
+    var description: String { "\(name): " + threadIDs.map { "\(ThreadCPU.name($0)) (\($0))" }.joined(separator: ", ") }
+
+    /// What the per-side figures count, for the report.
+    static let counted = "Each side: its loop and file-I/O thread (schedstat), its app tasks on its loop; "
+        + "'other' = the rest of this process; loopback TCP input runs in the sender's write; ksoftirqd is machine-wide."
+
+    /// The receiving (a) and the sending (b) side of every pair that measures CPU per side.
+    static let pair: (receiver: SideThreads, sender: SideThreads) = {
+        do {
+            return (try SideThreads("receiver"), try SideThreads("sender"))
+        } catch {
+            fatalError("cannot start the benchmark's threads: \(error)")
+        }
+    }()
+}
+
+/// CPU time of one transfer, per side, in nanoseconds.
+struct SideCPU {
+    let sender: UInt64
+    let receiver: UInt64
+    /// Threads of this process that are neither side's.
+    let other: UInt64
+    /// ksoftirqd, machine-wide.
+    let softirq: UInt64
+
+    /// Microseconds per MiB of `bytes` moved.
+    func perMiB(_ bytes: Int) -> (sender: Double, receiver: Double, other: Double, softirq: Double) {
+        let mib = Double(bytes) / Double(1 << 20)
+        func per(_ ns: UInt64) -> Double { Double(ns) / 1000 / mib }
+        return (per(sender), per(receiver), per(other), per(softirq))
+    }
+
+    /// Measures `body`; both sides should be idle before and after it.
+    static func measure<T>(_ threads: (receiver: SideThreads, sender: SideThreads), _ body: () async throws -> T) async rethrows -> (T, SideCPU) {
+        let before = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
+        let value = try await body()
+        let after = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
+        let sender = after.0 &- before.0
+        let receiver = after.1 &- before.1
+        let total = after.2 &- before.2
+        return (value, SideCPU(sender: sender, receiver: receiver, other: total > sender + receiver ? total - sender - receiver : 0,
+                               softirq: after.3 &- before.3))
+    }
+}
+
+/// CPU per MiB on each side over the repetitions of one scenario, in microseconds.
+struct SideSamples {
+    var sender: [Double] = []
+    var receiver: [Double] = []
+    var other: [Double] = []
+    var softirq: [Double] = []
+
+    mutating func append(_ cpu: SideCPU, bytes: Int) {
+        let per = cpu.perMiB(bytes)
+        sender.append(per.sender)
+        receiver.append(per.receiver)
+        other.append(per.other)
+        softirq.append(per.softirq)
+    }
+
+    var figures: PerSide { PerSide(sender: Stats(sender), receiver: Stats(receiver), other: Stats(other), softirq: Stats(softirq)) }
+}
+
+/// Per-side CPU in the JSON results: microseconds of CPU time per MiB moved.
+struct PerSide: Codable {
+    let sender: Stats
+    let receiver: Stats
+    /// This process's threads that are neither side's.
+    let other: Stats
+    /// ksoftirqd threads, machine-wide.
+    let softirq: Stats
+
+    var note: String {
+        String(format: "CPU µs/MiB: sender %.0f (%.0f–%.0f), receiver %.0f (%.0f–%.0f), other threads %.0f, ksoftirqd %.0f",
+               sender.median, sender.min, sender.max, receiver.median, receiver.min, receiver.max, other.median, softirq.median)
+    }
+}
