@@ -179,6 +179,12 @@ public final class TLSEngine {
     /// Received ciphertext not yet read.
     public var bufferedInboundByteCount: Int { inbound.byteCount }
 
+    /// Records the library's layer opened into scratch storage and copied out (for tests).
+    package var recordsOpenedAside: Int {
+        if case .library(let layer) = records { return layer.recordsOpenedAside }
+        return 0
+    }
+
     /// Ciphertext for the network, if any is waiting.
     public func takeOutbound() -> ByteBuffer? {
         guard outbound.readableBytes > 0 else { return nil }
