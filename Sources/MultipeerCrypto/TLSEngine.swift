@@ -179,6 +179,16 @@ public final class TLSEngine {
     /// Received ciphertext not yet read.
     public var bufferedInboundByteCount: Int { inbound.byteCount }
 
+    /// Bytes received and not yet read: plaintext opened and waiting, and ciphertext (which
+    /// opens to fewer bytes). `read(into:)` returns no more than this without more input.
+    package var receivedByteCountUnread: Int {
+        switch records {
+        case .library(let layer): inbound.byteCount + layer.openedByteCount
+        case .openSSL(let layer): inbound.byteCount + layer.pendingByteCount
+        case nil: inbound.byteCount
+        }
+    }
+
     /// Records the library's layer opened into scratch storage and copied out (for tests).
     package var recordsOpenedAside: Int {
         if case .library(let layer) = records { return layer.recordsOpenedAside }

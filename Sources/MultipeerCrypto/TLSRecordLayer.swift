@@ -239,6 +239,9 @@ package final class TLSRecordLayer {
         if buffer.capacity > retainedScratchCapacity { buffer = ByteBuffer() } else { buffer.clear() }
     }
 
+    /// Opened content waiting to be read.
+    var openedByteCount: Int { opened.readableBytes }
+
     /// Bytes of scratch storage held between reads (for tests).
     var scratchCapacity: Int { opened.capacity + joined.capacity + handshakeMessages.capacity }
 
