@@ -22,6 +22,16 @@ enum ThreadCPU {
         schedstat("/proc/self/task/\(tid)/schedstat")
     }
 
+    /// Minor page faults of the thread `tid` (stat's tenth field), nil if it is gone.
+    static func minorFaults(_ tid: Int32) -> UInt64? {
+        guard let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
+            let end = text.lastIndex(of: ")")
+        else { return nil }
+        // After "pid (comm)": state is field 3, minflt field 10.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        return fields.count > 7 ? UInt64(fields[7]) : nil
+    }
+
     /// Nanoseconds the whole process has run, threads that ended included (getrusage).
     static var processNanoseconds: UInt64 {
         var usage = rusage()
@@ -87,6 +97,7 @@ final class SideThreads: Sendable {
     }
 
     var nanoseconds: UInt64 { threadIDs.compactMap(ThreadCPU.nanoseconds).reduce(0, +) }
+    var minorFaults: UInt64 { threadIDs.compactMap(ThreadCPU.minorFaults).reduce(0, +) }
 
     var description: String { "\(name): " + threadIDs.map { "\(ThreadCPU.name($0)) (\($0))" }.joined(separator: ", ") }
 
@@ -112,6 +123,9 @@ struct SideCPU {
     let other: UInt64
     /// ksoftirqd, machine-wide.
     let softirq: UInt64
+    /// Minor page faults on each side's threads.
+    let senderFaults: UInt64
+    let receiverFaults: UInt64
 
     /// Microseconds per MiB of `bytes` moved.
     func perMiB(_ bytes: Int) -> (sender: Double, receiver: Double, other: Double, softirq: Double) {
@@ -122,6 +136,7 @@ struct SideCPU {
 
     /// Measures `body`; both sides should be idle before and after it.
     static func measure<T>(_ threads: (receiver: SideThreads, sender: SideThreads), _ body: () async throws -> T) async rethrows -> (T, SideCPU) {
+        let faults = (threads.sender.minorFaults, threads.receiver.minorFaults)
         let before = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
         let value = try await body()
         let after = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
@@ -129,7 +144,8 @@ struct SideCPU {
         let receiver = after.1 &- before.1
         let total = after.2 &- before.2
         return (value, SideCPU(sender: sender, receiver: receiver, other: total > sender + receiver ? total - sender - receiver : 0,
-                               softirq: after.3 &- before.3))
+                               softirq: after.3 &- before.3, senderFaults: threads.sender.minorFaults &- faults.0,
+                               receiverFaults: threads.receiver.minorFaults &- faults.1))
     }
 }
 
@@ -139,6 +155,8 @@ struct SideSamples {
     var receiver: [Double] = []
     var other: [Double] = []
     var softirq: [Double] = []
+    var senderFaults: [Double] = []
+    var receiverFaults: [Double] = []
 
     mutating func append(_ cpu: SideCPU, bytes: Int) {
         let per = cpu.perMiB(bytes)
@@ -146,9 +164,15 @@ struct SideSamples {
         receiver.append(per.receiver)
         other.append(per.other)
         softirq.append(per.softirq)
+        let mib = Double(bytes) / Double(1 << 20)
+        senderFaults.append(Double(cpu.senderFaults) / mib)
+        receiverFaults.append(Double(cpu.receiverFaults) / mib)
     }
 
-    var figures: PerSide { PerSide(sender: Stats(sender), receiver: Stats(receiver), other: Stats(other), softirq: Stats(softirq)) }
+    var figures: PerSide {
+        PerSide(sender: Stats(sender), receiver: Stats(receiver), other: Stats(other), softirq: Stats(softirq),
+                senderFaults: Stats(senderFaults), receiverFaults: Stats(receiverFaults))
+    }
 }
 
 /// Per-side CPU in the JSON results: microseconds of CPU time per MiB moved.
@@ -159,9 +183,13 @@ struct PerSide: Codable {
     let other: Stats
     /// ksoftirqd threads, machine-wide.
     let softirq: Stats
+    /// Minor page faults per MiB on each side's threads.
+    let senderFaults: Stats
+    let receiverFaults: Stats
 
     var note: String {
-        String(format: "CPU µs/MiB: sender %.0f (%.0f–%.0f), receiver %.0f (%.0f–%.0f), other threads %.0f, ksoftirqd %.0f",
-               sender.median, sender.min, sender.max, receiver.median, receiver.min, receiver.max, other.median, softirq.median)
+        String(format: "CPU µs/MiB: sender %.0f (%.0f–%.0f), receiver %.0f (%.0f–%.0f), other threads %.0f, ksoftirqd %.0f; page faults/MiB: sender %.0f, receiver %.0f",
+               sender.median, sender.min, sender.max, receiver.median, receiver.min, receiver.max, other.median, softirq.median,
+               senderFaults.median, receiverFaults.median)
     }
 }
