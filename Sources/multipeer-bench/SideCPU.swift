@@ -22,14 +22,22 @@ enum ThreadCPU {
         schedstat("/proc/self/task/\(tid)/schedstat")
     }
 
-    /// Minor page faults of the thread `tid` (stat's tenth field), nil if it is gone.
-    static func minorFaults(_ tid: Int32) -> UInt64? {
+    /// Minor page faults of the thread `tid` (stat's field 10), nil if it is gone.
+    static func minorFaults(_ tid: Int32) -> UInt64? { statField(tid, 10) }
+
+    /// Nanoseconds the thread `tid` has run in user mode (stat's field 14, in clock ticks of
+    /// 10 ms: coarse, fine over a transfer of a second or more).
+    static func userNanoseconds(_ tid: Int32) -> UInt64? { statField(tid, 14).map { $0 * 1_000_000_000 / ticksPerSecond } }
+
+    private static let ticksPerSecond = UInt64(max(1, sysconf(Int32(_SC_CLK_TCK))))
+
+    private static func statField(_ tid: Int32, _ field: Int) -> UInt64? {
         guard let text = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
             let end = text.lastIndex(of: ")")
         else { return nil }
-        // After "pid (comm)": state is field 3, minflt field 10.
+        // After "pid (comm)" the fields start at 3.
         let fields = text[text.index(after: end)...].split(separator: " ")
-        return fields.count > 7 ? UInt64(fields[7]) : nil
+        return fields.count > field - 3 ? UInt64(fields[field - 3]) : nil
     }
 
     /// Nanoseconds the whole process has run, threads that ended included (getrusage).
@@ -98,6 +106,7 @@ final class SideThreads: Sendable {
 
     var nanoseconds: UInt64 { threadIDs.compactMap(ThreadCPU.nanoseconds).reduce(0, +) }
     var minorFaults: UInt64 { threadIDs.compactMap(ThreadCPU.minorFaults).reduce(0, +) }
+    var userNanoseconds: UInt64 { threadIDs.compactMap(ThreadCPU.userNanoseconds).reduce(0, +) }
 
     var description: String { "\(name): " + threadIDs.map { "\(ThreadCPU.name($0)) (\($0))" }.joined(separator: ", ") }
 
@@ -126,6 +135,9 @@ struct SideCPU {
     /// Minor page faults on each side's threads.
     let senderFaults: UInt64
     let receiverFaults: UInt64
+    /// The part of each side's time in user mode (the library and the app; the rest is the kernel).
+    let senderUser: UInt64
+    let receiverUser: UInt64
 
     /// Microseconds per MiB of `bytes` moved.
     func perMiB(_ bytes: Int) -> (sender: Double, receiver: Double, other: Double, softirq: Double) {
@@ -137,6 +149,7 @@ struct SideCPU {
     /// Measures `body`; both sides should be idle before and after it.
     static func measure<T>(_ threads: (receiver: SideThreads, sender: SideThreads), _ body: () async throws -> T) async rethrows -> (T, SideCPU) {
         let faults = (threads.sender.minorFaults, threads.receiver.minorFaults)
+        let user = (threads.sender.userNanoseconds, threads.receiver.userNanoseconds)
         let before = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
         let value = try await body()
         let after = (threads.sender.nanoseconds, threads.receiver.nanoseconds, ThreadCPU.processNanoseconds, ThreadCPU.softirqThreadNanoseconds)
@@ -145,7 +158,8 @@ struct SideCPU {
         let total = after.2 &- before.2
         return (value, SideCPU(sender: sender, receiver: receiver, other: total > sender + receiver ? total - sender - receiver : 0,
                                softirq: after.3 &- before.3, senderFaults: threads.sender.minorFaults &- faults.0,
-                               receiverFaults: threads.receiver.minorFaults &- faults.1))
+                               receiverFaults: threads.receiver.minorFaults &- faults.1,
+                               senderUser: threads.sender.userNanoseconds &- user.0, receiverUser: threads.receiver.userNanoseconds &- user.1))
     }
 }
 
@@ -157,6 +171,11 @@ struct SideSamples {
     var softirq: [Double] = []
     var senderFaults: [Double] = []
     var receiverFaults: [Double] = []
+    var senderUser: [Double] = []
+    var receiverUser: [Double] = []
+    /// Both sides together: what moves between them (loopback TCP input runs in whichever
+    /// side's thread happens to take it) cancels out.
+    var both: [Double] { zip(sender, receiver).map { $0 + $1 } }
 
     mutating func append(_ cpu: SideCPU, bytes: Int) {
         let per = cpu.perMiB(bytes)
@@ -167,11 +186,14 @@ struct SideSamples {
         let mib = Double(bytes) / Double(1 << 20)
         senderFaults.append(Double(cpu.senderFaults) / mib)
         receiverFaults.append(Double(cpu.receiverFaults) / mib)
+        senderUser.append(Double(cpu.senderUser) / 1000 / mib)
+        receiverUser.append(Double(cpu.receiverUser) / 1000 / mib)
     }
 
     var figures: PerSide {
         PerSide(sender: Stats(sender), receiver: Stats(receiver), other: Stats(other), softirq: Stats(softirq),
-                senderFaults: Stats(senderFaults), receiverFaults: Stats(receiverFaults))
+                senderFaults: Stats(senderFaults), receiverFaults: Stats(receiverFaults),
+                senderUser: Stats(senderUser), receiverUser: Stats(receiverUser))
     }
 }
 
@@ -186,10 +208,14 @@ struct PerSide: Codable {
     /// Minor page faults per MiB on each side's threads.
     let senderFaults: Stats
     let receiverFaults: Stats
+    /// User-mode µs per MiB on each side (stat's ticks).
+    let senderUser: Stats
+    let receiverUser: Stats
 
     var note: String {
-        String(format: "CPU µs/MiB: sender %.0f (%.0f–%.0f), receiver %.0f (%.0f–%.0f), other threads %.0f, ksoftirqd %.0f; page faults/MiB: sender %.0f, receiver %.0f",
-               sender.median, sender.min, sender.max, receiver.median, receiver.min, receiver.max, other.median, softirq.median,
-               senderFaults.median, receiverFaults.median)
+        String(format: "CPU µs/MiB: sender %.0f (%.0f–%.0f; user %.0f), receiver %.0f (%.0f–%.0f; user %.0f), other threads %.0f, ksoftirqd %.0f; "
+               + "page faults/MiB: sender %.0f, receiver %.0f",
+               sender.median, sender.min, sender.max, senderUser.median, receiver.median, receiver.min, receiver.max, receiverUser.median,
+               other.median, softirq.median, senderFaults.median, receiverFaults.median)
     }
 }
