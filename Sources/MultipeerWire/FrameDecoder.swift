@@ -53,18 +53,14 @@ public struct FrameDecoder: Sendable {
 
     /// The next complete frame, pulling bytes from `fill` as needed. `fill` writes up to
     /// the buffer's count of bytes to its front and returns how many; 0 means none for now.
-    /// `onHand` says how many bytes the source holds (received, not yet pulled; for TLS, records
-    /// not opened yet count by their ciphertext): a payload's storage is made its exact length
-    /// at once when 16 KiB of its frame are in, so that it is never grown and copied.
-    public mutating func nextFrame(
-        pulling fill: (UnsafeMutableRawBufferPointer) -> Int, onHand: () -> Int = { 0 }
-    ) throws(WireError) -> Frame? {
+    /// `onHand` is how many bytes the source holds as the call starts (received, not yet pulled;
+    /// for TLS, records not opened yet count by their ciphertext): a payload's storage is made
+    /// its exact length at once when 16 KiB of its frame are in, so it is never grown and copied.
+    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int, onHand: Int = 0) throws(WireError) -> Frame? {
         precondition(pending.isEmpty, "a decoder is fed either by append or by pulling, not both")
         return try withoutActuallyEscaping(fill) { (pull) throws(WireError) -> Frame? in
-            try withoutActuallyEscaping(onHand) { (onHand) throws(WireError) -> Frame? in
-                var source = PullSource(pull: pull, onHand: onHand)
-                return try decodeNext(from: &source)
-            }
+            var source = PullSource(pull: pull, heldAtStart: onHand)
+            return try decodeNext(from: &source)
         }
     }
 
@@ -163,16 +159,18 @@ private struct PendingSource: FrameByteSource {
 
 private struct PullSource: FrameByteSource {
     let pull: (UnsafeMutableRawBufferPointer) -> Int
-    let onHandCount: () -> Int
+    /// What the source held when the call started, less what was pulled since: for TLS, over by
+    /// the overhead of the records opened meanwhile (22 bytes each).
+    let heldAtStart: Int
+    var pulled = 0
 
-    init(pull: @escaping (UnsafeMutableRawBufferPointer) -> Int, onHand: @escaping () -> Int) {
-        self.pull = pull
-        onHandCount = onHand
+    var onHand: Int { max(0, heldAtStart - pulled) }
+
+    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int {
+        let count = pull(destination)
+        pulled += count
+        return count
     }
-
-    var onHand: Int { onHandCount() }
-
-    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int { pull(destination) }
     mutating func slice(length: Int) -> ByteBuffer? { nil }
 }
 

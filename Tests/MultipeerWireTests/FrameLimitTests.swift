@@ -111,7 +111,7 @@ struct FrameLimitTests {
                 }
                 return count
             },
-            onHand: { source.readableBytes })
+            onHand: source.readableBytes)
         #expect(frame == nil)
         expectReserved(pulled.reservedPayloadCapacity)
         // Appended: what is pending counts.

@@ -91,7 +91,7 @@ package enum SecureTransport {
                         if case .success(.bytes(let count)) = outcome { return count }
                         return 0
                     },
-                    onHand: { engine.receivedByteCountUnread })
+                    onHand: engine.receivedByteCountUnread)
             } catch {
                 throw ConnectionError(.protocolViolation(error))
             }
