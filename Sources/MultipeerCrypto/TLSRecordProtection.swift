@@ -155,14 +155,18 @@ package final class TLSRecordProtection {
         let base = record.baseAddress!.assumingMemoryBound(to: UInt8.self)
         let body = base + Self.headerLength
         let plaintext = output.assumingMemoryBound(to: UInt8.self)
-        // Into `output`, the inner plaintext or all of it but its last byte.
+        // Into `output`, the inner plaintext or all of it but its last byte. (No closures here:
+        // a local captured by one would be boxed, an allocation per record.)
         let first = last == nil ? innerLength : innerLength - 1
         var count: Int32 = 0
-        var tail: Int32 = 0
-        guard startRecord(),
-            EVP_DecryptUpdate(context, nil, &count, base, Int32(Self.headerLength)) == 1,
-            first == 0 || EVP_DecryptUpdate(context, plaintext, &count, body, Int32(first)) == 1, first == 0 || Int(count) == first,
-            last.map({ EVP_DecryptUpdate(context, $0, &tail, body + first, 1) == 1 && tail == 1 }) ?? true,
+        var decrypted = startRecord() && EVP_DecryptUpdate(context, nil, &count, base, Int32(Self.headerLength)) == 1
+        if decrypted, first > 0 {
+            decrypted = EVP_DecryptUpdate(context, plaintext, &count, body, Int32(first)) == 1 && Int(count) == first
+        }
+        if decrypted, let last {
+            decrypted = EVP_DecryptUpdate(context, last, &count, body + first, 1) == 1 && count == 1
+        }
+        guard decrypted,
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_SET_TAG, Int32(Self.tagLength), UnsafeMutablePointer(mutating: body + innerLength)) == 1,
             EVP_DecryptFinal_ex(context, plaintext + first, &count) == 1
         else {
