@@ -11,11 +11,12 @@ import NIOPosix
 /// a resource) in tasks that prefer its session's task executor, so all of a side's work in
 /// this process lands on its two threads. What is not counted on either side: threads of the
 /// process that belong to neither (the cooperative pool, Dispatch), reported as "other"; and the
-/// kernel's work outside the process. On loopback the sender's `write` also runs the
-/// receiver's TCP input in its own system call (softirq in the sender's context), so the
-/// sender carries it; softirq work deferred to ksoftirqd is in no thread of this process and is
-/// reported beside the figures (machine-wide, all processes), as is write-back of the
-/// receiver's file by the kernel's flusher threads (not measured).
+/// kernel's work outside the process. On loopback the receiver's TCP input runs in whichever
+/// thread gets to it: the sender's `write` (softirq in its context) or, while the receiver holds
+/// its socket, the receiver's `read`; so kernel time moves between the sides from run to run,
+/// and their sum is the steadier figure. Softirq work deferred to ksoftirqd is in no thread of
+/// this process and is reported beside the figures (machine-wide, all processes); write-back of
+/// the receiver's file by the kernel's flusher threads is not measured.
 enum ThreadCPU {
     /// Nanoseconds the thread `tid` of this process has run, nil if it is gone.
     static func nanoseconds(_ tid: Int32) -> UInt64? {
@@ -112,7 +113,8 @@ final class SideThreads: Sendable {
 
     /// What the per-side figures count, for the report.
     static let counted = "Each side: its loop and file-I/O thread (schedstat), its app tasks on its loop; "
-        + "'other' = the rest of this process; loopback TCP input runs in the sender's write; ksoftirqd is machine-wide."
+        + "'other' = the rest of this process; loopback TCP input runs in either side's thread (see both sides); "
+        + "ksoftirqd is machine-wide; user = user mode (10 ms ticks)."
 
     /// The receiving (a) and the sending (b) side of every pair that measures CPU per side.
     static let pair: (receiver: SideThreads, sender: SideThreads) = {
