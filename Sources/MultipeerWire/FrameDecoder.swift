@@ -53,10 +53,14 @@ public struct FrameDecoder: Sendable {
 
     /// The next complete frame, pulling bytes from `fill` as needed. `fill` writes up to
     /// the buffer's count of bytes to its front and returns how many; 0 means none for now.
-    /// `onHand` is how many bytes the source holds as the call starts (received, not yet pulled;
-    /// for TLS, records not opened yet count by their ciphertext): a payload's storage is made
-    /// its exact length at once when 16 KiB of its frame are in, so it is never grown and copied.
-    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int, onHand: Int = 0) throws(WireError) -> Frame? {
+    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int) throws(WireError) -> Frame? {
+        try nextFrame(pulling: fill, onHand: 0)
+    }
+
+    /// The same, told that the source holds `onHand` bytes as the call starts (received, not yet
+    /// pulled; for TLS, records not opened yet count by their ciphertext): a payload's storage is
+    /// made its exact length at once when 16 KiB of its frame are in, so it is never grown and copied.
+    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int, onHand: Int) throws(WireError) -> Frame? {
         precondition(pending.isEmpty, "a decoder is fed either by append or by pulling, not both")
         return try withoutActuallyEscaping(fill) { (pull) throws(WireError) -> Frame? in
             var source = PullSource(pull: pull, heldAtStart: onHand)
