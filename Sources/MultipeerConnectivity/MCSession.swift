@@ -105,7 +105,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         self.encryptionPreference = encryptionPreference
         self.configuration = configuration
         delegateQueue = DispatchQueue(label: "MCSession.delegate.\(peer.displayName)")
-        let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        let eventLoop = configuration.eventLoop ?? MultiThreadedEventLoopGroup.singleton.next()
         executor = (eventLoop as? any SerialExecutor) ?? eventLoop.executor
         networkTaskExecutor = EventLoopTaskExecutor(eventLoop)
         var engine: SessionEngine?
@@ -145,6 +145,7 @@ open class MCSession: NSObject, @unchecked Sendable {
                         resumeLifetime: TimeAmount(configuration.resumeLifetime)),
                     logger: configuration.logger),
                 eventLoop: eventLoop,
+                fileIOPool: configuration.fileIOPool ?? .singleton,
                 onEvent: { event in events.session?.handle(event) },
                 onReadPassEnded: { subscribers.readPassEnded() })
         } catch {

@@ -3,6 +3,8 @@ import Logging
 import MultipeerSession
 import MultipeerWire
 import MultipeerProtocol
+import NIOCore
+import NIOPosix
 
 /// The things Apple's framework fixes silently, with the defaults it would use.
 public struct MCSessionConfiguration: Sendable {
@@ -57,6 +59,11 @@ public struct MCSessionConfiguration: Sendable {
     /// TLS records a side sends before it updates its keys (TLS 1.3 KeyUpdate). Lowered only to
     /// test key updates.
     @_spi(Testing) public var tlsRecordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
+    /// The thread the session runs on and the pool that reads and writes its resource files; nil:
+    /// the process-wide ones. multipeer-bench gives each side threads of its own, to tell the
+    /// sides' CPU time apart.
+    package var eventLoop: (any EventLoop)?
+    package var fileIOPool: NIOThreadPool?
 
     public init() {}
 

@@ -82,6 +82,9 @@ final class OpenSSLRecordLayer {
         requestsWithoutWrite = 0
     }
 
+    /// Plaintext OpenSSL has opened and not yet returned.
+    var pendingByteCount: Int { Int(SSL_pending(ssl)) }
+
     /// Opens received records into `destination` (OpenSSL reads them through the engine's BIO).
     func read(into destination: UnsafeMutableRawBufferPointer) throws(SecurityError) -> TLSEngine.ReadStatus {
         if let failure { throw failure }

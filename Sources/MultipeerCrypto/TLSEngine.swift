@@ -85,10 +85,13 @@ public final class TLSEngine {
     @exclusivity(unchecked) private var held = ByteBuffer()
     /// Large buffers recently handed out. Once the channel has written and released one, it is
     /// filled again instead of a fresh allocation, whose pages the kernel would fault in and zero
-    /// anew for every frame of a bulk transfer. Dropped as soon as traffic turns small.
+    /// anew for every frame of a bulk transfer. Dropped once traffic turns small (two small writes in a row).
     /// (An array: its elements are modified in place, so the uniqueness check sees one reference.)
     @exclusivity(unchecked) private var handedOut: [ByteBuffer] = []
     private static let recycledBufferLimit = 16
+    /// Small writes since the last large one. The second in a row lets the large buffers go;
+    /// one alone does not, since a large message ends in a small frame.
+    @exclusivity(unchecked) private var smallWritesInARow = 0
     private static let recycledBufferMinimum = 16_384
 
     /// A KeyUpdate is sent before this many records have been sealed under one key (RFC 8446 §5.5).
@@ -179,6 +182,22 @@ public final class TLSEngine {
     /// Received ciphertext not yet read.
     public var bufferedInboundByteCount: Int { inbound.byteCount }
 
+    /// Bytes received and not yet read: plaintext opened and waiting, and ciphertext (which
+    /// opens to fewer bytes). `read(into:)` returns no more than this without more input.
+    package var receivedByteCountUnread: Int {
+        switch records {
+        case .library(let layer): inbound.byteCount + layer.openedByteCount
+        case .openSSL(let layer): inbound.byteCount + layer.pendingByteCount
+        case nil: inbound.byteCount
+        }
+    }
+
+    /// Records the library's layer opened into scratch storage and copied out (for tests).
+    package var recordsOpenedAside: Int {
+        if case .library(let layer) = records { return layer.recordsOpenedAside }
+        return 0
+    }
+
     /// Ciphertext for the network, if any is waiting.
     public func takeOutbound() -> ByteBuffer? {
         guard outbound.readableBytes > 0 else { return nil }
@@ -200,9 +219,11 @@ public final class TLSEngine {
             return
         }
         guard count >= Self.recycledBufferMinimum else {
-            handedOut.removeAll()  // small traffic: hold no large buffers
+            smallWritesInARow += 1
+            if smallWritesInARow > 1 { handedOut.removeAll() }  // small traffic: hold no large buffers
             return
         }
+        smallWritesInARow = 0
         for index in handedOut.indices where handedOut[index].capacity >= count {
             let released = handedOut[index].modifyIfUniquelyOwned { buffer in buffer.clear() } != nil
             if released {

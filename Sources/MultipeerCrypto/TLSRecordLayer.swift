@@ -74,6 +74,9 @@ package final class TLSRecordLayer {
     /// Records opened with a content type TLS 1.3 has, failed on or not: the point OpenSSL
     /// reports a record's inner type, so the differential fuzz target can tell where both stopped.
     package private(set) var recordsOpened = 0
+    /// Records opened into scratch storage because the caller's buffer was too small, whose
+    /// content is then copied out (for tests: bulk frames cost one per frame).
+    package private(set) var recordsOpenedAside = 0
 
     package init(
         suite: TLSCipherSuite, role: TLSEngine.Role, clientSecret: SecureBytes, serverSecret: SecureBytes, recordsPerKeyUpdate: UInt64
@@ -167,8 +170,10 @@ package final class TLSRecordLayer {
             if peerClosed { return .closed }
             guard let length = try nextRecordLength(in: inbound) else { return .wouldBlock }
             let recordLength = TLSRecordProtection.headerLength + length
-            let innerCapacity = length - TLSRecordProtection.tagLength
-            let direct = destination.count >= innerCapacity
+            // Straight into the caller's buffer when the content fits, with its type byte or,
+            // when only the content fits, with the type byte set aside.
+            let direct = destination.count >= length - TLSRecordProtection.tagLength - 1
+            if !direct { recordsOpenedAside += 1 }
             let content: (type: UInt8, length: Int)
             if let contiguous = try inbound.withContiguousPrefix(recordLength, { (record) throws(Violation) in
                 try open(record, direct: direct, destination: destination)
@@ -234,6 +239,9 @@ package final class TLSRecordLayer {
         if buffer.capacity > retainedScratchCapacity { buffer = ByteBuffer() } else { buffer.clear() }
     }
 
+    /// Opened content waiting to be read.
+    var openedByteCount: Int { opened.readableBytes }
+
     /// Bytes of scratch storage held between reads (for tests).
     var scratchCapacity: Int { opened.capacity + joined.capacity + handshakeMessages.capacity }
 
@@ -261,12 +269,18 @@ package final class TLSRecordLayer {
     /// Opens `record` into the destination (`direct`) or into `opened`; returns the inner
     /// content type and the content's length.
     private func open(_ record: UnsafeRawBufferPointer, direct: Bool, destination: UnsafeMutableRawBufferPointer) throws(Violation) -> (type: UInt8, length: Int) {
-        if direct {
+        let innerLength = record.count - TLSRecordProtection.headerLength - TLSRecordProtection.tagLength
+        if direct, destination.count >= innerLength {
             return try Self.unwrap(reader.open(record, into: destination.baseAddress!), at: destination.baseAddress!).get()
+        }
+        if direct {
+            // Room for the content only: the last inner byte goes aside.
+            var last: UInt8 = 0
+            return try Self.unwrap(reader.open(record, into: destination.baseAddress!, last: &last), at: destination.baseAddress!, last: last).get()
         }
         opened.clear()
         var outcome = Result<(type: UInt8, length: Int), Violation>.failure(Violation(alert: nil, reason: "no record opened"))
-        opened.writeWithUnsafeMutableBytes(minimumWritableBytes: record.count - TLSRecordProtection.headerLength - TLSRecordProtection.tagLength) { raw in
+        opened.writeWithUnsafeMutableBytes(minimumWritableBytes: innerLength) { raw in
             outcome = Self.unwrap(reader.open(record, into: raw.baseAddress!), at: raw.baseAddress!)
             if case .success(let content) = outcome { return content.length }
             return 0
@@ -274,18 +288,27 @@ package final class TLSRecordLayer {
         return try outcome.get()
     }
 
-    /// Finds the content type behind the content and its zero padding (§5.4).
-    private static func unwrap(_ innerLength: Int?, at plaintext: UnsafeMutableRawPointer) -> Result<(type: UInt8, length: Int), Violation> {
+    /// Finds the content type behind the content and its zero padding (§5.4); with `last`, the
+    /// inner plaintext's last byte is that one and the rest is at `plaintext`.
+    private static func unwrap(_ innerLength: Int?, at plaintext: UnsafeMutableRawPointer, last: UInt8? = nil) -> Result<(type: UInt8, length: Int), Violation> {
         guard let innerLength else {
             return .failure(Violation(alert: Alert.badRecordMAC, reason: "a record failed to authenticate"))
         }
         var index = innerLength - 1
+        if let last {
+            if last != 0 { return checked(type: last, length: index) }
+            index -= 1
+        }
         while index >= 0, plaintext.load(fromByteOffset: index, as: UInt8.self) == 0 { index -= 1 }
         guard index >= 0 else { return .failure(Violation(alert: Alert.unexpectedMessage, reason: "a record with no content type")) }
-        guard index <= TLSEngine.maximumRecordPlaintext else {
-            return .failure(Violation(alert: Alert.recordOverflow, reason: "a record with \(index) bytes of content"))
+        return checked(type: plaintext.load(fromByteOffset: index, as: UInt8.self), length: index)
+    }
+
+    private static func checked(type: UInt8, length: Int) -> Result<(type: UInt8, length: Int), Violation> {
+        guard length <= TLSEngine.maximumRecordPlaintext else {
+            return .failure(Violation(alert: Alert.recordOverflow, reason: "a record with \(length) bytes of content"))
         }
-        return .success((plaintext.load(fromByteOffset: index, as: UInt8.self), index))
+        return .success((type, length))
     }
 
     private func withContent(

@@ -143,7 +143,11 @@ package final class TLSRecordProtection {
     /// less its tag and may be the body itself. Returns the inner plaintext's length (content,
     /// type, padding), or nil when the record does not authenticate; `output` is then wiped, so no
     /// unauthenticated plaintext stays in the caller's memory.
-    package func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer) -> Int? {
+    ///
+    /// With `last`, `output` has room for one byte less: the inner plaintext's last byte (the
+    /// content type, or padding) goes to `last`. So a record whose content exactly fills the
+    /// caller's buffer is still opened straight into it.
+    package func open(_ record: UnsafeRawBufferPointer, into output: UnsafeMutableRawPointer, last: UnsafeMutablePointer<UInt8>? = nil) -> Int? {
         precondition(!sealing, "opening with a sealing key")
         let innerLength = record.count - Self.headerLength - Self.tagLength
         precondition(innerLength > 0, "a record shorter than its tag")
@@ -151,15 +155,24 @@ package final class TLSRecordProtection {
         let base = record.baseAddress!.assumingMemoryBound(to: UInt8.self)
         let body = base + Self.headerLength
         let plaintext = output.assumingMemoryBound(to: UInt8.self)
+        // Into `output`, the inner plaintext or all of it but its last byte. (No closures here:
+        // a local captured by one would be boxed, an allocation per record.)
+        let first = last == nil ? innerLength : innerLength - 1
         var count: Int32 = 0
-        guard startRecord(),
-            EVP_DecryptUpdate(context, nil, &count, base, Int32(Self.headerLength)) == 1,
-            EVP_DecryptUpdate(context, plaintext, &count, body, Int32(innerLength)) == 1, Int(count) == innerLength,
+        var decrypted = startRecord() && EVP_DecryptUpdate(context, nil, &count, base, Int32(Self.headerLength)) == 1
+        if decrypted, first > 0 {
+            decrypted = EVP_DecryptUpdate(context, plaintext, &count, body, Int32(first)) == 1 && Int(count) == first
+        }
+        if decrypted, let last {
+            decrypted = EVP_DecryptUpdate(context, last, &count, body + first, 1) == 1 && count == 1
+        }
+        guard decrypted,
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_AEAD_SET_TAG, Int32(Self.tagLength), UnsafeMutablePointer(mutating: body + innerLength)) == 1,
-            EVP_DecryptFinal_ex(context, plaintext + innerLength, &count) == 1
+            EVP_DecryptFinal_ex(context, plaintext + first, &count) == 1
         else {
             // The cipher wrote its output before the tag was checked.
-            SecureBytes.wipe(UnsafeMutableRawBufferPointer(start: output, count: innerLength))
+            SecureBytes.wipe(UnsafeMutableRawBufferPointer(start: output, count: first))
+            last?.pointee = 0
             return nil
         }
         sequence += 1

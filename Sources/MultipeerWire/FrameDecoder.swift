@@ -4,9 +4,10 @@ import NIOCore
 /// or pulled from a source such as a TLS engine (`nextFrame(pulling:)`), in any split. Each
 /// header is validated as soon as its 12 bytes are in, so an oversized or malformed frame is
 /// refused before room for its payload is made. A payload is then gathered into storage of its
-/// own (16 KiB at first, then exactly its length), which the returned frame owns: nothing is
-/// compacted or copied again, however long the frame stays alive. After an error the decoder stays failed: the connection
-/// is closing, and no later byte can be trusted.
+/// own, exactly its length once 16 KiB of the frame have arrived (16 KiB until then), which the
+/// returned frame owns: nothing is compacted or copied again, however long the frame stays
+/// alive. After an error the decoder stays failed: the connection is closing, and no later byte
+/// can be trusted.
 public struct FrameDecoder: Sendable {
     private enum State: Sendable {
         case awaitingHeader
@@ -29,7 +30,7 @@ public struct FrameDecoder: Sendable {
         header.readableBytes + payload.readableBytes + pending.reduce(0) { $0 + $1.readableBytes }
     }
 
-    /// Storage held for the payload in progress (at most 16 KiB until that much has arrived).
+    /// Storage held for the payload in progress (at most 16 KiB until 16 KiB of the frame have arrived).
     public var reservedPayloadCapacity: Int { payload.capacity }
 
     /// Adds received bytes, without copying them.
@@ -53,9 +54,16 @@ public struct FrameDecoder: Sendable {
     /// The next complete frame, pulling bytes from `fill` as needed. `fill` writes up to
     /// the buffer's count of bytes to its front and returns how many; 0 means none for now.
     public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int) throws(WireError) -> Frame? {
+        try nextFrame(pulling: fill, onHand: 0)
+    }
+
+    /// The same, told that the source holds `onHand` bytes as the call starts (received, not yet
+    /// pulled; for TLS, records not opened yet count by their ciphertext): a payload's storage is
+    /// made its exact length at once when 16 KiB of its frame are in, so it is never grown and copied.
+    public mutating func nextFrame(pulling fill: (UnsafeMutableRawBufferPointer) -> Int, onHand: Int) throws(WireError) -> Frame? {
         precondition(pending.isEmpty, "a decoder is fed either by append or by pulling, not both")
         return try withoutActuallyEscaping(fill) { (pull) throws(WireError) -> Frame? in
-            var source = PullSource(pull: pull)
+            var source = PullSource(pull: pull, heldAtStart: onHand)
             return try decodeNext(from: &source)
         }
     }
@@ -85,7 +93,7 @@ public struct FrameDecoder: Sendable {
                     if payload.readableBytes == 0, let whole = source.slice(length: missing) {
                         payload = whole
                     } else {
-                        reservePayloadStorage(for: frameHeader.payloadLength)
+                        reservePayloadStorage(for: frameHeader.payloadLength, onHand: source.onHand)
                         guard Self.gather(min(missing, payload.writableBytes), into: &payload, from: &source) else { return nil }
                         continue
                     }
@@ -103,12 +111,14 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    /// Storage for a payload grows in two steps: at most `initialPayloadReservation` bytes until
-    /// that much has arrived, then exactly the payload's length. A peer that sends a header and a
-    /// byte therefore pins 16 KiB, not the 64 KiB it announced.
-    private mutating func reservePayloadStorage(for length: Int) {
+    /// Storage for a payload is exactly the payload's length once `initialPayloadReservation`
+    /// bytes of the frame (its header, what was gathered, what the source holds) have arrived,
+    /// and at most that many until then. A peer that sends a header and a byte therefore pins
+    /// 16 KiB, not the 64 KiB it announced; one that sent 16 KiB pins at most four times that.
+    private mutating func reservePayloadStorage(for length: Int, onHand: Int) {
+        let arrived = WireLimits.frameHeaderLength + payload.readableBytes + onHand
         if payload.capacity == 0 {
-            payload = ByteBufferAllocator().buffer(capacity: min(length, Self.initialPayloadReservation))
+            payload = ByteBufferAllocator().buffer(capacity: arrived >= Self.initialPayloadReservation ? length : min(length, Self.initialPayloadReservation))
         } else if payload.writableBytes == 0 {
             payload.reserveCapacity(length)
         }
@@ -126,6 +136,8 @@ public struct FrameDecoder: Sendable {
 }
 
 private protocol FrameByteSource {
+    /// Bytes received and not yet taken: at least as many as `fill` can give without more input.
+    var onHand: Int { get }
     /// Writes up to the destination's count of bytes to its front; returns how many.
     mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int
     /// Exactly `length` bytes without copying, when the source can give them so.
@@ -134,6 +146,8 @@ private protocol FrameByteSource {
 
 private struct PendingSource: FrameByteSource {
     var buffers: CircularBuffer<ByteBuffer>
+
+    var onHand: Int { buffers.reduce(0) { $0 + $1.readableBytes } }
 
     mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int {
         buffers.readBytes(into: destination)
@@ -149,8 +163,18 @@ private struct PendingSource: FrameByteSource {
 
 private struct PullSource: FrameByteSource {
     let pull: (UnsafeMutableRawBufferPointer) -> Int
+    /// What the source held when the call started, less what was pulled since: for TLS, over by
+    /// the overhead of the records opened meanwhile (22 bytes each).
+    let heldAtStart: Int
+    var pulled = 0
 
-    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int { pull(destination) }
+    var onHand: Int { max(0, heldAtStart - pulled) }
+
+    mutating func fill(_ destination: UnsafeMutableRawBufferPointer) -> Int {
+        let count = pull(destination)
+        pulled += count
+        return count
+    }
     mutating func slice(length: Int) -> ByteBuffer? { nil }
 }
 

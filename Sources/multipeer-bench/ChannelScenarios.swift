@@ -18,8 +18,9 @@ enum ChannelScenarios {
     }
 
     /// Waits for `a` to receive a resource and removes the file; true when it arrived verified.
-    private static func receiveOne(_ events: MCSession.Events) -> Task<Bool, Never> {
-        Task {
+    /// Runs on `executor`, the receiving session's network thread.
+    private static func receiveOne(_ events: MCSession.Events, on executor: any TaskExecutor) -> Task<Bool, Never> {
+        Task(executorPreference: executor) {
             for await event in events {
                 guard case .resourceReceived(_, _, let result) = event else { continue }
                 if case .success(let url) = result { try? FileManager.default.removeItem(at: url) }
@@ -30,22 +31,28 @@ enum ChannelScenarios {
     }
 
     /// Bytes per second of one resource from b to a (sent, verified, stored), and the peak
-    /// resident memory growth of the process (both sides) meanwhile.
+    /// resident memory growth of the process (both sides) meanwhile. Each side's tasks run on its
+    /// network thread.
     static func resource(_ pair: SessionPair, file: URL, bytes: Int) async throws -> (rate: Double, peakKiB: Int) {
-        let arrived = receiveOne(pair.a.events())
+        let arrived = receiveOne(pair.a.events(), on: pair.a.taskExecutor)
+        let (a, b) = (pair.a, pair.b)
         let before = Memory.residentKiB
         Memory.resetPeak()
         let elapsed = try await Clock.seconds {
-            try await pair.b.sendResource(at: file, named: "bench.bin", to: pair.a.myPeerID)
+            try await Task(executorPreference: b.taskExecutor) {
+                try await b.sendResource(at: file, named: "bench.bin", to: a.myPeerID)
+            }.value
             guard await arrived.value else { throw BenchTimeout() }
         }
         return (Double(bytes) / elapsed, max(0, Memory.peakResidentKiB - before))
     }
 
-    /// Bytes per second of one stream from b to a, written in 1 MiB pieces and read as it comes.
+    /// Bytes per second of one stream from b to a, written in 1 MiB pieces and read as it comes,
+    /// each side on its network thread.
     static func stream(_ pair: SessionPair, bytes: Int) async throws -> Double {
         let events = pair.a.events()
-        let reading = Task { () -> Int in
+        let (a, b) = (pair.a, pair.b)
+        let reading = Task(executorPreference: a.taskExecutor) { () -> Int in
             for await event in events {
                 guard case .streamReceived(let reader, _) = event else { continue }
                 var total = 0
@@ -60,9 +67,11 @@ enum ChannelScenarios {
         }
         let piece = Data(repeating: 0x3C, count: 1 << 20)
         let elapsed = try await Clock.seconds {
-            let writer = try pair.b.openStream(named: "bench", to: pair.a.myPeerID)
-            for start in stride(from: 0, to: bytes, by: piece.count) { try await writer.write(piece.prefix(min(piece.count, bytes - start))) }
-            writer.close()
+            try await Task(executorPreference: b.taskExecutor) {
+                let writer = try b.openStream(named: "bench", to: a.myPeerID)
+                for start in stride(from: 0, to: bytes, by: piece.count) { try await writer.write(piece.prefix(min(piece.count, bytes - start))) }
+                writer.close()
+            }.value
             guard await reading.value == bytes else { throw BenchTimeout() }
         }
         return Double(bytes) / elapsed

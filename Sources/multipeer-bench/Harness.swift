@@ -68,6 +68,8 @@ struct Result: Codable {
     var keyType: String? = nil
     var keyExchangeGroup: String? = nil
     var baselineKeyExchangeGroup: String? = nil
+    /// CPU time per MiB on each side of the transfer (SideCPU), where measured.
+    var perSide: PerSide? = nil
 }
 
 /// Each repetition's library figure over the baseline measured next to it.

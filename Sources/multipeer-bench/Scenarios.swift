@@ -10,9 +10,12 @@ struct SessionPair {
     let aEvents: MCSession.Events
     let bEvents: MCSession.Events
 
-    static func connect(preference: MCEncryptionPreference, identities: (SecurityIdentity, SecurityIdentity)?) async throws -> SessionPair {
-        let a = makeSession("a", preference: preference, identity: identities?.0)
-        let b = makeSession("b", preference: preference, identity: identities?.1)
+    /// With `threads`, a (the receiver in the scenarios) and b (the sender) each run on threads of
+    /// their own, whose CPU time `SideCPU` reads.
+    static func connect(preference: MCEncryptionPreference, identities: (SecurityIdentity, SecurityIdentity)?,
+                        threads: (receiver: SideThreads, sender: SideThreads)? = nil) async throws -> SessionPair {
+        let a = makeSession("a", preference: preference, identity: identities?.0, configuration: threads?.receiver.configuration ?? .loopbackOnly)
+        let b = makeSession("b", preference: preference, identity: identities?.1, configuration: threads?.sender.configuration ?? .loopbackOnly)
         let pair = SessionPair(a: a, b: b, aEvents: a.events(), bEvents: b.events())
         b.connectPeer(a.myPeerID, withNearbyConnectionData: try await a.nearbyConnectionData(forPeer: b.myPeerID))
         try await waitUntil { a.connectedPeers.count == 1 && b.connectedPeers.count == 1 }
@@ -25,9 +28,10 @@ struct SessionPair {
     }
 }
 
-func makeSession(_ name: String, preference: MCEncryptionPreference, identity: SecurityIdentity?) -> MCSession {
+func makeSession(_ name: String, preference: MCEncryptionPreference, identity: SecurityIdentity?,
+                 configuration: MCSessionConfiguration = .loopbackOnly) -> MCSession {
     MCSession(peer: MCPeerID(displayName: name), securityIdentity: identity.map { [SecIdentity($0)] },
-              encryptionPreference: preference, configuration: .loopbackOnly)
+              encryptionPreference: preference, configuration: configuration)
 }
 
 struct BenchTimeout: Error, CustomStringConvertible {
@@ -46,6 +50,8 @@ func waitUntil(seconds: Double = 60, _ condition: () -> Bool) async throws {
 final class ReceiveCounter: Sendable {
     private let state = Mutex<(messages: Int, bytes: Int, seen: [UInt64], duplicates: Int, lastArrival: ContinuousClock.Instant?)>(
         (0, 0, [], 0, nil))
+    /// A task waiting for a byte count (`waitFor(bytes:)`), resumed by the counting task.
+    private let waiter = Mutex<(target: Int, continuation: CheckedContinuation<Void, any Error>)?>(nil)
 
     /// Counts on a task of its own, on `executor` when one is given (a session's network thread).
     /// With `distinctIndices`, every message must start with its index below it (a little-endian
@@ -56,16 +62,59 @@ final class ReceiveCounter: Sendable {
         Task(executorPreference: executor) { [self] in
             for await event in events {
                 guard case .dataReceived(let data, _) = event else { continue }
-                state.withLock { state in
+                let bytes = state.withLock { state in
                     state.messages += 1
                     state.bytes += data.count
                     state.lastArrival = ContinuousClock.now
-                    guard let distinctIndices else { return }
-                    let index = data.count >= 8 ? data.withUnsafeBytes { Int(truncatingIfNeeded: $0.loadUnaligned(as: UInt64.self)) } : -1
-                    guard index >= 0, index < distinctIndices else { return state.duplicates += 1 }
-                    let bit: UInt64 = 1 << (index % 64)
-                    if state.seen[index / 64] & bit != 0 { state.duplicates += 1 }
-                    state.seen[index / 64] |= bit
+                    if let distinctIndices { Self.check(data, distinctIndices, &state.seen, &state.duplicates) }
+                    return state.bytes
+                }
+                wake(at: bytes)
+            }
+        }
+    }
+
+    private static func check(_ data: Data, _ distinctIndices: Int, _ seen: inout [UInt64], _ duplicates: inout Int) {
+        let index = data.count >= 8 ? data.withUnsafeBytes { Int(truncatingIfNeeded: $0.loadUnaligned(as: UInt64.self)) } : -1
+        guard index >= 0, index < distinctIndices else { return duplicates += 1 }
+        let bit: UInt64 = 1 << (index % 64)
+        if seen[index / 64] & bit != 0 { duplicates += 1 }
+        seen[index / 64] |= bit
+    }
+
+    private func wake(at bytes: Int) {
+        let ready = waiter.withLock { waiter -> CheckedContinuation<Void, any Error>? in
+            guard let (target, continuation) = waiter, bytes >= target else { return nil }
+            waiter = nil
+            return continuation
+        }
+        ready?.resume()
+    }
+
+    /// Returns once `bytes` have been counted; one waiter at a time. `watch` ends it with an error.
+    func waitFor(bytes target: Int) async throws {
+        if bytes >= target { return }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            waiter.withLock { $0 = (target, continuation) }
+            // Counted meanwhile: not woken by the counting task.
+            wake(at: self.bytes)
+        }
+    }
+
+    /// Fails a waiter once nothing has arrived for `seconds`; runs until cancelled.
+    func watch(seconds: Int = 60) -> Task<Void, Never> {
+        Task {
+            var last = -1
+            var still = 0
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                let now = bytes
+                still = now == last ? still + 1 : 0
+                last = now
+                guard still >= seconds else { continue }
+                waiter.withLock { waiter in
+                    waiter?.continuation.resume(throwing: BenchTimeout())
+                    waiter = nil
                 }
             }
         }
@@ -98,19 +147,26 @@ final class DelegateCounter: MCSessionDelegate, Sendable {
 enum Scenarios {
     /// Bytes per second of 1 MiB reliable messages, with at most `window` bytes in flight, and the
     /// peak resident memory growth while sending.
+    /// Each side's work runs on its network thread: b sends from a task that prefers its task
+    /// executor, a counts on its own.
     static func bulk(_ pair: SessionPair, bytes: Int, window: Int = 8 << 20) async throws -> (rate: Double, peakKiB: Int) {
-        let counter = ReceiveCounter(pair.aEvents)
+        let counter = ReceiveCounter(pair.aEvents, executor: pair.a.taskExecutor)
+        let watchdog = counter.watch()
+        defer { watchdog.cancel() }
         let message = Data(repeating: 0x5A, count: 1 << 20)
+        let (a, b) = (pair.a, pair.b)
         let before = Memory.residentKiB
         Memory.resetPeak()
         let elapsed = try await Clock.seconds {
-            var sent = 0
-            while sent < bytes {
-                try await waitUntil { sent - counter.bytes <= window - message.count }
-                try pair.b.send(message, toPeers: [pair.a.myPeerID], with: .reliable)
-                sent += message.count
-            }
-            try await waitUntil { counter.bytes >= bytes }
+            try await Task(executorPreference: b.taskExecutor) {
+                var sent = 0
+                while sent < bytes {
+                    try await counter.waitFor(bytes: sent + message.count - window)
+                    try b.send(message, toPeers: [a.myPeerID], with: .reliable)
+                    sent += message.count
+                }
+                try await counter.waitFor(bytes: bytes)
+            }.value
         }
         return (Double(bytes) / elapsed, max(0, Memory.peakResidentKiB - before))
     }

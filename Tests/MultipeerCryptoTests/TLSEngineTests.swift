@@ -130,7 +130,8 @@ struct TLSEngineTests {
     }
 
     /// A large outbound buffer the channel has released is filled again instead of a fresh
-    /// allocation; one still held elsewhere is not touched; small traffic drops them all.
+    /// allocation; one still held elsewhere is not touched; small traffic drops them all, but
+    /// not the one small frame a large message ends with.
     @Test func releasedOutboundBuffersAreReusedAndSmallTrafficDropsThem() throws {
         let pair = try EnginePair(clientIdentity: nil, serverIdentity: try pki.peer("bob"))
         try pair.handshake()
@@ -156,6 +157,17 @@ struct TLSEngineTests {
         #expect(try pair.read(pair.server) == [UInt8](repeating: 1, count: 60_000))
         #expect(pair.client.recycledOutboundBufferCount == 2)
 
+        // A message's small last frame, then its next large one: the buffers stay.
+        try pair.client.write(ByteBuffer(repeating: 1, count: 192))
+        _ = pair.client.takeOutbound()
+        #expect(pair.client.recycledOutboundBufferCount == 2)
+        try pair.client.write(big)
+        _ = pair.client.takeOutbound()
+        #expect(pair.client.recycledOutboundBufferCount == 3)
+        // Two small writes in a row: traffic has turned small.
+        try pair.client.write(ByteBuffer(string: "ping"))
+        _ = pair.client.takeOutbound()
+        #expect(pair.client.recycledOutboundBufferCount == 3)
         try pair.client.write(ByteBuffer(string: "ping"))
         #expect(pair.client.recycledOutboundBufferCount == 0)
     }

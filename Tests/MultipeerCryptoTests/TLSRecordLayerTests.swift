@@ -339,6 +339,49 @@ struct TLSRecordLayerTests {
         #expect(peer.layer.scratchCapacity <= 3 * 4_096)
     }
 
+    /// A record whose content exactly fills the caller's buffer is opened straight into it, its
+    /// type byte set aside; with padding the type byte is in the buffer. Either way, no copy.
+    @Test(arguments: [1, 100, 16_384])
+    func aRecordThatExactlyFillsTheBufferIsOpenedStraightIntoIt(count: Int) throws {
+        let peer = try ForgingPeer()
+        let content = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 13 | 1) }
+        peer.deliver(try peer.forge(23, content))
+        #expect(try peer.readAll(capacity: count).data == content)
+        // One byte of padding (forge appends it): the type byte lands in the buffer, the padding aside.
+        peer.deliver(try peer.forge(0, content.dropLast() + [23]))
+        #expect(try peer.readAll(capacity: count).data == Array(content.dropLast()))
+        #expect(peer.layer.recordsOpenedAside == 0)
+        // A record one byte larger than that does not fit: it is opened aside and copied.
+        peer.deliver(try peer.forge(0, content + [23]))
+        #expect(try peer.readAll(capacity: count).data == content)
+        #expect(peer.layer.recordsOpenedAside == 1)
+    }
+
+    /// An alert whose two bytes fill the buffer is read from it, its type byte set aside.
+    @Test func anAlertThatFillsTheBufferIsRead() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forge(21, [1, 0]))
+        #expect(try peer.readAll(capacity: 2).closed)
+        #expect(peer.layer.recordsOpenedAside == 0)
+    }
+
+    /// A forged record opened straight into a buffer it exactly fills leaves nothing in it.
+    @Test func aForgedRecordThatFillsTheBufferLeavesNoPlaintextInIt() throws {
+        let peer = try ForgingPeer()
+        var record = try peer.forge(23, [UInt8](repeating: 0x41, count: 64))
+        let last = record.writerIndex - 1
+        record.setInteger(record.getInteger(at: last, as: UInt8.self)! ^ 1, at: last)
+        peer.deliver(record)
+        var destination = [UInt8](repeating: 0xEE, count: 64)
+        var failed = false
+        destination.withUnsafeMutableBytes { raw in
+            do { _ = try peer.layer.read(from: &peer.inbound, into: raw, output: &peer.output) } catch { failed = true }
+        }
+        #expect(failed)
+        #expect(!destination.contains(0x41))
+        #expect(peer.layer.recordsOpenedAside == 0)
+    }
+
     @Test(arguments: [TLSCipherSuite.aes128GCMSHA256, .aes256GCMSHA384, .chacha20Poly1305SHA256])
     func everySuiteSealsWhatTheOtherSideOpens(suite: TLSCipherSuite) throws {
         let peer = try ForgingPeer(suite: suite, recordsPerKeyUpdate: 2)

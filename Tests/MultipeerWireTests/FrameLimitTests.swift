@@ -86,6 +86,41 @@ struct FrameLimitTests {
         #expect(decoder.reservedPayloadCapacity == 0)
     }
 
+    /// Once 16 KiB of a frame are in (its header and what the source holds), the payload's
+    /// storage is its exact length at once, so it is never grown and copied; below that, 16 KiB.
+    @Test(arguments: [(16_371, false), (16_372, true)])
+    func aPayloadIsSizedExactlyOnceSixteenKiBOfItsFrameAreIn(held: Int, exact: Bool) throws {
+        // The allocator rounds up to a power of two: room for the whole payload, in one step.
+        func expectReserved(_ capacity: Int, sourceLocation: SourceLocation = #_sourceLocation) {
+            if exact {
+                #expect(capacity >= 65_524 && capacity <= 65_536, sourceLocation: sourceLocation)
+            } else {
+                #expect(capacity == 16_384, sourceLocation: sourceLocation)
+            }
+        }
+        let header = rawHeader(type: FrameType.message.rawValue, flags: FrameFlags.endOfMessage, length: 65_524)
+        // Pulled: the source says what it holds.
+        var source = buffer(header + [UInt8](repeating: 7, count: held))
+        var pulled = FrameDecoder()
+        let frame = try pulled.nextFrame(
+            pulling: { destination in
+                let count = min(destination.count, source.readableBytes)
+                source.readWithUnsafeReadableBytes { raw in
+                    destination.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[..<count]))
+                    return count
+                }
+                return count
+            },
+            onHand: source.readableBytes)
+        #expect(frame == nil)
+        expectReserved(pulled.reservedPayloadCapacity)
+        // Appended: what is pending counts.
+        var appended = FrameDecoder()
+        appended.append(buffer(header + [UInt8](repeating: 7, count: held)))
+        #expect(try appended.nextFrame() == nil)
+        expectReserved(appended.reservedPayloadCapacity)
+    }
+
     @Test func unknownTypesAreRefused() {
         let known = Set(FrameType.allCases.map(\.rawValue))
         for raw in UInt8.min...UInt8.max where !known.contains(raw) {

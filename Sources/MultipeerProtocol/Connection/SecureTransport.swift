@@ -85,11 +85,13 @@ package enum SecureTransport {
             var outcome = Result<TLSEngine.ReadStatus, SecurityError>.success(.wouldBlock)
             let frame: Frame?
             do {
-                frame = try decoder.nextFrame { destination in
-                    outcome = Result { () throws(SecurityError) in try engine.read(into: destination) }
-                    if case .success(.bytes(let count)) = outcome { return count }
-                    return 0
-                }
+                frame = try decoder.nextFrame(
+                    pulling: { destination in
+                        outcome = Result { () throws(SecurityError) in try engine.read(into: destination) }
+                        if case .success(.bytes(let count)) = outcome { return count }
+                        return 0
+                    },
+                    onHand: engine.receivedByteCountUnread)
             } catch {
                 throw ConnectionError(.protocolViolation(error))
             }

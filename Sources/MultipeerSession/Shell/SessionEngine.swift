@@ -33,7 +33,7 @@ package final class SessionEngine: Sendable {
     /// Interrupted incoming transfers, for their senders to resume.
     let resumeStore: Mutex<ResumeStore>
     /// Reads and writes resource files, off the event loop.
-    let fileIOPool = NIOThreadPool.singleton
+    let fileIOPool: NIOThreadPool
     /// Tests make the resource store fail with this (called before each write, with the offset).
     let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
 
@@ -54,11 +54,13 @@ package final class SessionEngine: Sendable {
     package init(
         configuration: SessionEngineConfiguration,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next(),
+        fileIOPool: NIOThreadPool = .singleton,
         onEvent: @escaping @Sendable (SessionEngineEvent) -> Void,
         onReadPassEnded: @escaping @Sendable () -> Void = {}
     ) {
         self.configuration = configuration
         self.eventLoop = eventLoop
+        self.fileIOPool = fileIOPool
         self.onEvent = onEvent
         self.onReadPassEnded = onReadPassEnded
         let core = SessionCore(configuration: SessionCoreConfiguration(
