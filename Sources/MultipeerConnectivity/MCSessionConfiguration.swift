@@ -61,7 +61,8 @@ public struct MCSessionConfiguration: Sendable {
     @_spi(Testing) public var tlsRecordsPerKeyUpdate: UInt64 = WireLimits.tlsRecordsPerKeyUpdate
     /// The thread the session runs on and the pool that reads and writes its resource files; nil:
     /// the process-wide ones. multipeer-bench gives each side threads of its own, to tell the
-    /// sides' CPU time apart.
+    /// sides' CPU time apart. The loop must be a NIOPosix one; the pool must be started and
+    /// outlive the session.
     package var eventLoop: (any EventLoop)?
     package var fileIOPool: NIOThreadPool?
 

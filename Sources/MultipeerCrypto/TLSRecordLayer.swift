@@ -6,8 +6,8 @@ import NIOCore
 ///
 /// Records are opened straight from the received buffers into the caller's buffer, and sealed
 /// straight from the caller's bytes into the outbound buffer: no copy beyond the cipher's own
-/// pass (but for a record split across received buffers, or larger than the caller's buffer,
-/// copied once), and none of OpenSSL's per-record machinery around it.
+/// pass (but for a record split across received buffers, or whose content is larger than the
+/// caller's buffer, copied once), and none of OpenSSL's per-record machinery around it.
 package final class TLSRecordLayer {
     /// Post-handshake handshake messages are held until whole, up to this size. A session ticket
     /// is the only large one a peer may send, and real ones are a few hundred bytes.
@@ -172,7 +172,7 @@ package final class TLSRecordLayer {
             let recordLength = TLSRecordProtection.headerLength + length
             // Straight into the caller's buffer when the content fits, with its type byte or,
             // when only the content fits, with the type byte set aside.
-            let direct = destination.count >= length - TLSRecordProtection.tagLength - 1
+            let direct = destination.count > 0 && destination.count >= length - TLSRecordProtection.tagLength - 1
             if !direct { recordsOpenedAside += 1 }
             let content: (type: UInt8, length: Int)
             if let contiguous = try inbound.withContiguousPrefix(recordLength, { (record) throws(Violation) in

@@ -164,7 +164,8 @@ private struct PendingSource: FrameByteSource {
 private struct PullSource: FrameByteSource {
     let pull: (UnsafeMutableRawBufferPointer) -> Int
     /// What the source held when the call started, less what was pulled since: for TLS, over by
-    /// the overhead of the records opened meanwhile (22 bytes each).
+    /// whatever of it is not payload (record overhead, padding, records of other content). A hint
+    /// for sizing only, never a bound.
     let heldAtStart: Int
     var pulled = 0
 
