@@ -205,6 +205,25 @@ struct StreamChannelTests {
         bob.openedStreams[0].cancel()
     }
 
+    /// A window larger than the socket's write buffer (1 MiB) fills while its reader stalls: the
+    /// socket turning writable during the engine's own flush is not lost (it was, and the stream
+    /// stopped at 1 MiB with window and data left, since no window update would come).
+    @Test func aWindowLargerThanTheSocketBufferFillsWhileTheReaderStalls() async throws {
+        let window = 4 << 20
+        let channels = ChannelConfiguration(
+            streamBufferLimit: window, channelReceiveWindow: UInt32(window), connectionReceiveWindow: UInt32(2 * window))
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"), channels: channels)
+        let bob = try EngineProbe(name: "bob", identity: try Self.pki.peer("bob"), channels: channels)
+        try #require(try await alice.connect(bob))
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let writer = try alice.engine.openStream(named: "stalled", to: bob.peer.identifier)
+        let writing = Task { try await writer.write(ByteBuffer(bytes: Self.content(2 * window, seed: 4))) }
+        let filled = try await eventually { bob.openedStreams.first?.bufferedByteCount == window }
+        #expect(filled, "the reader holds \(bob.openedStreams.first?.bufferedByteCount ?? 0) of \(window) bytes")
+        writing.cancel()
+        bob.openedStreams.first?.cancel()
+    }
+
     /// A reader that stops early after a writer wrote and closed gives the unread bytes' window
     /// back: the next stream on the connection goes through whole.
     @Test func unreadBytesAreGivenBackWhenTheReaderLetsGo() async throws {

@@ -277,24 +277,33 @@ package final class SessionEngine: Sendable {
     /// Hands a link's queued frames to its socket while the socket takes them, so unsent data waits
     /// in the bounded queue rather than in the socket. On the loop; runs again when it is writable.
     func pump(_ link: EngineState.Link, peer id: LinkID) {
-        guard !link.pumping, let socket = link.socket, let peer = link.member?.identifier else { return }
+        guard let socket = link.socket, let peer = link.member?.identifier else { return }
+        // A flush below can make the socket writable again at once, which calls back in here:
+        // that call is remembered and served by this one, never dropped.
+        guard !link.pumping else {
+            link.pumpAgain = true
+            return
+        }
         link.pumping = true
         defer { link.pumping = false }
-        var released = link.writtenUnflushed
-        link.writtenUnflushed = 0
-        while !link.outbound.isEmpty {
-            var wrote = false
-            while socket.isWritable, let frame = link.outbound.popFirst() {
-                link.write(frame, orThrough: socket)
-                released += frame.payloadLength
-                wrote = true
+        repeat {
+            link.pumpAgain = false
+            var released = link.writtenUnflushed
+            link.writtenUnflushed = 0
+            while !link.outbound.isEmpty {
+                var wrote = false
+                while socket.isWritable, let frame = link.outbound.popFirst() {
+                    link.write(frame, orThrough: socket)
+                    released += frame.payloadLength
+                    wrote = true
+                }
+                guard wrote else { break }
+                link.flush(orThrough: socket)
             }
-            guard wrote else { break }
-            link.flush(orThrough: socket)  // may make the socket writable again at once
-        }
-        if released > 0 { sendBudget.release(released, for: peer) }
-        // Messages first: channel data goes only once none wait.
-        if link.outbound.isEmpty { serveChannels(link, on: socket) }
+            if released > 0 { sendBudget.release(released, for: peer) }
+            // Messages first: channel data goes only once none wait.
+            if link.outbound.isEmpty { serveChannels(link, on: socket) }
+        } while link.pumpAgain && socket.isWritable
     }
 
     fileprivate func linkWritable(_ id: LinkID) {
@@ -802,6 +811,8 @@ final class EngineState {
         @exclusivity(unchecked) var writtenUnflushed = 0
         @exclusivity(unchecked) var hasUnflushedWrites = false
         @exclusivity(unchecked) var pumping = false
+        /// `pump` was asked for while it ran (the socket became writable during a flush).
+        @exclusivity(unchecked) var pumpAgain = false
         @exclusivity(unchecked) var receiveBudget: ReceiveBudget?
         /// The peer's certificate fingerprint once connected; nil without an identity.
         @exclusivity(unchecked) var peerFingerprint: [UInt8]?
