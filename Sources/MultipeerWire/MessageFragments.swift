@@ -1,7 +1,13 @@
 import NIOCore
 
 extension Frame {
-    /// Cuts a reliable message into MESSAGE frames of at most one frame payload each
+    /// The most this implementation puts in one MESSAGE, STREAM_DATA or RESOURCE_CHUNK frame:
+    /// 65,536 bytes with the header, so that a full frame is four whole 16 KiB TLS records,
+    /// which a receiver opens straight into the frame's payload. A peer may send up to
+    /// `WireLimits.maxFramePayload` (docs/PROTOCOL.md §6.4.8).
+    public static let largestSentPayload = WireLimits.maxFramePayload - WireLimits.frameHeaderLength
+
+    /// Cuts a reliable message into MESSAGE frames of at most `largestSentPayload` bytes each
     /// (docs/PROTOCOL.md §6.4.8), slicing without copying.
     public static func messageFragments(of message: ByteBuffer) throws(WireError) -> [Frame] {
         guard message.readableBytes <= WireLimits.maxMessageSize else {
@@ -10,9 +16,9 @@ extension Frame {
         guard message.readableBytes > 0 else { return [.message(message, isEnd: true)] }
         var remaining = message
         var frames: [Frame] = []
-        frames.reserveCapacity((message.readableBytes + WireLimits.maxFramePayload - 1) / WireLimits.maxFramePayload)
+        frames.reserveCapacity((message.readableBytes + largestSentPayload - 1) / largestSentPayload)
         while remaining.readableBytes > 0 {
-            let slice = remaining.readSlice(length: min(remaining.readableBytes, WireLimits.maxFramePayload))!
+            let slice = remaining.readSlice(length: min(remaining.readableBytes, largestSentPayload))!
             frames.append(.message(slice, isEnd: remaining.readableBytes == 0))
         }
         return frames

@@ -134,7 +134,7 @@ struct ChannelMuxTests {
         let channel = mux.open(.stream)!
         mux.markReady(channel)
         let first = mux.next()
-        #expect(first?.channel == channel && first?.allowance == min(Int(WireLimits.initialChannelWindow), WireLimits.maxFramePayload))
+        #expect(first?.channel == channel && first?.allowance == min(Int(WireLimits.initialChannelWindow), Frame.largestSentPayload))
         mux.served(channel, .data(Int(WireLimits.initialChannelWindow)))
         mux.markReady(channel)
         #expect(mux.next()?.allowance == 0)

@@ -4,7 +4,7 @@ import Testing
 
 @Suite("Message fragmentation and reassembly (docs/PROTOCOL.md §6.4.8)")
 struct MessageFragmentTests {
-    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 200_000, WireLimits.maxMessageSize])
+    @Test(arguments: [0, 1, 65_523, 65_524, 65_525, 65_536, 65_537, 200_000, WireLimits.maxMessageSize])
     func fragmentsReassembleToTheMessage(size: Int) throws {
         // Distinct markers every 4 KiB catch reordered or dropped fragments cheaply.
         var message = ByteBuffer(repeating: 0xAB, count: size)
@@ -12,13 +12,18 @@ struct MessageFragmentTests {
             message.setInteger(UInt8(truncatingIfNeeded: offset / 4_096), at: offset)
         }
         let frames = try Frame.messageFragments(of: message)
-        #expect(frames.count == max(1, (size + 65_535) / 65_536))
+        #expect(frames.count == max(1, (size + Frame.largestSentPayload - 1) / Frame.largestSentPayload))
         var assembler = MessageAssembler()
         var result: ByteBuffer?
         for (index, frame) in frames.enumerated() {
             guard case .message(let payload, let isEnd) = frame else { Issue.record("not a message"); return }
             #expect(isEnd == (index == frames.count - 1))
-            #expect(payload.readableBytes <= WireLimits.maxFramePayload)
+            // Each frame but the last is 64 KiB with its header: four whole 16 KiB TLS records.
+            if isEnd {
+                #expect(payload.readableBytes <= Frame.largestSentPayload)
+            } else {
+                #expect(payload.readableBytes + WireLimits.frameHeaderLength == 4 * 16_384)
+            }
             result = try assembler.append(payload, isEnd: isEnd)
             #expect((result != nil) == isEnd)
         }

@@ -77,7 +77,7 @@ package struct ChannelScheduler {
             entry.queued = false
             entries[channel] = entry
             guard entry.ready, !entry.blocked else { continue }
-            let allowance = min(Int(entry.window), Int(connectionWindow), WireLimits.maxFramePayload)
+            let allowance = min(Int(entry.window), Int(connectionWindow), Frame.largestSentPayload)
             return (channel, allowance)
         }
         return nil

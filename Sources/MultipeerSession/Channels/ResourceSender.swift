@@ -10,7 +10,8 @@ import MultipeerProtocol
 /// RESOURCE_COMPLETE with the SHA-256 of the whole file. The file is read on a thread pool a
 /// block at a time with a bounded read-ahead, never whole; the digest covers a skipped prefix too.
 final class ResourceSender: OutboundChannel {
-    static let readBlock = 256 * 1024
+    /// Four full frames, so a block leaves no small frame behind.
+    static let readBlock = 4 * Frame.largestSentPayload
     static let readAhead = 1 << 20
 
     struct Source: Sendable {

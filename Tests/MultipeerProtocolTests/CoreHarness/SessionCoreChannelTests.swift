@@ -73,7 +73,7 @@ struct SessionCoreChannelTests {
         #expect(network.run(until: { bob.channels.incoming.count == 3 && bob.channels.incoming.allSatisfy { $0.outcome == .closed } }, limit: .seconds(30)))
         let turns = try #require(alice.openChannelDrivers.first?.dataTurns)
         // While all three had data, no channel went twice in a row.
-        let whileAllBusy = turns.prefix(3 * (200_000 / WireLimits.maxFramePayload))
+        let whileAllBusy = turns.prefix(3 * (200_000 / Frame.largestSentPayload))
         #expect(zip(whileAllBusy, whileAllBusy.dropFirst()).allSatisfy { $0 != $1 })
         #expect(Set(sources.map(\.channel)) == Set(turns))
         Self.noRefusals(alice, bob)
