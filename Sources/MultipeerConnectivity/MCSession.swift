@@ -143,6 +143,7 @@ open class MCSession: NSObject, @unchecked Sendable {
                         maximumConcurrentIncomingResources: configuration.maximumConcurrentIncomingResources,
                         resumableTransfers: configuration.resumableTransfers,
                         resumeLifetime: TimeAmount(configuration.resumeLifetime)),
+                    recovery: RecoveryPolicy(grace: TimeAmount(max(configuration.linkRecoveryGrace, .zero))),
                     logger: configuration.logger),
                 eventLoop: eventLoop,
                 fileIOPool: configuration.fileIOPool ?? .singleton,

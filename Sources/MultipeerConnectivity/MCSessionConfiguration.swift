@@ -19,8 +19,15 @@ public struct MCSessionConfiguration: Sendable {
     public var certificateDecisionTimeout: Duration = .seconds(30)
     /// Silence after which a connected peer is pinged.
     public var keepaliveInterval: Duration = .seconds(WireLimits.defaultKeepaliveIntervalSeconds)
-    /// Silence after which a connected peer is reported notConnected.
+    /// Silence after which a connected peer's link counts as lost: the peer is reported
+    /// notConnected then, or, with link recovery, once `linkRecoveryGrace` has passed too.
     public var deadPeerDeadline: Duration = .seconds(WireLimits.defaultDeadPeerDeadlineSeconds)
+    /// How long a connected peer whose link was lost without a goodbye (a reset, an address
+    /// change, the dead-peer deadline) stays connected while both sides reconnect and resume the
+    /// session, with every reliable message delivered once and in order (docs/PROTOCOL.md §7.9;
+    /// peers of this library from 0.2 on, over an encrypted connection). The app hears nothing
+    /// unless the grace passes. `.zero` turns recovery off: a lost link ends the peer at once.
+    public var linkRecoveryGrace: Duration = .seconds(10)
     /// Largest `.unreliable` message sent as one sealed datagram, at most 65,471 bytes. Larger
     /// ones (up to 16 MiB) go over the peer's connection instead, and are dropped for a peer
     /// whose send queue is full: Apple sets no size limit on unreliable messages.

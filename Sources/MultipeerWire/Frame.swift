@@ -15,6 +15,10 @@ public enum Frame: Hashable, Sendable {
     /// The dialer's commitment to its pairing nonce (docs/PROTOCOL.md §7.3).
     case pairingCommit(SHA256Digest)
     case pairingNonce(PairingNonce)
+    /// Version 2: the first frame after HELLO on a resumption connection (docs/PROTOCOL.md §7.9).
+    case resume(ResumeProof)
+    /// Version 2: how many of the peer's reliable messages the sender has delivered (§7.9).
+    case acknowledge(delivered: UInt64)
     case message(ByteBuffer, isEnd: Bool)
     case streamOpen(channel: UInt32, name: String)
     case streamData(channel: UInt32, ByteBuffer)
@@ -40,6 +44,8 @@ public enum Frame: Hashable, Sendable {
         case .pong: .pong
         case .pairingCommit: .pairingCommit
         case .pairingNonce: .pairingNonce
+        case .resume: .resume
+        case .acknowledge: .acknowledge
         case .message: .message
         case .streamOpen: .streamOpen
         case .streamData: .streamData
@@ -57,7 +63,7 @@ public enum Frame: Hashable, Sendable {
 
     public var channel: UInt32 {
         switch self {
-        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message,
+        case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message, .resume, .acknowledge,
             .pairingCommit, .pairingNonce:
             0
         case .streamOpen(let channel, _), .streamData(let channel, _), .streamClose(let channel),
@@ -82,7 +88,8 @@ public enum Frame: Hashable, Sendable {
         case .invitation(let invitation): invitation.encodedLength
         case .meshIntroduction(let introduction): introduction.encodedLength
         case .goodbye, .streamReset, .resourceCancel: 2
-        case .ping, .pong, .resourceAccept: 8
+        case .ping, .pong, .resourceAccept, .acknowledge: 8
+        case .resume: ResumeProof.encodedLength
         case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload): payload.readableBytes
         case .streamOpen(_, let name): 1 + name.utf8.count
         case .streamClose, .resourceReceived: 0
@@ -130,6 +137,10 @@ public enum Frame: Hashable, Sendable {
         case .ping(let opaque), .pong(let opaque): buffer.writeInteger(opaque)
         case .pairingCommit(let digest): buffer.writeBytes(digest.bytes)
         case .pairingNonce(let nonce): buffer.writeBytes(nonce.bytes)
+        case .resume(let resume):
+            buffer.writeBytes(resume.proof)
+            buffer.writeInteger(resume.delivered)
+        case .acknowledge(let delivered): buffer.writeInteger(delivered)
         case .message, .streamData, .resourceChunk: break  // the bulk payload goes last
         case .streamOpen(_, let name): buffer.writeString8(name)
         case .streamClose: break
@@ -190,6 +201,11 @@ public enum Frame: Hashable, Sendable {
         case .pairingNonce:
             let bytes = try payload.readWireSlice(length: PairingNonce.byteCount, "PAIRING_NONCE")
             frame = .pairingNonce(try PairingNonce(bytes: bytes.readableBytesView))
+        case .resume:
+            let proof = try payload.readWireSlice(length: ResumeProof.proofLength, "RESUME proof")
+            frame = .resume(try ResumeProof(proof: proof.readableBytesView, delivered: try payload.readWireInteger("RESUME delivered")))
+        case .acknowledge:
+            frame = .acknowledge(delivered: try payload.readWireInteger("ACK delivered"))
         case .message:
             frame = .message(payload.readSlice(length: payload.readableBytes)!, isEnd: header.flags & FrameFlags.endOfMessage != 0)
         case .streamOpen:

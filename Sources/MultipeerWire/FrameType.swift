@@ -10,6 +10,9 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     case pong = 0x08
     case pairingCommit = 0x09
     case pairingNonce = 0x0A
+    /// Version 2 (docs/PROTOCOL.md §7.9).
+    case resume = 0x0B
+    case acknowledge = 0x0C
     case message = 0x10
     case streamOpen = 0x20
     case streamData = 0x21
@@ -38,13 +41,22 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     public var channelRule: ChannelRule {
         switch self {
         case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message,
-            .pairingCommit, .pairingNonce:
+            .pairingCommit, .pairingNonce, .resume, .acknowledge:
             .connection
         case .streamOpen, .streamData, .streamClose, .streamReset, .resourceOffer, .resourceChunk,
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
             .channel
         case .windowUpdate:
             .any
+        }
+    }
+
+    /// The first protocol version that has this frame type; a connection of an earlier version
+    /// treats it as a violation.
+    public var sinceVersion: UInt8 {
+        switch self {
+        case .resume, .acknowledge: 2
+        default: 1
         }
     }
 
@@ -64,7 +76,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .invitation: 6...6 + WireLimits.maxInvitationContext
         case .meshIntroduction: MeshIntroduction.minEncodedLength...MeshIntroduction.maxEncodedLength
         case .goodbye, .streamReset, .resourceCancel: 2...2
-        case .ping, .pong, .resourceAccept: 8...8
+        case .ping, .pong, .resourceAccept, .acknowledge: 8...8
+        case .resume: ResumeProof.encodedLength...ResumeProof.encodedLength
         case .message: 0...WireLimits.maxFramePayload
         case .streamOpen: 1...1 + WireLimits.maxChannelNameBytes
         case .streamData, .resourceChunk: 1...WireLimits.maxFramePayload

@@ -7,8 +7,13 @@ public struct Hello: Hashable, Sendable {
         case connectionData = 1
         case invitation = 2
         case meshIntroduction = 3
+        /// Version 2: resuming a suspended member (docs/PROTOCOL.md §7.9).
+        case resumption = 4
 
-        var carriesToken: Bool { self == .connectionData || self == .meshIntroduction }
+        var carriesToken: Bool { self == .connectionData || self == .meshIntroduction || self == .resumption }
+
+        /// The first protocol version that has this purpose.
+        public var sinceVersion: UInt8 { self == .resumption ? 2 : 1 }
     }
 
     /// Bytes before the peer ID.

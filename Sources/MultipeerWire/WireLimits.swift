@@ -1,6 +1,8 @@
 /// Every number of the wire protocol (docs/PROTOCOL.md §10), in one place.
 public enum WireLimits {
     public static let protocolVersion: UInt8 = 1
+    /// The highest version this implementation speaks: 2 adds link recovery (§7.9).
+    public static let maxProtocolVersion: UInt8 = 2
     public static let preambleLength = 8
     public static let frameHeaderLength = 12
     public static let maxFramePayload = 65_536

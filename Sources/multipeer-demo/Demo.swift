@@ -19,6 +19,9 @@
 //   multipeer-demo assistant INTERFACE
 //                                  (for tests, inside a network namespace) the advertiser assistant
 //                                  and the browser model, one OK/FAIL line each
+//   multipeer-demo chatter first|second COUNT INTERVAL-MS
+//                                  (for tests, inside network namespaces) one side of a chat whose
+//                                  link the test breaks: see RecoveryModes.swift
 //   multipeer-demo sink PEERID COUNT
 //                                  (for tests) the same, with an application that takes no
 //                                  message until a line arrives on standard input, then checks
@@ -42,6 +45,10 @@ struct Demo {
                     guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 else { fail("setrlimit failed") }
                 }
                 try await servePeer(forHex: arguments[1])
+            } else if arguments.first == "chatter", arguments.count == 4, ["first", "second"].contains(arguments[1]),
+                let count = Int(arguments[2]), let interval = Int(arguments[3])
+            {
+                try await chatter(first: arguments[1] == "first", count: count, interval: interval)
             } else if arguments.first == "sink", arguments.count == 3, let count = Int(arguments[2]) {
                 try await serveSink(forHex: arguments[1], expecting: count)
             } else if arguments.first == "advertise", arguments.count >= 4 {

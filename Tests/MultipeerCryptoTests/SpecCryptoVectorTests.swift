@@ -66,4 +66,22 @@ struct SpecCryptoVectorTests {
         let commitFrame = try #require(vectors["frame-pairing-commit"])
         #expect(Array(commitFrame.suffix(32)) == PairingCode.commitment(to: nonce))
     }
+
+    /// §7.9: each side's resumption proof, and that a proof checks only for its own role and binding.
+    @Test func theResumptionProofsAreTheSpecs() throws {
+        let keys = ResumptionKeys(id: Array(0x60..<0x70), key: SecureBytes(copying: Array(UInt8(0xC0)..<0xE0)))
+        let binding = SecureBytes(copying: Array(UInt8(0x40)..<0x60))
+        for (role, name) in [(ResumptionKeys.Role.dialer, "resumption-proof-dialer"), (.listener, "resumption-proof-listener")] {
+            let expected = try #require(vectors[name])
+            #expect(try keys.proof(by: role, binding: binding).withUnsafeBytes { Array($0) } == expected)
+            #expect(keys.verify(expected, by: role, binding: binding))
+        }
+        let dialerProof = try #require(vectors["resumption-proof-dialer"])
+        #expect(!keys.verify(dialerProof, by: .listener, binding: binding))
+        #expect(!keys.verify(dialerProof, by: .dialer, binding: SecureBytes(copying: Array(UInt8(0x41)..<0x61))))
+        #expect(!keys.verify(Array(dialerProof.dropLast()), by: .dialer, binding: binding))
+        // RESUME carries the dialer's proof.
+        let resume = try #require(vectors["frame-resume"])
+        #expect(Array(resume.dropFirst(WireLimits.frameHeaderLength).prefix(32)) == dialerProof)
+    }
 }

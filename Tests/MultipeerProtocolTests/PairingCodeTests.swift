@@ -88,9 +88,10 @@ struct PairingCodeTests {
         let nonce = try PairingNonce(bytes: [UInt8](repeating: 5, count: 32))
         let other = try PairingNonce(bytes: [UInt8](repeating: 6, count: 32))
         let commitment = try SHA256Digest(bytes: PairingCode.commitment(to: nonce.bytes))
-        let preamble = try Preamble(encryptionPreference: .none, hasIdentity: false)
+        let preamble = try Preamble(maxVersion: WireLimits.maxProtocolVersion, encryptionPreference: .none, hasIdentity: false)
         let hello = try Hello(
-            purpose: .connectionData, preambleEcho: Hello.echo(dialer: preamble, listener: preamble), token: Bytes16(high: 1, low: 2),
+            version: WireLimits.maxProtocolVersion, purpose: .connectionData,
+            preambleEcho: Hello.echo(dialer: preamble, listener: preamble), token: Bytes16(high: 1, low: 2),
             listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: alicePeer)
         for frames in [
             [Frame.hello(hello), .pairingNonce(nonce)],

@@ -23,7 +23,8 @@ struct ScriptedConnection {
         machine = try ConnectionStateMachine(configuration: ConnectionConfiguration(
             role: machineIsListener ? .listener : .dialer, localPeer: local, encryptionPreference: .none,
             tls: try TLSContext(identity: nil)))
-        let preamble = try Preamble(encryptionPreference: .none, hasIdentity: false)
+        // The scripted peer speaks the machine's highest version, as a peer of this release does.
+        let preamble = try Preamble(maxVersion: WireLimits.maxProtocolVersion, encryptionPreference: .none, hasIdentity: false)
         _ = machine.start()  // a dialer's preamble, which is no frame
         var bytes = ByteBuffer()
         preamble.encode(into: &bytes)
@@ -32,7 +33,7 @@ struct ScriptedConnection {
         if machineIsListener, case .send = actions.first { actions.removeFirst() }
         apply(actions)
         let hello = try Hello(
-            purpose: machineIsListener ? .connectionData : .answer, preambleEcho: Hello.echo(dialer: preamble, listener: preamble),
+            version: WireLimits.maxProtocolVersion, purpose: machineIsListener ? .connectionData : .answer, preambleEcho: Hello.echo(dialer: preamble, listener: preamble),
             listenPort: 0, datagramPort: 0, datagramReceiverID: 0, peerID: peer)
         // The pairing exchange (docs/PROTOCOL.md §7.3), with a fixed nonce for the scripted peer.
         let nonce = try PairingNonce(bytes: [UInt8](repeating: 7, count: 32))

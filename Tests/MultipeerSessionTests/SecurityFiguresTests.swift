@@ -44,12 +44,24 @@ import Testing
             "A kept partial lives \(channels.resumeLifetime.nanoseconds / 60_000_000_000) minutes (`resumeLifetime`)",
             "the cache keeps \(TrustEvaluationCache.capacity) entries (`TrustEvaluationCache.capacity`)",
             "outlives the last session that held it by \(TLSContext.defaultSharedContextGrace.components.seconds) s (`TLSContext.sharedContextGrace`)",
-        ] + Self.recordLayerSentences
+        ] + Self.recordLayerSentences + Self.recoverySentences
         #expect(!Self.document.isEmpty, "SECURITY.md not found")
         for sentence in sentences {
             let found = Self.document.contains(sentence)
             #expect(found, "SECURITY.md lacks: \(sentence)")
         }
+    }
+
+    /// "Link recovery": what a suspended member and its acknowledgements cost.
+    static var recoverySentences: [String] {
+        let policy = RecoveryPolicy()
+        return [
+            "each with \(DeliveryLedger.entryCharge) bytes more than its length",
+            "acknowledges at least every \(DeliveryLedger.acknowledgementMessages) messages or \(DeliveryLedger.acknowledgementBytes >> 10) KiB, or \(policy.acknowledgementDelay.nanoseconds / 1_000_000) ms after a delivery",
+            "once the grace period (\(policy.grace.nanoseconds / 1_000_000_000) s by default)",
+            "each connect attempt bounded at \(DialPlan.resumptionConnectTimeout.nanoseconds / 1_000_000_000) s",
+            "it dials at most once a second after its first \(policy.redialDelays.count) tries",
+        ]
     }
 
     /// "The TLS record layer": tested releases, the switch and the limits of both layers.

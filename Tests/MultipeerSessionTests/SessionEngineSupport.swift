@@ -30,6 +30,7 @@ final class EngineProbe: Sendable {
         channels: ChannelConfiguration = ChannelConfiguration(),
         segmentationOffload: Bool = true,
         maximumUndeliveredBytes: Int = 8 << 20,
+        maximumQueuedBytes: Int = 32 << 20,
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
@@ -38,7 +39,8 @@ final class EngineProbe: Sendable {
         engine = SessionEngine(
             configuration: SessionEngineConfiguration(
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
-                listenHost: "127.0.0.1", keepalive: keepalive, maximumUndeliveredBytesPerPeer: maximumUndeliveredBytes,
+                listenHost: "127.0.0.1", keepalive: keepalive, maximumQueuedBytesPerPeer: maximumQueuedBytes,
+                maximumUndeliveredBytesPerPeer: maximumUndeliveredBytes,
                 channels: channels, datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) },

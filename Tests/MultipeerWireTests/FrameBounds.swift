@@ -21,6 +21,8 @@ enum FrameBounds {
         case .pairingCommit: .pairingCommit(try! SHA256Digest(bytes: [UInt8](repeating: 1, count: 32)))
         case .pairingNonce: .pairingNonce(try! PairingNonce(bytes: [UInt8](repeating: 2, count: 32)))
         case .pong: .pong(0)
+        case .resume: .resume(try! ResumeProof(proof: [UInt8](repeating: 3, count: 32), delivered: 0))
+        case .acknowledge: .acknowledge(delivered: 0)
         case .message: .message(ByteBuffer(), isEnd: true)
         case .streamOpen: .streamOpen(channel: 1, name: "")
         case .streamData: .streamData(channel: 1, ByteBuffer(bytes: [0]))

@@ -179,7 +179,7 @@ struct FrameLimitTests {
     @Test func helloFieldRulesAreEnforced() throws {
         let valid = try encoded(FrameBounds.smallest(.hello))
         var badPurpose = valid
-        badPurpose[12 + 1] = 4
+        badPurpose[12 + 1] = 5
         expectError(.invalidValue, badPurpose)
         var reserved = valid
         reserved[12 + 3] = 1

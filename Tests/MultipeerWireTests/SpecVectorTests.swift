@@ -30,6 +30,12 @@ struct SpecVectorTests {
             listenPort: 50001, datagramPort: 50002, datagramReceiverID: 0x0102_0304, peerID: alice)),
         "frame-hello-answer": .hello(try! Hello(
             purpose: .answer, preambleEcho: echo, listenPort: 50003, datagramPort: 0, datagramReceiverID: 0, peerID: bob)),
+        "frame-hello-resumption": .hello(try! Hello(
+            version: 2, purpose: .resumption, preambleEcho: echo, token: Bytes16(bytes: Array(0x60..<0x70))!,
+            listenPort: 50001, datagramPort: 50002, datagramReceiverID: 0x0102_0304, peerID: alice)),
+        "frame-resume": .resume(try! ResumeProof(
+            proof: hexBytes("4d90500045b61a797eea12b9780f1876e598941e9554d802b3b48dd3d1ec6c32"), delivered: 0x0102_0304_0506_0708)),
+        "frame-acknowledge": .acknowledge(delivered: 0x0102_0304_0506_0708),
         "frame-trust-accepted": .trust(.accepted),
         "frame-invitation": .invitation(try! Invitation(timeoutMilliseconds: 30_000, context: buffer("game=1"))),
         "frame-invitation-response-declined": .invitationResponse(try! InvitationAnswer(.declined)),
@@ -145,7 +151,7 @@ struct SpecVectorTests {
             "preamble-optional-identity", "preamble-required-identity", "preamble-none-no-identity",
             "peer-id-alice", "connection-data-alice-for-bob", "datagram-header-sealed",
             // Checked by MultipeerCryptoTests (SpecCryptoVectorTests).
-            "datagram-sealed-hello", "pairing-code-digest",
+            "datagram-sealed-hello", "pairing-code-digest", "resumption-proof-dialer", "resumption-proof-listener",
         ])
         #expect(Set(spec.vectors.keys) == used)
     }

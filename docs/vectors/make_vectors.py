@@ -7,6 +7,7 @@ Run: python3 docs/vectors/make_vectors.py   (rewrites the block in PROTOCOL.md; 
 datagram needs PyNaCl: pip install PyNaCl)
 """
 import hashlib
+import hmac
 import pathlib
 import struct
 
@@ -46,8 +47,8 @@ def alice_for_bob():
             + bytes([2]) + endpoint_v4(127, 0, 0, 1, 50001) + endpoint_v6_loopback(50001))
 
 
-def hello(purpose, token, listen, dport, rid, pid):
-    return (bytes([1, purpose]) + b"\x00\x00" + DIALER + LISTENER + token
+def hello(purpose, token, listen, dport, rid, pid, version=1):
+    return (bytes([version, purpose]) + b"\x00\x00" + DIALER + LISTENER + token
             + struct.pack(">HHI", listen, dport, rid) + pid)
 
 
@@ -69,6 +70,16 @@ def pairing_digest():
 def pairing_code():
     digits = f"{int.from_bytes(pairing_digest(), 'big') % 1_000_000:06d}"
     return digits[:3] + " " + digits[3:]
+
+
+# §7.9: the old session's resumption key and the new connection's binding export.
+RESUMPTION_KEY = bytes(range(0xC0, 0xE0))
+RESUMPTION_BINDING = bytes(range(0x40, 0x60))
+RESUMPTION_ID = bytes(range(0x60, 0x70))
+
+
+def resumption_proof(role):
+    return hmac.new(RESUMPTION_KEY, b"MPCP resume v2" + bytes([role]) + RESUMPTION_BINDING, hashlib.sha256).digest()
 
 
 DATAGRAM_KEY = bytes(range(0xA0, 0xC0))
@@ -108,6 +119,14 @@ VECTORS = [
     ("frame-pairing-commit", "PAIRING_COMMIT: the commitment to the nonce 00 01 … 1f, SHA-256(\"mpcp pairing commit v1\" || nonce).",
      frame(0x09, hashlib.sha256(b"mpcp pairing commit v1" + bytes(range(32))).digest())),
     ("frame-pairing-nonce", "PAIRING_NONCE: the nonce 00 01 … 1f.", frame(0x0A, bytes(range(32)))),
+    ("frame-hello-resumption",
+     "HELLO from alice (dialer), version 2, purpose 4 (resumption), the same echo, the resumption ID 60..6f as token, "
+     "listenPort 50001, datagramPort 50002, receiver ID 0x01020304.",
+     frame(0x01, hello(4, RESUMPTION_ID, 50001, 50002, 0x01020304, peer_id(ALICE_ID, "alice"), version=2))),
+    ("frame-resume",
+     "RESUME (version 2): the dialer's proof of the resumption-proof-dialer vector, delivered 0x0102030405060708.",
+     frame(0x0B, resumption_proof(0) + bytes(range(1, 9)))),
+    ("frame-acknowledge", "ACK (version 2): delivered 0x0102030405060708.", frame(0x0C, bytes(range(1, 9)))),
     ("frame-ping", "PING 0x0102030405060708.", frame(0x07, bytes(range(1, 9)))),
     ("frame-pong", "PONG 0x0102030405060708.", frame(0x08, bytes(range(1, 9)))),
     ("frame-message-end", "MESSAGE \"hello\" with END: a whole one-fragment message.",
@@ -139,6 +158,11 @@ VECTORS = [
      "A whole sealed datagram: that header, the message \"hello\", sealed with key a0..bf "
      "(XChaCha20-Poly1305-IETF, nonce 00 x 12 then epoch and counter, the header as associated data).",
      sealed_datagram()),
+    ("resumption-proof-dialer",
+     "The dialer's resumption proof (§7.9): HMAC-SHA256 with the key c0..df over \"MPCP resume v2\", the role 0 "
+     "and the binding 40..5f.",
+     resumption_proof(0)),
+    ("resumption-proof-listener", "The same for the listener (role 1).", resumption_proof(1)),
     ("pairing-code-digest",
      "The first 8 bytes of the pairing code's SHA-256 (§7.3) for dialer alice (00..0f) and listener bob (f0..ff), "
      "exporter value 80..9f, dialer nonce 00..1f (commitment as in frame-pairing-commit), listener nonce 20..3f; "

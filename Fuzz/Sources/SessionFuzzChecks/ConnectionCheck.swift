@@ -196,9 +196,10 @@ struct ConnectionHarness {
         mine = MachineObserver(name: machineIsListener ? "listener" : "dialer")
         theirs = MachineObserver(name: machineIsListener ? "counterpart dialer" : "counterpart listener")
 
+        // The preambles both machines send: this release's version range.
         let echo = Hello.echo(
-            dialer: try! Preamble(encryptionPreference: dialer.encryptionPreference, hasIdentity: false),
-            listener: try! Preamble(encryptionPreference: listener.encryptionPreference, hasIdentity: false))
+            dialer: try! Preamble(maxVersion: dialer.maxProtocolVersion, encryptionPreference: dialer.encryptionPreference, hasIdentity: false),
+            listener: try! Preamble(maxVersion: listener.maxProtocolVersion, encryptionPreference: listener.encryptionPreference, hasIdentity: false))
         let (local, remote) = machineIsListener ? (listenerPeer, dialerPeer) : (dialerPeer, listenerPeer)
         builder = FrameBuilder(echo: echo, localPeer: local, remotePeer: remote)
         counterpartBuilder = FrameBuilder(echo: echo, localPeer: remote, remotePeer: local)

@@ -13,7 +13,7 @@ struct FrameBuilder {
     /// nil when the chosen fields break a rule the payload types check on their own.
     func frame(_ input: inout FuzzInput) -> Frame? {
         let type = input.byte()
-        switch type % 22 {
+        switch type % 24 {
         case 0: return hello(&input)
         case 1: return TrustDecision(rawValue: input.byte() % 4).map(Frame.trust)
         case 2:
@@ -54,14 +54,19 @@ struct FrameBuilder {
         case 20:
             let bytes = input.take(32)
             return (try? PairingNonce(bytes: bytes + [UInt8](repeating: 0, count: 32 - bytes.count))).map(Frame.pairingNonce)
+        case 22:
+            let proof = input.take(32)
+            return (try? ResumeProof(proof: proof + [UInt8](repeating: 0, count: 32 - proof.count), delivered: input.integer())).map(Frame.resume)
+        case 23: return .acknowledge(delivered: input.bool() ? UInt64(input.byte()) : input.integer())
         default: return .resourceReceived(channel: channel(&input))
         }
     }
 
     private func hello(_ input: inout FuzzInput) -> Frame? {
         let flags = input.byte()
-        let version = flags & 1 == 0 ? WireLimits.protocolVersion : input.byte()
-        guard let purpose = Hello.Purpose(rawValue: input.byte() % 4) else { return nil }
+        // Both sides offer the highest version, so that is the negotiated one.
+        let version = flags & 1 == 0 ? WireLimits.maxProtocolVersion : input.byte()
+        guard let purpose = Hello.Purpose(rawValue: input.byte() % 5) else { return nil }
         let echo = flags & 2 == 0 ? echo : Bytes16(high: input.integer(), low: input.integer())
         let token = flags & 4 == 0 ? Bytes16.zero : Bytes16(high: input.integer(), low: input.integer())
         let peer = switch flags >> 3 & 3 {

@@ -9,7 +9,33 @@ package struct ConnectionConfiguration: Sendable {
     /// The session's answer to a dialer's HELLO (`ConnectionAction.admissionRequested`), before trust is asked.
     package enum Admission: Sendable, Equatable {
         case admit
+        /// A HELLO with purpose `resumption` named a suspended member (docs/PROTOCOL.md §7.9).
+        case resume(ResumptionGrant)
         case refuse(GoodbyeReason)
+    }
+
+    /// What resuming a suspended member needs from its old session: its keys, how many of the
+    /// peer's messages we delivered, and the peer's leaf certificate (nil: it had no identity),
+    /// which the new connection must show again.
+    package struct ResumptionGrant: Sendable, Hashable {
+        package let keys: ResumptionKeys
+        package let delivered: UInt64
+        package let peerCertificateFingerprint: [UInt8]?
+
+        package init(keys: ResumptionKeys, delivered: UInt64, peerCertificateFingerprint: [UInt8]?) {
+            self.keys = keys
+            self.delivered = delivered
+            self.peerCertificateFingerprint = peerCertificateFingerprint
+        }
+
+        package static func == (lhs: Self, rhs: Self) -> Bool {
+            lhs.keys === rhs.keys && lhs.delivered == rhs.delivered && lhs.peerCertificateFingerprint == rhs.peerCertificateFingerprint
+        }
+
+        package func hash(into hasher: inout Hasher) {
+            hasher.combine(ObjectIdentifier(keys))
+            hasher.combine(delivered)
+        }
     }
 
     package var role: Role
@@ -32,6 +58,11 @@ package struct ConnectionConfiguration: Sendable {
     package var expectedCertificateFingerprint: SHA256Digest?
     /// Dialer with purpose `invitation`: the INVITATION sent right after HELLO (docs/PROTOCOL.md §7.2).
     package var invitation: Invitation?
+    /// Dialer with purpose `resumption`: the suspended member's old session (its keys' ID is the
+    /// token); `expectedPeer` and `expectedCertificateFingerprint` name the peer as it was.
+    package var resumption: ResumptionGrant?
+    /// The highest protocol version this side offers in its preamble (docs/PROTOCOL.md §3, §13).
+    package var maxProtocolVersion: UInt8 = WireLimits.maxProtocolVersion
     /// Hears what TLS has to say once per process (the record layer guard's verdict).
     package var logger: Logger
     /// Fresh random bytes (the pairing nonce); the system's CSPRNG unless a test injects its own.
@@ -58,6 +89,7 @@ package struct ConnectionConfiguration: Sendable {
         expectedPeer: Bytes16? = nil,
         expectedCertificateFingerprint: SHA256Digest? = nil,
         invitation: Invitation? = nil,
+        resumption: ResumptionGrant? = nil,
         logger: Logger = Logger(label: "MultipeerProtocol", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.role = role
@@ -73,6 +105,7 @@ package struct ConnectionConfiguration: Sendable {
         self.expectedPeer = expectedPeer
         self.expectedCertificateFingerprint = expectedCertificateFingerprint
         self.invitation = invitation
+        self.resumption = resumption
         self.logger = logger
     }
 

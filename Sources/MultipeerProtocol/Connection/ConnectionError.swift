@@ -106,6 +106,10 @@ package struct ConnectionError: Error, Hashable, Sendable, CustomStringConvertib
 
     package var code: Code { kind.code }
 
+    /// The link was lost without either side ending it (no GOODBYE): what link recovery
+    /// recovers from (docs/PROTOCOL.md §7.9).
+    package var isLinkLoss: Bool { code == .connectionClosed || code == .peerUnresponsive }
+
     /// What we tell the peer in GOODBYE, when the phase allows one.
     var goodbyeReason: GoodbyeReason {
         switch kind.code {

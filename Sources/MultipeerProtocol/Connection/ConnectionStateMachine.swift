@@ -23,6 +23,12 @@ package struct EstablishedConnection: Sendable {
     package let isEncrypted: Bool
     package let protocolVersion: UInt8
     package let cipherSuite: String?
+    /// Version 2 over TLS: what this connection leaves for resuming the member after it
+    /// (docs/PROTOCOL.md §7.9); nil on earlier versions and in plaintext.
+    package let resumptionKeys: ResumptionKeys?
+    /// A resumption connection: how many of our messages the peer delivered in the session it
+    /// resumed; nil on a new member's connection.
+    package let resumedPeerDelivered: UInt64?
 }
 
 /// An invitation, as the advertiser's application is asked (docs/PROTOCOL.md §7.2).
@@ -92,6 +98,13 @@ package struct ConnectionStateMachine {
         var peerAccepted = false
     }
 
+    /// A resumption connection after HELLO: waiting for the peer's RESUME (docs/PROTOCOL.md §7.9).
+    private struct Resuming {
+        let session: Session
+        let peerHello: Hello
+        let grant: ConnectionConfiguration.ResumptionGrant
+    }
+
     private enum State {
         case idle
         case awaitingPreamble(ByteBuffer)
@@ -102,6 +115,7 @@ package struct ConnectionStateMachine {
         case admitting(Session, peerHello: Hello)
         case pairing(Pairing)
         case trusting(Trust)
+        case resuming(Resuming)
         case connected(Session, peerHello: Hello)
         /// An invitation connection after HELLO: the listener waiting for INVITATION and then for
         /// its application; the dialer waiting for INVITATION_RESPONSE (docs/PROTOCOL.md §7.2).
@@ -135,7 +149,9 @@ package struct ConnectionStateMachine {
     package init(configuration: ConnectionConfiguration) throws(WireError) {
         self.configuration = configuration
         channels = ChannelTable(weAreDialer: configuration.role == .dialer)
-        localPreamble = try Preamble(encryptionPreference: configuration.encryptionPreference, hasIdentity: configuration.hasIdentity)
+        localPreamble = try Preamble(
+            maxVersion: configuration.maxProtocolVersion, encryptionPreference: configuration.encryptionPreference,
+            hasIdentity: configuration.hasIdentity)
         pairingNonce = try PairingNonce(bytes: configuration.randomBytes(PairingNonce.byteCount))
     }
 
@@ -155,7 +171,7 @@ package struct ConnectionStateMachine {
         case .idle, .awaitingPreamble, .modifying: 0
         case .tlsHandshake: 1
         case .awaitingHello, .admitting, .pairing: 2
-        case .trusting, .invitation: 3
+        case .trusting, .invitation, .resuming: 3
         case .connected, .closed: 4
         }
     }
@@ -173,6 +189,7 @@ package struct ConnectionStateMachine {
             session.transport.engine
         case .pairing(let pairing): pairing.session.transport.engine
         case .trusting(let trust): trust.session.transport.engine
+        case .resuming(let resuming): resuming.session.transport.engine
         case .idle, .awaitingPreamble, .closed, .modifying: nil
         }
     }
@@ -214,6 +231,8 @@ package struct ConnectionStateMachine {
             return openAndProcess(bytes, transport: pairing.session.transport)
         case .trusting(let trust):
             return openAndProcess(bytes, transport: trust.session.transport)
+        case .resuming(let resuming):
+            return openAndProcess(bytes, transport: resuming.session.transport)
         }
     }
 
@@ -271,6 +290,10 @@ package struct ConnectionStateMachine {
     /// Keepalive found the peer silent for the dead-peer deadline.
     package mutating func peerUnresponsive() -> [ConnectionAction] {
         if case .closed = state { return [] }
+        // Version 2: lost, not ended, so that the session may be resumed (§7.7, §7.9).
+        if case .connected(let session, _) = state, session.negotiated.version >= Hello.Purpose.resumption.sinceVersion {
+            return closeTransport(session.transport, ConnectionError(.peerUnresponsive))
+        }
         return fail(ConnectionError(.peerUnresponsive))
     }
 
@@ -307,9 +330,11 @@ package struct ConnectionStateMachine {
     package mutating func send(_ frame: Frame, coalescing: Bool = false) throws(SendRefusal) -> [ConnectionAction] {
         guard case .connected(let session, _) = state else { throw .notConnected }
         switch frame.type {
-        case .hello, .trust, .invitation, .invitationResponse, .pong, .pairingCommit, .pairingNonce:
+        case .hello, .trust, .invitation, .invitationResponse, .pong, .pairingCommit, .pairingNonce, .resume:
             throw .unsupported(frame.type)
-        case .goodbye, .ping, .message, .meshIntroduction:
+        case .acknowledge where session.negotiated.version < FrameType.acknowledge.sinceVersion:
+            throw .unsupported(frame.type)
+        case .goodbye, .ping, .message, .meshIntroduction, .acknowledge:
             break
         case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
@@ -366,7 +391,8 @@ package struct ConnectionStateMachine {
             return [.close(ConnectionError(.encryptionIncompatible))]
         case .plaintext(let version):
             // A pinned listener must show its certificate; in the clear our HELLO would give the token away.
-            if configuration.expectedCertificateFingerprint != nil {
+            // Resuming needs the old session's keys, which only TLS has (§7.9).
+            if configuration.expectedCertificateFingerprint != nil || configuration.resumption != nil {
                 state = .closed
                 return [.close(ConnectionError(.certificateMismatch))]
             }
@@ -435,6 +461,17 @@ package struct ConnectionStateMachine {
             return fail(ConnectionError(.protocolViolation(error)))
         }
         var actions = sendFrame(.hello(hello), over: session.transport)
+        if configuration.role == .dialer, configuration.purpose == .resumption {
+            // No pairing or trust step: the proof stands for both (§7.9).
+            guard let grant = configuration.resumption, session.negotiated.version >= Hello.Purpose.resumption.sinceVersion,
+                let resume = resumeFrame(grant, session)
+            else {
+                return actions + fail(ConnectionError(.protocolViolation(WireError(.invalidValue, "a resumption dial without its session"))))
+            }
+            actions += sendFrame(resume, over: session.transport)
+            actions += openAndProcess(leftover, transport: session.transport)
+            return actions
+        }
         if configuration.role == .dialer, configuration.purpose != .invitation {
             // Committed to before the listener's nonce can be known (§7.3).
             let commitment = try! SHA256Digest(bytes: PairingCode.commitment(to: pairingNonce.bytes))
@@ -485,6 +522,9 @@ package struct ConnectionStateMachine {
     }
 
     private mutating func handle(_ frame: Frame) -> [ConnectionAction] {
+        if let version = frameTransportSession?.negotiated.version, frame.type.sinceVersion > version {
+            return violation("\(frame.type) on a version \(version) connection")
+        }
         switch state {
         case .awaitingHello(let session):
             switch frame {
@@ -529,6 +569,13 @@ package struct ConnectionStateMachine {
             default:
                 return handshakeControl(frame, over: trust.session.transport, phase: "before both sides accepted each other")
             }
+        case .resuming(let resuming):
+            switch frame {
+            case .resume(let resume):
+                return resumed(resuming, peerResume: resume)
+            default:
+                return handshakeControl(frame, over: resuming.session.transport, phase: "before RESUME")
+            }
         case .invitation(let session, let peerHello, let received):
             switch frame {
             case .invitation(let invitation) where configuration.role == .listener && !received:
@@ -544,14 +591,14 @@ package struct ConnectionStateMachine {
             }
         case .connected(let session, _):
             switch frame {
-            case .hello, .trust, .invitation, .invitationResponse, .pairingCommit, .pairingNonce:
+            case .hello, .trust, .invitation, .invitationResponse, .pairingCommit, .pairingNonce, .resume:
                 return violation("\(frame.type) after the handshake")
             case .ping(let opaque):
                 return reply(.pong(opaque), over: session.transport)
             case .goodbye(let reason):
                 state = .closed
                 return [.close(ConnectionError(.peerSaidGoodbye(reason)))]
-            case .message, .meshIntroduction, .pong:
+            case .message, .meshIntroduction, .pong, .acknowledge:
                 return [.deliver(frame)]
             case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
                 .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
@@ -586,6 +633,9 @@ package struct ConnectionStateMachine {
         guard hello.peerID.identifier != configuration.localPeer.identifier else {
             return violation("the peer uses our own peer identifier")
         }
+        guard hello.purpose.sinceVersion <= session.negotiated.version else {
+            return violation("HELLO purpose \(hello.purpose) on a version \(session.negotiated.version) connection")
+        }
         switch configuration.role {
         case .dialer:
             guard hello.purpose == .answer else { return violation("a listener's HELLO must have purpose answer") }
@@ -606,15 +656,63 @@ package struct ConnectionStateMachine {
     /// goes on with the frames that waited.
     package mutating func admitted(_ admission: ConnectionConfiguration.Admission) -> [ConnectionAction] {
         guard case .admitting(let session, let hello) = state else { return [] }
-        if case .refuse(let reason) = admission {
+        let actions: [ConnectionAction]
+        switch admission {
+        case .refuse(let reason):
             return fail(ConnectionError(.notAdmitted(reason)))
+        case .resume(let grant):
+            actions = beginResuming(grant, hello, session)
+        case .admit:
+            guard hello.purpose != .resumption else { return fail(ConnectionError(.notAdmitted(.unknownToken))) }
+            actions = afterHello(hello, session)
         }
-        let actions = afterHello(hello, session)
         if isClosed { return actions }
         return actions + openAndProcess(ByteBuffer(), transport: session.transport)
     }
 
+    /// Listener: the session found the member this HELLO resumes. The peer must show the same
+    /// certificate as before; then our RESUME goes, and the peer's is awaited (§7.9).
+    private mutating func beginResuming(
+        _ grant: ConnectionConfiguration.ResumptionGrant, _ hello: Hello, _ session: Session
+    ) -> [ConnectionAction] {
+        guard session.peerChain?.first?.sha256Fingerprint == grant.peerCertificateFingerprint,
+            let resume = resumeFrame(grant, session)
+        else { return fail(ConnectionError(.notAdmitted(.unknownToken))) }
+        state = .resuming(Resuming(session: session, peerHello: hello, grant: grant))
+        return sendFrame(resume, over: session.transport)
+    }
+
+    /// Our RESUME: the proof for our role, bound to this connection, and what we delivered.
+    private func resumeFrame(_ grant: ConnectionConfiguration.ResumptionGrant, _ session: Session) -> Frame? {
+        guard let binding = Self.resumptionBinding(session),
+            let proof = try? grant.keys.proof(by: configuration.role == .dialer ? .dialer : .listener, binding: binding),
+            let resume = try? proof.withUnsafeBytes({ bytes throws(WireError) in try ResumeProof(proof: bytes, delivered: grant.delivered) })
+        else { return nil }
+        return .resume(resume)
+    }
+
+    private static func resumptionBinding(_ session: Session) -> SecureBytes? {
+        try? session.transport.engine?.exportKeyingMaterial(
+            label: ResumptionKeys.bindingLabel, context: [], length: ResumptionKeys.bindingLength)
+    }
+
+    /// The peer's RESUME: its proof must be for its role on this very connection.
+    private mutating func resumed(_ resuming: Resuming, peerResume: ResumeProof) -> [ConnectionAction] {
+        let peerRole: ResumptionKeys.Role = configuration.role == .dialer ? .listener : .dialer
+        guard let binding = Self.resumptionBinding(resuming.session),
+            resuming.grant.keys.verify(peerResume.proof, by: peerRole, binding: binding)
+        else { return fail(ConnectionError(.notAdmitted(.unknownToken))) }
+        let session = resuming.session
+        state = .connected(session, peerHello: resuming.peerHello)
+        return [.established(established(session, peerHello: resuming.peerHello, resumedPeerDelivered: peerResume.delivered))]
+    }
+
     private mutating func afterHello(_ hello: Hello, _ session: Session) -> [ConnectionAction] {
+        if configuration.role == .dialer, configuration.purpose == .resumption, let grant = configuration.resumption {
+            // Our RESUME went with our HELLO; the listener's follows its HELLO (§7.9).
+            state = .resuming(Resuming(session: session, peerHello: hello, grant: grant))
+            return []
+        }
         // An invitation connection has no trust step: it carries the invitation and its answer (§7.2).
         let invitationConnection = configuration.role == .dialer ? configuration.purpose == .invitation : hello.purpose == .invitation
         if invitationConnection {
@@ -663,21 +761,35 @@ package struct ConnectionStateMachine {
     private mutating func establishIfBothAccepted() -> [ConnectionAction] {
         guard case .trusting(let trust) = state, trust.localAccepted, trust.peerAccepted else { return [] }
         state = .connected(trust.session, peerHello: trust.peerHello)
-        let engine = trust.session.transport.engine
-        return [.established(EstablishedConnection(
-            peer: trust.peerHello.peerID, peerHello: trust.peerHello, certificateChain: trust.session.peerChain,
-            isEncrypted: trust.session.transport.isEncrypted, protocolVersion: trust.session.negotiated.version,
-            cipherSuite: engine?.negotiatedCipherSuite))]
+        return [.established(established(trust.session, peerHello: trust.peerHello, resumedPeerDelivered: nil))]
+    }
+
+    private func established(_ session: Session, peerHello: Hello, resumedPeerDelivered: UInt64?) -> EstablishedConnection {
+        let engine = session.transport.engine
+        let version = session.negotiated.version
+        let keys = version >= Hello.Purpose.resumption.sinceVersion
+            ? engine.flatMap { engine in
+                try? ResumptionKeys(export: { (label, length) throws(SecurityError) in
+                    try engine.exportKeyingMaterial(label: label, context: [], length: length)
+                })
+            } : nil
+        return EstablishedConnection(
+            peer: peerHello.peerID, peerHello: peerHello, certificateChain: session.peerChain,
+            isEncrypted: session.transport.isEncrypted, protocolVersion: version, cipherSuite: engine?.negotiatedCipherSuite,
+            resumptionKeys: keys, resumedPeerDelivered: resumedPeerDelivered)
     }
 
     // MARK: Helpers
 
     /// The transport frames travel on, once they have begun.
-    private var frameTransport: SecureTransport? {
+    private var frameTransport: SecureTransport? { frameTransportSession?.transport }
+
+    private var frameTransportSession: Session? {
         switch state {
-        case .awaitingHello(let session), .admitting(let session, _), .connected(let session, _), .invitation(let session, _, _): session.transport
-        case .pairing(let pairing): pairing.session.transport
-        case .trusting(let trust): trust.session.transport
+        case .awaitingHello(let session), .admitting(let session, _), .connected(let session, _), .invitation(let session, _, _): session
+        case .pairing(let pairing): pairing.session
+        case .trusting(let trust): trust.session
+        case .resuming(let resuming): resuming.session
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying: nil
         }
     }
@@ -739,7 +851,7 @@ package struct ConnectionStateMachine {
         _ body: (inout FrameDecoder) throws(Failure) -> Result
     ) throws(Failure) -> Result? {
         switch state {
-        case .awaitingHello, .admitting, .trusting, .pairing, .connected, .invitation:
+        case .awaitingHello, .admitting, .trusting, .pairing, .connected, .invitation, .resuming:
             return try body(&decoder)
         case .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
             return nil

@@ -12,6 +12,8 @@ import NIOCore
 package final class SessionCore {
     package final class Link {
         let dialed: Bool
+        /// A dial whose TCP connection is up (`dialConnected`).
+        var transportUp = false
         var peer: WirePeerID?
         var plan: DialPlan?
         var attempt = 0
@@ -28,6 +30,8 @@ package final class SessionCore {
         var datagramAddress: SocketAddress?
         /// Streams and resources, once the peer is a member.
         @exclusivity(unchecked) var channels: ChannelMux?
+        /// The member's session beyond this link (version 2 over TLS, docs/PROTOCOL.md §7.9).
+        @exclusivity(unchecked) var member: RecoverableMember?
 
         init(dialed: Bool, plan: DialPlan? = nil) {
             self.dialed = dialed
@@ -46,6 +50,11 @@ package final class SessionCore {
     private var tokens = TokenTable()
     private var pending: PendingConnections<LinkID>
     private var introductions = IntroductionLedger()
+    /// Version 2 members over TLS, connected or suspended (docs/PROTOCOL.md §7.9).
+    @exclusivity(unchecked) private var recoverable: [Bytes16: RecoverableMember] = [:]
+    /// Each recoverable member's resumption ID, to find it from a resumption's HELLO.
+    private var resumptionIDs: [Bytes16: Bytes16] = [:]
+    private var suspensions = 0
     private var reporter = PeerReporter()
     private var nextLinkID = 1
     /// Timers scheduled and not yet fired or called off; a firing that is not here is ignored,
@@ -106,7 +115,7 @@ package final class SessionCore {
             if let wirePeer = link?.peer { report(wirePeer, .notConnected(ConnectionError(.closedLocally))) }
         }
         // A redial or a wait for the peer's own connection is called off too.
-        for timer in liveTimers where timer.peer.identifier == peer {
+        for timer in liveTimers where timer.isConnectionAttempt && timer.peer.identifier == peer {
             liveTimers.remove(timer)
             if linkIDs(for: peer).isEmpty { report(timer.peer, .notConnected(ConnectionError(.closedLocally))) }
         }
@@ -116,6 +125,11 @@ package final class SessionCore {
     package func disconnect() {
         for id in links.keys.sorted() { actions.append(.drop(id)) }
         for peer in activeLink.keys.sorted() { actions.append(.memberLeft(peer)) }
+        for (peer, member) in recoverable.sorted(by: { $0.key < $1.key }) where member.suspension != nil {
+            actions.append(.memberLeft(peer))
+        }
+        recoverable.removeAll()
+        resumptionIDs.removeAll()
         for peer in reporter.visiblePeers.sorted(by: { $0.identifier < $1.identifier }) {
             report(peer, .notConnected(ConnectionError(.closedLocally)))
         }
@@ -159,12 +173,17 @@ package final class SessionCore {
         }
     }
 
+    /// A dial's TCP connection is up; its handshake begins.
+    package func dialConnected(_ id: LinkID) { links[id]?.transportUp = true }
+
     /// Whether the link still exists (a dial whose socket lands after a cancel must be closed).
     package func isLive(_ id: LinkID) -> Bool { links[id] != nil }
 
     /// None of a dial's endpoints took the TCP connection.
     package func dialFailed(_ id: LinkID) {
         guard let link = forget(id), let peer = link.peer else { return }
+        // A suspended member's redial: the next one, or the grace period, decides.
+        guard !isSuspended(peer.identifier) else { return }
         report(peer, .notConnected(ConnectionError(.connectionClosed)))
     }
 
@@ -175,7 +194,9 @@ package final class SessionCore {
             logger.notice("refused a connection", metadata: ["peer": hello.peerID.logValue, "reason": "\(reason)"])
             // The app hears of refusals a genuine peer can meet (stale data, a full session), not
             // of duplicates or of protocol misuse, which a stranger could repeat at will.
-            if reason == .unknownToken || reason == .sessionFull { actions.append(.refused(hello.peerID, reason)) }
+            if (reason == .unknownToken || reason == .sessionFull) && hello.purpose != .resumption {
+                actions.append(.refused(hello.peerID, reason))
+            }
         }
         return admission
     }
@@ -196,6 +217,8 @@ package final class SessionCore {
             return .refuse(.protocolError)
         case .answer:
             return .refuse(.protocolError)  // the connection already treats this as a violation
+        case .resumption:
+            return admitResumption(hello, on: id, now: now)
         }
         for otherID in linkIDs(for: peer) where otherID != id {
             let other = links[otherID]!
@@ -218,6 +241,10 @@ package final class SessionCore {
         // plan named (§9.3); this keeps a mismatch from ever reaching the app.
         if let plan = link.plan, request.peer.identifier != plan.peer.identifier { return false }
         link.peer = request.peer
+        // The peer started over (a new session of its own): the suspended one is over.
+        if let member = recoverable[request.peer.identifier], let suspension = member.suspension {
+            endMember(member, suspension.error)
+        }
         report(request.peer, .connecting)
         return true
     }
@@ -230,11 +257,41 @@ package final class SessionCore {
     ) {
         guard let link = links[id] else { return }
         let peer = connection.peer
+        if let delivered = connection.resumedPeerDelivered {
+            resumed(link, id, connection, peerDelivered: delivered, remoteHost: remoteHost, datagramKeys: datagramKeys)
+            return
+        }
         // Admission and dialing keep the member limit; this holds it whatever the path.
-        guard MemberLimit.hasRoom(besides: activeLink.keys.filter({ $0 != peer.identifier }).count) else {
+        guard MemberLimit.hasRoom(besides: memberPeers(besides: peer.identifier).count) else {
             actions.append(.close(id, .sessionFull))
             return
         }
+        attach(link, id, connection, remoteHost: remoteHost, datagramKeys: datagramKeys)
+        if let keys = connection.resumptionKeys {
+            let member = RecoverableMember(
+                peer: peer, keys: keys, certificateFingerprint: connection.certificateChain?.first?.sha256Fingerprint,
+                listenEndpoint: link.listenEndpoint)
+            recoverable[peer.identifier] = member
+            resumptionIDs[member.resumptionID] = peer.identifier
+            link.member = member
+        }
+        actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
+        logger.info("connected", metadata: [
+            "peer": peer.logValue, "encrypted": "\(connection.isEncrypted)",
+            "cipherSuite": "\(connection.cipherSuite ?? "none")", "dialed": "\(link.dialed)",
+        ])
+        report(peer, .connected)
+        // A member that joined through an introduction already knows everyone the introducer knew.
+        let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || connection.peerHello.purpose == .meshIntroduction
+        if !joinedByIntroduction { introduceMembers(toAndAbout: id) }
+    }
+
+    /// What a link of a member gets once established, new or resumed.
+    private func attach(
+        _ link: Link, _ id: LinkID, _ connection: EstablishedConnection, remoteHost: String?,
+        datagramKeys: @escaping DatagramPeerState.KeySource
+    ) {
+        let peer = connection.peer
         link.isConnected = true
         pending.remove(id)
         link.peer = peer
@@ -255,15 +312,6 @@ package final class SessionCore {
         }
         activeLink[peer.identifier] = id
         link.channels = ChannelMux(weAreDialer: link.dialed, limits: configuration.channelLimits)
-        actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
-        logger.info("connected", metadata: [
-            "peer": peer.logValue, "encrypted": "\(connection.isEncrypted)",
-            "cipherSuite": "\(connection.cipherSuite ?? "none")", "dialed": "\(link.dialed)",
-        ])
-        report(peer, .connected)
-        // A member that joined through an introduction already knows everyone the introducer knew.
-        let joinedByIntroduction = link.plan?.purpose == .meshIntroduction || hello.purpose == .meshIntroduction
-        if !joinedByIntroduction { introduceMembers(toAndAbout: id) }
     }
 
     /// A frame the connection delivered (only after `established`).
@@ -274,13 +322,24 @@ package final class SessionCore {
         switch frame {
         case .message(let fragment, let isEnd):
             do {
-                if let message = try link.assembler.append(fragment, isEnd: isEnd) { return (message, peer) }
+                if let message = try link.assembler.append(fragment, isEnd: isEnd) {
+                    if let member = link.member { delivered(message, by: member, on: id, now: now()) }
+                    return (message, peer)
+                }
             } catch {
                 // The app learns why: a message over the limit is the peer's violation.
                 actions.append(.abort(id, ConnectionError(.protocolViolation(error))))
             }
         case .meshIntroduction(let introduction) where link.isConnected && activeLink[peer.identifier] == id:
             introduced(introduction, by: peer, now: now())
+        case .acknowledge(let count):
+            guard let member = link.member, activeLink[peer.identifier] == id else { break }
+            do {
+                let charge = try member.ledger.peerDelivered(count)
+                if charge > 0 { actions.append(.acknowledged(peer.identifier, charge: charge)) }
+            } catch {
+                actions.append(.abort(id, ConnectionError(.protocolViolation(WireError(.invalidValue, "\(error)")))))
+            }
         default:
             // PONG needs nothing. Stream, resource and window frames never get here: the
             // connection answers them itself (refusal, discard or GOODBYE, §7.6).
@@ -334,6 +393,20 @@ package final class SessionCore {
 
     /// The connection ended (after `established` or instead of it).
     package func closed(_ id: LinkID, _ error: ConnectionError, now: NIODeadline) {
+        if let link = links[id], let peer = link.peer?.identifier, activeLink[peer] == id, let member = link.member,
+            configuration.recovery.isEnabled, error.isLinkLoss
+        {
+            // Not a member's end yet: it stays connected while both sides reconnect (§7.9).
+            activeLink[peer] = nil
+            forget(id)
+            suspend(member, error, now: now)
+            return
+        }
+        if let link = links[id], link.plan?.purpose == .resumption, let peer = link.peer {
+            forget(id)
+            resumptionEnded(peer, error)
+            return
+        }
         guard let link = forget(id) else { return }
         guard let peer = link.peer else {
             logger.debug("a connection closed before HELLO", metadata: ["reason": "\(error)", "dialed": "\(link.dialed)"])
@@ -342,8 +415,9 @@ package final class SessionCore {
         logger.info(
             link.isConnected ? "connection ended" : "connection failed",
             metadata: ["peer": peer.logValue, "reason": "\(error)", "dialed": "\(link.dialed)"])
-        // A superseded duplicate, or a peer with another link, goes quietly.
-        guard !link.closingSilently, linkIDs(for: peer.identifier).isEmpty else { return }
+        // A superseded duplicate, a peer with another link, or a suspended member (whose grace
+        // period decides) goes quietly.
+        guard !link.closingSilently, linkIDs(for: peer.identifier).isEmpty, !isSuspended(peer.identifier) else { return }
         if let plan = link.plan, plan.purpose == .meshIntroduction, link.attempt < configuration.introducedDialRetries,
             error == ConnectionError(.peerSaidGoodbye(.unknownToken))
         {
@@ -372,7 +446,159 @@ package final class SessionCore {
             }
         case .awaitPeersConnection(let peer, let error):
             if linkIDs(for: peer.identifier).isEmpty { report(peer, .notConnected(error)) }
+        case .redialSuspended(let peer, let number, _):
+            guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number,
+                linkIDs(for: peer.identifier).isEmpty, let endpoint = member.listenEndpoint, endpoint.isListening
+            else { return }
+            let link = Link(dialed: true, plan: DialPlan(resuming: member.peer, id: member.resumptionID, at: endpoint, grant: member.grant()))
+            let id = addLink(link)
+            actions.append(.dial(id, link.plan!))
+        case .recoveryExpired(let peer, let number):
+            guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
+            logger.info("link recovery gave up", metadata: ["peer": peer.logValue, "reason": "\(suspension.error)"])
+            endMember(member, suspension.error)
+        case .acknowledge(let peer):
+            guard let member = recoverable[peer.identifier] else { return }
+            member.acknowledgementArmed = false
+            if let id = activeLink[peer.identifier], let count = member.ledger.keepaliveTick() {
+                actions.append(.sendFrame(.acknowledge(delivered: count), on: id))
+            }
         }
+    }
+
+    // MARK: Link recovery (docs/PROTOCOL.md §7.9)
+
+    /// What the app sends to `peer`: the link to write it on, or nil while the member is
+    /// suspended or gone, and whether the member keeps it until acknowledged (then its send
+    /// budget comes back with `acknowledged`, not when written).
+    package func sendingReliable(_ message: ByteBuffer, to peer: Bytes16) -> (link: LinkID?, kept: Bool) {
+        let link = activeLink[peer]
+        guard let member = recoverable[peer] else { return (link, false) }
+        member.ledger.sending(message)
+        return (link, true)
+    }
+
+    /// Whether the member keeps what is sent to it until acknowledged (version 2 over TLS).
+    package func keepsMessages(for peer: Bytes16) -> Bool { recoverable[peer] != nil }
+
+    private func delivered(_ message: ByteBuffer, by member: RecoverableMember, on id: LinkID, now: NIODeadline) {
+        if let count = member.ledger.deliveredMessage(bytes: message.readableBytes) {
+            actions.append(.sendFrame(.acknowledge(delivered: count), on: id))
+        } else if !member.acknowledgementArmed {
+            member.acknowledgementArmed = true
+            schedule(.acknowledge(member.peer), at: now + configuration.recovery.acknowledgementDelay)
+        }
+    }
+
+    private func suspend(_ member: RecoverableMember, _ error: ConnectionError, now: NIODeadline) {
+        suspensions += 1
+        member.suspension = (now, error, suspensions)
+        logger.info("link lost; recovering", metadata: ["peer": member.peer.logValue, "reason": "\(error)"])
+        actions.append(.memberSuspended(member.peer.identifier))
+        for (attempt, offset) in configuration.recovery.redialOffsets.enumerated() {
+            schedule(.redialSuspended(member.peer, suspension: suspensions, attempt: attempt), at: now + offset)
+        }
+        schedule(.recoveryExpired(member.peer, suspension: suspensions), at: now + configuration.recovery.grace)
+    }
+
+    /// A resumption dial of ours ended without resuming. Refused, the peer no longer has the
+    /// session: the member is over. Otherwise the next redial may get through.
+    private func resumptionEnded(_ peer: WirePeerID, _ error: ConnectionError) {
+        guard let member = recoverable[peer.identifier], let suspension = member.suspension else { return }
+        if error.code == .notAdmitted || error.code == .peerSaidGoodbye, error != ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
+            logger.info("the peer refused to resume", metadata: ["peer": peer.logValue, "reason": "\(error)"])
+            endMember(member, suspension.error)
+        }
+    }
+
+    /// The member leaves for good: the app hears `notConnected` with why its link was lost.
+    private func endMember(_ member: RecoverableMember, _ error: ConnectionError) {
+        let peer = member.peer.identifier
+        recoverable[peer] = nil
+        resumptionIDs[member.resumptionID] = nil
+        for id in linkIDs(for: peer) where links[id]?.plan?.purpose == .resumption {
+            forget(id)
+            actions.append(.drop(id))
+        }
+        if let id = activeLink[peer] {
+            activeLink[peer] = nil
+            forget(id)
+            actions.append(.drop(id))
+        }
+        actions.append(.memberLeft(peer))
+        report(member.peer, .notConnected(error))
+    }
+
+    private func admitResumption(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+        let peer = hello.peerID.identifier
+        guard configuration.recovery.isEnabled, resumptionIDs[hello.token] == peer, let member = recoverable[peer] else {
+            return .refuse(.unknownToken)
+        }
+        if let old = activeLink[peer] {
+            // The peer lost the link before we noticed: ours is half open. It goes quietly, and
+            // the member is suspended for this connection to resume it.
+            activeLink[peer] = nil
+            links[old]?.closingSilently = true
+            forget(old)
+            actions.append(.close(old, .duplicateConnection))
+            suspend(member, ConnectionError(.connectionClosed), now: now)
+        }
+        guard member.suspension != nil else { return .refuse(.unknownToken) }
+        for otherID in linkIDs(for: peer) where otherID != id {
+            guard let other = links[otherID], !other.isConnected else { return .refuse(.duplicateConnection) }
+            // Both sides redialed at once: the connection dialed by the larger identifier stays
+            // (§7.5), but a dial of ours that has not reached the peer yields to one that has
+            // (its address may be stale); an earlier attempt of the peer's yields to this one.
+            if other.dialed && other.transportUp && local > peer { return .refuse(.duplicateConnection) }
+            other.closingSilently = true
+            forget(otherID)
+            actions.append(.close(otherID, .duplicateConnection))
+        }
+        links[id]?.peer = hello.peerID
+        return .resume(member.grant())
+    }
+
+    /// A resumption connection is established: the member is carried by it again, and what the
+    /// peer did not deliver goes again, first.
+    private func resumed(
+        _ link: Link, _ id: LinkID, _ connection: EstablishedConnection, peerDelivered: UInt64, remoteHost: String?,
+        datagramKeys: @escaping DatagramPeerState.KeySource
+    ) {
+        let peer = connection.peer
+        guard let member = recoverable[peer.identifier], member.suspension != nil, let keys = connection.resumptionKeys else {
+            actions.append(.close(id, .unknownToken))
+            return
+        }
+        let resend: [ByteBuffer]
+        do {
+            let (charge, messages) = try member.ledger.resume(peerDelivered: peerDelivered)
+            if charge > 0 { actions.append(.acknowledged(peer.identifier, charge: charge)) }
+            resend = messages
+        } catch {
+            actions.append(.abort(id, ConnectionError(.protocolViolation(WireError(.invalidValue, "\(error)")))))
+            return
+        }
+        attach(link, id, connection, remoteHost: remoteHost, datagramKeys: datagramKeys)
+        resumptionIDs[member.resumptionID] = nil
+        member.keys = keys
+        resumptionIDs[member.resumptionID] = peer.identifier
+        member.suspension = nil
+        if let endpoint = link.listenEndpoint { member.listenEndpoint = endpoint }
+        link.member = member
+        logger.info("link recovered", metadata: ["peer": peer.logValue, "resent": "\(resend.count)", "dialed": "\(link.dialed)"])
+        actions.append(.memberResumed(peer, id, acceptsDatagrams: link.datagram != nil, resend: resend))
+    }
+
+    private func isSuspended(_ peer: Bytes16) -> Bool { recoverable[peer]?.suspension != nil }
+
+    /// Peers that are members or becoming members: every peer with a link, and suspended members.
+    private func memberPeers(besides peer: Bytes16) -> Set<Bytes16> {
+        var others = Set<Bytes16>()
+        for link in links.values {
+            if let other = link.peer?.identifier, other != peer { others.insert(other) }
+        }
+        for (other, member) in recoverable where other != peer && member.suspension != nil { others.insert(other) }
+        return others
     }
 
     // MARK: Mesh (docs/PROTOCOL.md §7.4)
@@ -450,6 +676,7 @@ package final class SessionCore {
         if let peer = link.peer?.identifier, activeLink[peer] == id {
             activeLink[peer] = nil
             introductions.forget(introducer: peer)
+            if let member = recoverable.removeValue(forKey: peer) { resumptionIDs[member.resumptionID] = nil }
             actions.append(.memberLeft(peer))
         }
         return link
@@ -466,10 +693,6 @@ package final class SessionCore {
     /// Whether one more peer fits in the session: every peer with a link counts, connected or
     /// not, so the member limit holds on every path (connection data, introductions, retries).
     private func hasRoomForMember(besides peer: Bytes16) -> Bool {
-        var others = Set<Bytes16>()
-        for link in links.values {
-            if let other = link.peer?.identifier, other != peer { others.insert(other) }
-        }
-        return MemberLimit.hasRoom(besides: others.count)
+        MemberLimit.hasRoom(besides: memberPeers(besides: peer).count)
     }
 }

@@ -15,11 +15,26 @@ package enum SessionTimer: Hashable {
     case redialIntroduced(DialPlan, attempt: Int)
     /// The peer kept its own connection to us and has not said HELLO yet; give up at this point.
     case awaitPeersConnection(WirePeerID, ConnectionError)
+    /// Link recovery (docs/PROTOCOL.md §7.9): dial the suspended member again, unless a
+    /// connection to it is already under way; `suspension` tells one loss from the next.
+    case redialSuspended(WirePeerID, suspension: Int, attempt: Int)
+    /// The grace period of a suspension ended: the member leaves unless it came back.
+    case recoveryExpired(WirePeerID, suspension: Int)
+    /// Acknowledge what the member delivered, if nothing else did meanwhile.
+    case acknowledge(WirePeerID)
 
     var peer: WirePeerID {
         switch self {
         case .redialIntroduced(let plan, _): plan.peer
-        case .awaitPeersConnection(let peer, _): peer
+        case .awaitPeersConnection(let peer, _), .redialSuspended(let peer, _, _), .recoveryExpired(let peer, _), .acknowledge(let peer): peer
+        }
+    }
+
+    /// A connection attempt the app could call off (`cancelConnect`); recovery's timers are not.
+    var isConnectionAttempt: Bool {
+        switch self {
+        case .redialIntroduced, .awaitPeersConnection: true
+        case .redialSuspended, .recoveryExpired, .acknowledge: false
         }
     }
 }
@@ -42,6 +57,15 @@ package enum SessionAction {
     case memberJoined(WirePeerID, LinkID, acceptsDatagrams: Bool)
     /// The peer's active link is gone: nothing more can be sent to it.
     case memberLeft(Bytes16)
+    /// The member's link was lost and it is recovering (docs/PROTOCOL.md §7.9): it stays a member,
+    /// messages to it are kept (`sendingReliable`), and no link carries it until `memberResumed`.
+    case memberSuspended(Bytes16)
+    /// A new link carries the suspended member: set it up as for `memberJoined`, then send these
+    /// messages on it, in order, before any other.
+    case memberResumed(WirePeerID, LinkID, acceptsDatagrams: Bool, resend: [ByteBuffer])
+    /// The member acknowledged messages it was kept for: this much of the send budget comes back
+    /// (`DeliveryLedger.charge`).
+    case acknowledged(Bytes16, charge: Int)
     case schedule(SessionTimer, at: NIODeadline)
 }
 
@@ -63,11 +87,14 @@ package struct SessionCoreConfiguration {
     /// How often a dial to an introduced peer is retried after `unknownToken`, and how long apart.
     var introducedDialRetries = 3
     var introducedDialRetryDelay = TimeAmount.milliseconds(250)
+    /// Link recovery for version 2 members over TLS (docs/PROTOCOL.md §7.9); `.off`: a lost link
+    /// ends the member at once, as with version 1.
+    var recovery: RecoveryPolicy
 
     package init(
         localPeer: WirePeerID, handshakeTimeout: TimeAmount, maximumPendingConnections: Int,
         maximumPendingConnectionsPerSource: Int, datagramLimits: DatagramPeerState.Limits, channelLimits: ChannelMux.Limits,
-        logger: Logger, acceptsConnections: Bool = true
+        logger: Logger, acceptsConnections: Bool = true, recovery: RecoveryPolicy = .off
     ) {
         self.localPeer = localPeer
         self.handshakeTimeout = handshakeTimeout
@@ -77,5 +104,6 @@ package struct SessionCoreConfiguration {
         self.channelLimits = channelLimits
         self.logger = logger
         self.acceptsConnections = acceptsConnections
+        self.recovery = recovery
     }
 }

@@ -3,7 +3,8 @@ import Synchronization
 import MultipeerProtocol
 
 /// The connected peers, readable from any thread, with the bytes of reliable messages queued to
-/// each and not yet handed to its socket. `send` reserves room here before anything is queued,
+/// each and not yet handed to its socket (or, for a member that keeps them, not yet
+/// acknowledged), each message charged `DeliveryLedger.entryCharge` beyond its bytes. `send` reserves room here before anything is queued,
 /// so the queue per peer never exceeds its limit; async senders wait here for room.
 final class SendBudget: Sendable {
     private struct Slot {
@@ -30,6 +31,14 @@ final class SendBudget: Sendable {
 
     func add(_ peer: WirePeerID, acceptsDatagrams: Bool) {
         slots.withLock { $0[peer.identifier] = Slot(peer: peer, acceptsDatagrams: acceptsDatagrams) }
+    }
+
+    /// A suspended member resumed on a new link: its queue and waiters stay.
+    func update(_ peer: Bytes16, acceptsDatagrams: Bool) {
+        slots.withLock { slots in
+            guard let slot = slots[peer] else { return }
+            slots[peer] = Slot(peer: slot.peer, acceptsDatagrams: acceptsDatagrams, queued: slot.queued, waiters: slot.waiters)
+        }
     }
 
     /// The peers a datagram cannot go to: those not connected, and those that announced no

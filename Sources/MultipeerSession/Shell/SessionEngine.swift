@@ -38,7 +38,7 @@ package final class SessionEngine: Sendable {
     let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
 
     private enum Outgoing: Sendable {
-        case reliable([Frame], to: [Bytes16])
+        case reliable(ByteBuffer, [Frame], to: [Bytes16])
         case unreliable(ByteBuffer, to: [Bytes16])
     }
 
@@ -71,7 +71,7 @@ package final class SessionEngine: Sendable {
             maximumPendingConnectionsPerSource: configuration.maximumPendingConnections,
             datagramLimits: configuration.datagramLimits, channelLimits: configuration.channels.muxLimits, logger: configuration.logger,
             // The engine listens before it dials or accepts, so its HELLO never has listenPort 0.
-            acceptsConnections: true))
+            acceptsConnections: true, recovery: configuration.recovery))
         state = .makeBoxSendingValue(
             EngineState(
                 core: core, segmentsDatagrams: configuration.datagramSegmentationOffload && System.supportsUDPSegmentationOffload,
@@ -141,14 +141,14 @@ package final class SessionEngine: Sendable {
             throw .messageTooLarge(message.readableBytes)
         }
         do {
-            try sendBudget.reserve(message.readableBytes, for: peers)
+            try sendBudget.reserve(DeliveryLedger.charge(of: message), for: peers)
         } catch {
             switch error {
             case .notConnected(let unknown): throw .notConnected(unknown)
             case .full(let full): throw .queueFull(full)
             }
         }
-        enqueue(.reliable(frames, to: peers))
+        enqueue(.reliable(message, frames, to: peers))
     }
 
     /// Returns once each peer's send queue has room for a message of `bytes` (or the peer left).
@@ -189,17 +189,20 @@ package final class SessionEngine: Sendable {
         let batch = outgoing.takeAll()
         for item in batch {
             switch item {
-            case .reliable(let frames, let peers):
+            case .reliable(let message, let frames, let peers):
                 for peer in peers {
-                    guard let id = state.core.activeLink(to: peer), let link = state.links[id] else {
+                    // A member that can recover keeps the message until acknowledged, also while
+                    // no link carries it (docs/PROTOCOL.md §7.9).
+                    let (id, kept) = state.core.sendingReliable(message, to: peer)
+                    guard let id, let link = state.links[id] else {
                         // The peer left after send reserved room: give the room back.
-                        sendBudget.release(frames.reduce(0) { $0 + $1.payloadLength }, for: peer)
+                        if !kept { sendBudget.release(DeliveryLedger.charge(of: message), for: peer) }
                         continue
                     }
                     if link.outbound.isEmpty, let socket = link.socket, socket.isWritable {
                         // Nothing waits and the socket takes more: straight to the socket.
                         for frame in frames { link.write(frame, orThrough: socket) }
-                        link.writtenUnflushed += frames.reduce(0) { $0 + $1.payloadLength }
+                        if !link.keepsMessages { link.writtenUnflushed += DeliveryLedger.charge(of: message) }
                         link.hasUnflushedWrites = true  // also for empty messages, which add no bytes
                     } else {
                         link.outbound.append(contentsOf: frames)
@@ -294,13 +297,14 @@ package final class SessionEngine: Sendable {
                 var wrote = false
                 while socket.isWritable, let frame = link.outbound.popFirst() {
                     link.write(frame, orThrough: socket)
-                    released += frame.payloadLength
+                    released += DeliveryLedger.charge(of: frame)
                     wrote = true
                 }
                 guard wrote else { break }
                 link.flush(orThrough: socket)
             }
-            if released > 0 { sendBudget.release(released, for: peer) }
+            // A member that keeps its messages gives their room back when it acknowledges them.
+            if released > 0 && !link.keepsMessages { sendBudget.release(released, for: peer) }
             // Messages first: channel data goes only once none wait.
             if link.outbound.isEmpty { serveChannels(link, on: socket) }
         } while link.pumpAgain && socket.isWritable
@@ -385,20 +389,26 @@ package final class SessionEngine: Sendable {
                 onEvent(.peerRefused(peer, reason))
             case .memberJoined(let peer, let id, let acceptsDatagrams):
                 guard let link = state.links[id] else { return }
-                link.member = peer
-                link.mux = LinkMultiplexer(engine: self, link: id)
-                widenConnectionWindow(of: link)
-                let socket = link.socket
-                // Held strongly (a socket does not refer back to its budget): a weak reference would put
-                // the socket's every retain and release on the slow path.
-                link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) {
-                    socket?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
-                }
-                // Room for bulk between writability checks without holding much per peer.
-                socket?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
+                setUpMemberLink(link, id, peer: peer)
                 sendBudget.add(peer, acceptsDatagrams: acceptsDatagrams)
+                link.keepsMessages = state.core.keepsMessages(for: peer.identifier)
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
+            case .memberSuspended(let peer):
+                // The budget stays: the app may go on sending, and the member keeps the messages.
+                configuration.logger.debug("member suspended", metadata: ["peer": "\(peer)"])
+            case .memberResumed(let peer, let id, let acceptsDatagrams, let resend):
+                guard let link = state.links[id] else { return }
+                setUpMemberLink(link, id, peer: peer)
+                sendBudget.update(peer.identifier, acceptsDatagrams: acceptsDatagrams)
+                link.keepsMessages = true
+                for message in resend {
+                    // Cut as when first sent; within the protocol's limit, since it was sent before.
+                    if let frames = try? Frame.messageFragments(of: message) { link.outbound.append(contentsOf: frames) }
+                }
+                pump(link, peer: id)
+            case .acknowledged(let peer, let charge):
+                sendBudget.release(charge, for: peer)
             case .schedule(let timer, let deadline):
                 eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
                     core.timerFired(timer)
@@ -406,6 +416,21 @@ package final class SessionEngine: Sendable {
                 }
             }
         }
+    }
+
+    /// A link that carries a member from now on: its channels, budgets and socket marks.
+    private func setUpMemberLink(_ link: EngineState.Link, _ id: LinkID, peer: WirePeerID) {
+        link.member = peer
+        link.mux = LinkMultiplexer(engine: self, link: id)
+        widenConnectionWindow(of: link)
+        let socket = link.socket
+        // Held strongly (a socket does not refer back to its budget): a weak reference would put
+        // the socket's every retain and release on the slow path.
+        link.receiveBudget = ReceiveBudget(limit: configuration.maximumUndeliveredBytesPerPeer) {
+            socket?.triggerUserOutboundEvent(ConnectionCommand.resumeReading, promise: nil)
+        }
+        // Room for bulk between writability checks without holding much per peer.
+        socket?.setOption(.writeBufferWaterMark, value: .init(low: 256 << 10, high: 1 << 20)).whenFailure { _ in }
     }
 
     /// Counts a delivered message against the link's receive budget, pausing reads past it.
@@ -545,7 +570,7 @@ package final class SessionEngine: Sendable {
             return
         }
         ClientBootstrap(group: eventLoop)
-            .connectTimeout(configuration.handshakeTimeout)
+            .connectTimeout(plan.connectTimeout ?? configuration.handshakeTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] socket in
                 socket.eventLoop.makeCompletedFuture {
@@ -560,7 +585,9 @@ package final class SessionEngine: Sendable {
                     return
                 }
                 switch result {
-                case .success(let socket): link.socket = socket
+                case .success(let socket):
+                    link.socket = socket
+                    self.core.dialConnected(id)
                 case .failure(let error):
                     self.configuration.logger.info("dial failed", metadata: [
                         "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
@@ -581,7 +608,8 @@ package final class SessionEngine: Sendable {
             tls: configuration.tls, purpose: plan?.purpose ?? .answer, token: plan?.token ?? .zero,
             listenPort: UInt16(state.listenPort ?? 0), datagramPort: datagramPort, datagramReceiverID: receiverID,
             recordsPerKeyUpdate: configuration.recordsPerKeyUpdate,
-            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint, logger: configuration.logger)
+            expectedPeer: plan?.peer.identifier, expectedCertificateFingerprint: plan?.fingerprint,
+            resumption: plan?.resumption, logger: configuration.logger)
         let handler = try ConnectionHandler(
             configuration: connectionConfiguration,
             trustEvaluator: { [weak self] request, answer in
@@ -813,6 +841,9 @@ final class EngineState {
         @exclusivity(unchecked) var pumping = false
         /// `pump` was asked for while it ran (the socket became writable during a flush).
         @exclusivity(unchecked) var pumpAgain = false
+        /// The member keeps what is sent until it acknowledges it (docs/PROTOCOL.md §7.9): its
+        /// send budget comes back then, not when the socket takes the bytes.
+        @exclusivity(unchecked) var keepsMessages = false
         @exclusivity(unchecked) var receiveBudget: ReceiveBudget?
         /// The peer's certificate fingerprint once connected; nil without an identity.
         @exclusivity(unchecked) var peerFingerprint: [UInt8]?

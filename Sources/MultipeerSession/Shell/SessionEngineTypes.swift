@@ -40,6 +40,9 @@ package struct SessionEngineConfiguration: Sendable {
     package var datagramSegmentationOffload: Bool
     /// Connection life cycle, refusals and their reasons; never keys or payloads.
     package var logger: Logger
+    /// Link recovery (docs/PROTOCOL.md §7.9): how long a member whose link was lost stays
+    /// connected while both sides reconnect; `.off` ends it at once.
+    package var recovery: RecoveryPolicy
 
     package init(
         localPeer: WirePeerID,
@@ -58,6 +61,7 @@ package struct SessionEngineConfiguration: Sendable {
         maximumUndeliveredBytesPerPeer: Int = 8 << 20,
         channels: ChannelConfiguration = ChannelConfiguration(),
         datagramSegmentationOffload: Bool = true,
+        recovery: RecoveryPolicy = RecoveryPolicy(),
         logger: Logger = Logger(label: "MultipeerSession", factory: { _ in SwiftLogNoOpLogHandler() })
     ) {
         self.localPeer = localPeer
@@ -76,6 +80,7 @@ package struct SessionEngineConfiguration: Sendable {
         self.maximumUndeliveredBytesPerPeer = max(1, maximumUndeliveredBytesPerPeer)
         self.channels = channels
         self.datagramSegmentationOffload = datagramSegmentationOffload
+        self.recovery = recovery
         self.logger = logger
     }
 }

@@ -56,6 +56,14 @@ final class VirtualNetwork {
         fileprivate(set) var refusals: [(peer: WirePeerID, reason: GoodbyeReason)] = []
         fileprivate(set) var messages: [(from: Bytes16, message: ByteBuffer)] = []
         fileprivate(set) var members: Set<Bytes16> = []
+        /// Members whose link was lost and which are recovering (docs/PROTOCOL.md §7.9).
+        fileprivate(set) var suspended: Set<Bytes16> = []
+        /// How many times each member was resumed, and the messages resent each time.
+        fileprivate(set) var resumptions: [(peer: Bytes16, resent: Int)] = []
+        /// Send budget given back by acknowledgements.
+        fileprivate(set) var acknowledgedCharge = 0
+        /// The highest protocol version the node offers.
+        var maxProtocolVersion = WireLimits.protocolVersion
         fileprivate(set) var dials: [DialPlan] = []
         fileprivate var connections: [LinkID: Connection] = [:]
         /// Streams and resources (VirtualNetwork+Channels).
@@ -118,7 +126,8 @@ final class VirtualNetwork {
     @discardableResult
     func addNode(
         _ name: String, preference: WireEncryptionPreference = .required, identity: SecurityIdentity? = nil,
-        acceptsConnections: Bool = true, identifier: Bytes16? = nil
+        acceptsConnections: Bool = true, identifier: Bytes16? = nil, maxProtocolVersion: UInt8 = WireLimits.protocolVersion,
+        recovery: RecoveryPolicy = .off
     ) throws -> Node {
         var identifierBytes = [UInt8](repeating: 0, count: 16)
         for index in identifierBytes.indices { identifierBytes[index] = UInt8.random(in: 0...255, using: &random) }
@@ -127,11 +136,13 @@ final class VirtualNetwork {
         let core = SessionCore(
             configuration: SessionCoreConfiguration(
                 localPeer: peer, handshakeTimeout: handshakeTimeout, maximumPendingConnections: 64, maximumPendingConnectionsPerSource: 64,
-                datagramLimits: .init(), channelLimits: Self.channelLimits, logger: logger, acceptsConnections: acceptsConnections),
+                datagramLimits: .init(), channelLimits: Self.channelLimits, logger: logger, acceptsConnections: acceptsConnections,
+                recovery: recovery),
             random: SeededGenerator(seed: random.next()))
         let node = Node(
             index: nodes.count, peer: peer, core: core, tls: try TLSContext(identity: identity), preference: preference,
             acceptsConnections: acceptsConnections)
+        node.maxProtocolVersion = maxProtocolVersion
         nodes.append(node)
         return node
     }
@@ -170,12 +181,24 @@ final class VirtualNetwork {
         drain(node)
     }
 
-    /// A reliable message; false when `to` is not a member of `from`'s session.
+    /// A reliable message, sent as the shell sends it; false when `to` is not a member of
+    /// `from`'s session. A suspended member keeps it for its next link.
     @discardableResult
     func send(_ text: String, from: Node, to: Node) -> Bool {
-        guard let id = from.core.activeLink(to: to.peer.identifier), let connection = from.connections[id] else { return false }
-        for frame in try! Frame.messageFragments(of: ByteBuffer(string: text)) { connection.send(frame) }
+        let message = ByteBuffer(string: text)
+        let (id, kept) = from.core.sendingReliable(message, to: to.peer.identifier)
+        guard let id, let connection = from.connections[id] else { return kept }
+        for frame in try! Frame.messageFragments(of: message) { connection.send(frame) }
         return true
+    }
+
+    /// The TCP connection between `a` and `b` is reset: both ends see it close at once, with no
+    /// GOODBYE (a NAT or a router dropping it).
+    func resetConnection(between a: Node, and b: Node) {
+        for connection in a.openConnectionsTo(b) {
+            connection.remote?.vanish()
+            connection.vanish()
+        }
     }
 
     /// Any frame, as a (possibly hostile) peer's connection would send it on `link`.
@@ -278,6 +301,17 @@ final class VirtualNetwork {
                 node.members.insert(peer.identifier)
             case .memberLeft(let peer):
                 node.members.remove(peer)
+                node.suspended.remove(peer)
+            case .memberSuspended(let peer):
+                node.suspended.insert(peer)
+            case .memberResumed(let peer, let id, _, let resend):
+                node.suspended.remove(peer.identifier)
+                node.resumptions.append((peer.identifier, resend.count))
+                for message in resend {
+                    for frame in try! Frame.messageFragments(of: message) { node.connections[id]?.send(frame) }
+                }
+            case .acknowledged(_, let charge):
+                node.acknowledgedCharge += charge
             case .schedule(let timer, let deadline):
                 schedule(at: deadline) {
                     node.core.timerFired(timer)
@@ -300,7 +334,7 @@ final class VirtualNetwork {
         }
         guard node.isReachable && target.isReachable else {
             // The SYN is lost: the connect times out.
-            schedule(after: handshakeTimeout) {
+            schedule(after: plan.connectTimeout ?? handshakeTimeout) {
                 guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
                 dialer.isClosed = true
                 node.core.dialFailed(dialer.link)
@@ -313,6 +347,7 @@ final class VirtualNetwork {
                 stage: target.connections[id]?.machine.establishmentProgress ?? 0, lastActivity: target.connections[id]?.lastActivity ?? .distantPast)
         }
         if let shed { target.connections[shed]?.closeTransport() }
+        node.core.dialConnected(dialer.link)
         let listener = Connection(network: self, node: target, link: listenerLink, dialPlan: nil)
         target.connections[listenerLink] = listener
         dialer.remote = listener
@@ -359,8 +394,11 @@ final class Connection {
             tls: node.tls, purpose: dialPlan?.purpose ?? .answer, token: dialPlan?.token ?? .zero,
             listenPort: node.listenPort, datagramPort: node.datagramPort,
             datagramReceiverID: core.allocateReceiverID(for: link),
-            expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint)
-        machine = try! ConnectionStateMachine(configuration: configuration)
+            expectedPeer: dialPlan?.peer.identifier, expectedCertificateFingerprint: dialPlan?.fingerprint,
+            resumption: dialPlan?.resumption)
+        var versioned = configuration
+        versioned.maxProtocolVersion = node.maxProtocolVersion
+        machine = try! ConnectionStateMachine(configuration: versioned)
         armDeadline(after: network.handshakeTimeout)
         perform(machine.start())
     }
@@ -402,6 +440,15 @@ final class Connection {
             guard let remote, remote.node.isReachable else { return }
             remote.transportEnded()
         }
+    }
+
+    /// The transport ends here, as a reset would end it: the machine learns, the peer's bytes
+    /// in flight are lost.
+    func vanish() {
+        guard !isClosed else { return }
+        isClosed = true
+        deadlineGeneration += 1
+        if machine != nil { report(machine.transportClosed()) }
     }
 
     private func transportEnded() {

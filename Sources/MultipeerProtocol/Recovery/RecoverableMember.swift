@@ -1,0 +1,73 @@
+import MultipeerCrypto
+import MultipeerWire
+import NIOCore
+
+/// A member whose session with us can outlive its connection (docs/PROTOCOL.md §7.9): version 2
+/// over TLS, with link recovery on. Holds what a new connection resumes: the keys of the last
+/// one, the peer's certificate, where it listens, and the delivery ledger.
+final class RecoverableMember {
+    let peer: WirePeerID
+    var keys: ResumptionKeys
+    /// The peer's leaf certificate; a resumption must show the same one (nil: it has no identity).
+    let certificateFingerprint: [UInt8]?
+    var listenEndpoint: WireEndpoint?
+    // Exclusivity unchecked: touched for every message, on the engine's loop, by code that does
+    // not call back into the core.
+    @exclusivity(unchecked) var ledger = DeliveryLedger()
+    /// Set while no connection carries the member: since when, why, and which suspension this is
+    /// (so a late timer of an earlier one does nothing).
+    var suspension: (since: NIODeadline, error: ConnectionError, number: Int)?
+    var acknowledgementArmed = false
+
+    init(peer: WirePeerID, keys: ResumptionKeys, certificateFingerprint: [UInt8]?, listenEndpoint: WireEndpoint?) {
+        self.peer = peer
+        self.keys = keys
+        self.certificateFingerprint = certificateFingerprint
+        self.listenEndpoint = listenEndpoint
+    }
+
+    var resumptionID: Bytes16 { Bytes16(bytes: keys.id)! }
+
+    /// What a resumption of this member offers or grants.
+    func grant() -> ConnectionConfiguration.ResumptionGrant {
+        ConnectionConfiguration.ResumptionGrant(keys: keys, delivered: ledger.resuming(), peerCertificateFingerprint: certificateFingerprint)
+    }
+}
+
+/// Link recovery's timing (docs/PROTOCOL.md §7.9); each side's own choice, not the wire's.
+package struct RecoveryPolicy: Sendable, Equatable {
+    /// How long a member whose link was lost stays connected while both sides reconnect; zero:
+    /// no recovery (a lost link ends the member at once; acknowledgements still go, as §7.9 asks).
+    package var grace: TimeAmount
+    /// When to dial again after the loss, from the loss; the last keeps repeating within the grace.
+    package var redialDelays: [TimeAmount]
+    /// Messages delivered without an acknowledgement due are acknowledged this long after the first.
+    package var acknowledgementDelay: TimeAmount
+
+    package init(
+        grace: TimeAmount = .seconds(10),
+        redialDelays: [TimeAmount] = [.zero, .milliseconds(250), .milliseconds(500), .seconds(1)],
+        acknowledgementDelay: TimeAmount = .milliseconds(50)
+    ) {
+        self.grace = grace
+        self.redialDelays = redialDelays.isEmpty ? [.seconds(1)] : redialDelays
+        self.acknowledgementDelay = acknowledgementDelay
+    }
+
+    package static let off = RecoveryPolicy(grace: .zero)
+
+    package var isEnabled: Bool { grace > .zero }
+
+    /// The redial times within the grace, from the loss: the delays, then the last one's spacing.
+    var redialOffsets: [TimeAmount] {
+        var offsets: [TimeAmount] = []
+        var last = TimeAmount.zero
+        for delay in redialDelays where delay < grace {
+            last = max(last, delay)
+            offsets.append(last)
+        }
+        let step = max(redialDelays.last!, .milliseconds(100))
+        while let previous = offsets.last, previous + step < grace, offsets.count < 64 { offsets.append(previous + step) }
+        return offsets
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import MultipeerTestSupport
+import Testing
+
+/// Link recovery over real sockets (docs/PROTOCOL.md §7.9): two Apple-style peers in two network
+/// namespaces chat while one of them moves to another address and loses all its traffic for a
+/// few seconds. Every message arrives once and in order, and neither app hears of the gap.
+@Suite("Link recovery across namespaces", .serialized, .enabled(if: NetworkNamespaces.available && FileManager.default.isExecutableFile(atPath: "/usr/sbin/nft")))
+struct LinkRecoveryProcessTests {
+    /// Drops everything namespace `name` sends or receives on mp0 (nothing: `cut` false).
+    static func cut(_ name: String, _ cut: Bool) throws {
+        _ = try? NetworkNamespaces.ip(["netns", "exec", name, "nft", "delete", "table", "inet", "blackout"])
+        guard cut else { return }
+        let nft = { (arguments: [String]) throws in _ = try NetworkNamespaces.ip(["netns", "exec", name, "nft"] + arguments) }
+        try nft(["add", "table", "inet", "blackout"])
+        try nft(["add", "chain", "inet", "blackout", "out", "{ type filter hook output priority 0; }"])
+        try nft(["add", "chain", "inet", "blackout", "in", "{ type filter hook input priority 0; }"])
+        try nft(["add", "rule", "inet", "blackout", "out", "oifname", "mp0", "drop"])
+        try nft(["add", "rule", "inet", "blackout", "in", "iifname", "mp0", "drop"])
+    }
+
+    /// The issue's own scenario: 200 messages each way, one every 50 ms; 3 s in, the second peer
+    /// gets a new address and its traffic is dropped for 4 s.
+    @Test func aChatSurvivesAnAddressChangeAndFourSecondsOfSilence() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "200", "50"])
+        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "200", "50"])
+        defer {
+            first.kill()
+            second.kill()
+        }
+        let firstPeer = try #require(await first.nextLine(within: 30))
+        let secondPeer = try #require(await second.nextLine(within: 30))
+        #expect(firstPeer.hasPrefix("PEER ") && secondPeer.hasPrefix("PEER "))
+        first.send(secondPeer)
+        second.send(firstPeer)
+        let data = try #require(await first.nextLine(within: 30))
+        #expect(data.hasPrefix("DATA "))
+        second.send(data)
+        #expect(await first.nextLine(within: 30) == "CONNECTED")
+        #expect(await second.nextLine(within: 30) == "CONNECTED")
+        first.send("GO")
+        second.send("GO")
+
+        // The script of the scenario, not evidence of anything: the outcome is read below.
+        try await Task.sleep(for: .seconds(3))
+        let moved = namespaces.names[1]
+        let oldAddress = namespaces.address(of: 1)
+        let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).200"
+        try Self.cut(moved, true)
+        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "del", "\(oldAddress)/24", "dev", "mp0")
+        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "add", "\(newAddress)/24", "dev", "mp0")
+        try await Task.sleep(for: .seconds(4))
+        try Self.cut(moved, false)
+
+        var outcomes: [String] = []
+        for side in [first, second] {
+            var other: [String] = []
+            while let line = await side.nextLine(within: 60) {
+                if line.hasPrefix("DONE ") {
+                    outcomes.append(line)
+                    break
+                }
+                other.append(line)
+            }
+            #expect(other.isEmpty, "\(other)")
+        }
+        #expect(outcomes == Array(repeating: "DONE received=200 inorder=yes duplicates=0 notconnected=0", count: 2))
+        first.send("QUIT")
+        second.send("QUIT")
+        first.finish()
+        second.finish()
+    }
+}

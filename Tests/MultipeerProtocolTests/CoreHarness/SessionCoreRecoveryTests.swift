@@ -1,0 +1,222 @@
+import MultipeerCrypto
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import ProtocolTestSupport
+import Testing
+
+@testable import MultipeerProtocol
+
+/// Link recovery (docs/PROTOCOL.md §7.9) on the virtual network: a lost link is resumed by a new
+/// connection, and reliable messages arrive once and in order; the app never hears of the gap.
+@Suite("Session cores back to back: link recovery")
+struct SessionCoreRecoveryTests {
+    static let pki = try! TestPKI(name: "Recovery")
+    static let policy = RecoveryPolicy(grace: .seconds(10))
+
+    static func pair(
+        seed: UInt64, aliceVersion: UInt8 = 2, bobVersion: UInt8 = 2, recovery: RecoveryPolicy = policy, identities: Bool = true
+    ) throws -> (VirtualNetwork, VirtualNetwork.Node, VirtualNetwork.Node) {
+        let network = VirtualNetwork(seed: seed)
+        let alice = try network.addNode(
+            "alice", preference: identities ? .required : .optional, identity: identities ? try pki.peer("alice") : nil,
+            maxProtocolVersion: aliceVersion, recovery: recovery)
+        let bob = try network.addNode(
+            "bob", preference: identities ? .required : .optional, identity: identities ? try pki.peer("bob") : nil,
+            maxProtocolVersion: bobVersion, recovery: recovery)
+        try network.connect(alice, to: bob)
+        #expect(network.run(until: { alice.isConnected(to: bob) && bob.isConnected(to: alice) }))
+        return (network, alice, bob)
+    }
+
+    static func texts(_ node: VirtualNetwork.Node, from other: VirtualNetwork.Node) -> [String] {
+        node.messages.filter { $0.from == other.peer.identifier }.map { String(buffer: $0.message) }
+    }
+
+    static func expectNeverDisconnected(_ a: VirtualNetwork.Node, _ b: VirtualNetwork.Node, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(a.states(of: b) == [.connecting, .connected], "\(a.states(of: b))", sourceLocation: sourceLocation)
+        #expect(b.states(of: a) == [.connecting, .connected], "\(b.states(of: a))", sourceLocation: sourceLocation)
+    }
+
+    @Test(arguments: [true, false])
+    func aResetLinkIsResumedWithNothingLostOrRepeated(identities: Bool) throws {
+        let (network, alice, bob) = try Self.pair(seed: 1, identities: identities)
+        var sent: [String] = []
+        for round in 0..<3 {
+            for index in 0..<10 {
+                let text = "a\(round)-\(index)"
+                #expect(network.send(text, from: alice, to: bob))
+                #expect(network.send("b\(round)-\(index)", from: bob, to: alice))
+                sent.append(text)
+            }
+            // Some of these are in flight when the link goes.
+            network.run(for: .milliseconds(1))
+            network.resetConnection(between: alice, and: bob)
+            #expect(alice.suspended.contains(bob.peer.identifier) && bob.suspended.contains(alice.peer.identifier))
+            // Sent while no link carries the member: kept for the next one.
+            #expect(network.send("a\(round)-gap", from: alice, to: bob))
+            sent.append("a\(round)-gap")
+            #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(5)))
+        }
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == sent)
+        #expect(Self.texts(alice, from: bob).count == 30)
+        #expect(Self.texts(alice, from: bob) == (0..<3).flatMap { round in (0..<10).map { "b\(round)-\($0)" } })
+        Self.expectNeverDisconnected(alice, bob)
+        #expect(alice.resumptions.count == 3 && bob.resumptions.count == 3)
+        #expect(alice.resumptions.map(\.resent).reduce(0, +) > 0, "nothing was in flight at any reset")
+        // One connection each way is left, the rest closed.
+        #expect(alice.openConnections == 1 && bob.openConnections == 1)
+    }
+
+    /// Acknowledgements give the send budget back as the peer delivers, so a member that keeps
+    /// what it sends holds only what is unacknowledged.
+    @Test func acknowledgementsReleaseWhatWasKept() throws {
+        let (network, alice, bob) = try Self.pair(seed: 2)
+        var charge = 0
+        for index in 0..<100 {
+            let text = "message \(index)"
+            charge += DeliveryLedger.charge(of: ByteBuffer(string: text))
+            network.send(text, from: alice, to: bob)
+        }
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice).count == 100)
+        #expect(alice.acknowledgedCharge == charge)
+    }
+
+    @Test func thePeerNeverComingBackEndsTheMemberAfterTheGrace() throws {
+        let (network, alice, bob) = try Self.pair(seed: 3)
+        network.send("kept", from: alice, to: bob)
+        network.resetConnection(between: alice, and: bob)
+        bob.isReachable = false
+        network.run(for: Self.policy.grace - .milliseconds(1))
+        #expect(alice.states(of: bob) == [.connecting, .connected])
+        #expect(alice.members.contains(bob.peer.identifier))
+        network.run(for: .milliseconds(2))
+        #expect(alice.states(of: bob).count == 3)
+        guard case .notConnected(let error) = alice.lastState(of: bob) else {
+            Issue.record("alice saw \(alice.states(of: bob))")
+            return
+        }
+        #expect(error?.code == .connectionClosed)
+        #expect(!alice.members.contains(bob.peer.identifier) && alice.suspended.isEmpty)
+        // Nothing is left: no connection, no timer that does anything.
+        network.run(for: .seconds(30))
+        #expect(alice.openConnections == 0 && alice.states(of: bob).count == 3)
+    }
+
+    /// Only one side learned of the loss (the other's half of the connection looks open): its
+    /// resumption supersedes the half-open connection, and what went into it is sent again.
+    @Test func aHalfOpenLinkIsSupersededByTheResumption() throws {
+        let (network, alice, bob) = try Self.pair(seed: 4)
+        for connection in bob.openConnectionsTo(alice) { connection.vanish() }
+        // Alice still writes into her half; bob never reads it.
+        network.send("into the void", from: alice, to: bob)
+        #expect(network.run(until: { alice.resumptions.count == 1 && bob.resumptions.count == 1 }, limit: .seconds(5)))
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == ["into the void"])
+        Self.expectNeverDisconnected(alice, bob)
+        #expect(alice.openConnections == 1 && bob.openConnections == 1)
+    }
+
+    /// Both sides lose the link at once and both redial at once: the §7.5 rule keeps one.
+    @Test(arguments: 0..<8)
+    func bothSidesRedialingAtOnceEndUpWithOneConnection(seed: UInt64) throws {
+        let (network, alice, bob) = try Self.pair(seed: 10 + seed)
+        SessionCoreMeshTests.randomizeLatencies(network, seed: seed)
+        for index in 0..<5 { network.send("x\(index)", from: alice, to: bob) }
+        network.resetConnection(between: alice, and: bob)
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(9)))
+        network.run(for: .seconds(2))
+        #expect(alice.openConnections == 1 && bob.openConnections == 1)
+        #expect(Self.texts(bob, from: alice) == (0..<5).map { "x\($0)" })
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// One side can no longer be reached where it listened (its address changed): the other
+    /// side's dials fail, its own get through, whichever identifier is larger.
+    @Test(arguments: [true, false])
+    func theSideThatMovedResumesByDialing(movedIsLarger: Bool) throws {
+        let network = VirtualNetwork(seed: 20)
+        let (large, small) = (Bytes16(high: 9, low: 0), Bytes16(high: 1, low: 0))
+        let alice = try network.addNode(
+            "alice", identity: try Self.pki.peer("alice"), identifier: movedIsLarger ? small : large, maxProtocolVersion: 2, recovery: Self.policy)
+        let bob = try network.addNode(
+            "bob", identity: try Self.pki.peer("bob"), identifier: movedIsLarger ? large : small, maxProtocolVersion: 2, recovery: Self.policy)
+        try network.connect(alice, to: bob)
+        #expect(network.run(until: { alice.isConnected(to: bob) && bob.isConnected(to: alice) }))
+        network.resetConnection(between: alice, and: bob)
+        bob.isListening = false  // bob moved: nothing answers at its old address
+        for index in 0..<3 { network.send("m\(index)", from: alice, to: bob) }
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(9)))
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == ["m0", "m1", "m2"])
+        #expect(alice.openConnections == 1 && bob.openConnections == 1)
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// A version 1 peer has no recovery: the lost link ends the member at once, as before.
+    @Test func aVersionOnePeerIsNotRecovered() throws {
+        let (network, alice, bob) = try Self.pair(seed: 5, bobVersion: 1)
+        network.resetConnection(between: alice, and: bob)
+        network.run(for: .milliseconds(10))
+        #expect(alice.suspended.isEmpty && bob.suspended.isEmpty)
+        #expect(alice.lastState(of: bob) == .notConnected(ConnectionError(.connectionClosed)))
+        #expect(bob.lastState(of: alice) == .notConnected(ConnectionError(.connectionClosed)))
+    }
+
+    @Test func recoveryTurnedOffEndsTheMemberAtOnce() throws {
+        let (network, alice, bob) = try Self.pair(seed: 6, recovery: .off)
+        network.resetConnection(between: alice, and: bob)
+        network.run(for: .milliseconds(10))
+        #expect(alice.lastState(of: bob) == .notConnected(ConnectionError(.connectionClosed)))
+        #expect(alice.dials.allSatisfy { $0.purpose != .resumption })
+    }
+
+    /// A GOODBYE is an end, not a loss: nothing is resumed.
+    @Test func aGoodbyeIsNotRecovered() throws {
+        let (network, alice, bob) = try Self.pair(seed: 7)
+        network.disconnect(alice)
+        network.run(for: .seconds(1))
+        #expect(bob.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.normal))))
+        #expect(bob.suspended.isEmpty && bob.dials.allSatisfy { $0.purpose != .resumption })
+    }
+
+    /// Another peer that learned the resumption ID (it is never sent in the clear, but suppose)
+    /// cannot take the member over: it has neither the certificate nor the key.
+    @Test func anotherPeerCannotResumeTheSession() throws {
+        let (network, alice, bob) = try Self.pair(seed: 8)
+        let mallory = try network.addNode("mallory", identity: try Self.pki.peer("mallory"), identifier: alice.peer.identifier, maxProtocolVersion: 2, recovery: Self.policy)
+        network.resetConnection(between: alice, and: bob)
+        alice.isReachable = false
+        network.run(for: .milliseconds(1))
+        let id = try #require(bob.dials.last { $0.purpose == .resumption }?.token)
+        // Mallory, claiming alice's peer ID, offers the ID with its own certificate and keys.
+        let stolen = ConnectionConfiguration.ResumptionGrant(
+            keys: ResumptionKeys(id: id.bytes, key: SecureBytes(randomCount: 32)), delivered: 0, peerCertificateFingerprint: nil)
+        let plan = DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: stolen)
+        mallory.core.connect(plan)
+        network.drain(mallory)
+        network.run(for: .seconds(1))
+        #expect(bob.suspended.contains(alice.peer.identifier))
+        #expect(bob.resumptions.isEmpty)
+        // Alice comes back and resumes; the app never saw mallory.
+        alice.isReachable = true
+        #expect(network.run(until: { bob.suspended.isEmpty }, limit: .seconds(9)))
+        #expect(bob.resumptions.count == 1)
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// An acknowledgement of more than was sent is a violation.
+    @Test func acknowledgingUnsentMessagesEndsTheConnection() throws {
+        let (network, alice, bob) = try Self.pair(seed: 9)
+        let link = try #require(bob.core.activeLink(to: alice.peer.identifier))
+        network.send(frame: .acknowledge(delivered: 5), from: bob, on: link)
+        network.run(for: .milliseconds(10))
+        guard case .notConnected(let error) = alice.lastState(of: bob) else {
+            Issue.record("alice saw \(alice.states(of: bob))")
+            return
+        }
+        #expect(error?.code == .protocolViolation)
+    }
+}
