@@ -544,6 +544,7 @@ extension MCSession {
     /// is full (`MCSessionConfiguration.maximumQueuedBytesPerPeer`), so a fast sender keeps pace with
     /// a slow receiver and memory stays bounded on both sides.
     public func send(_ data: Data, to peers: [MCPeerID], mode: MCSessionSendDataMode = .reliable) async throws(MCError) {
+        if mode == .reliable, let engine { await engine.paceOnNetworkThread(to: peers.map(\.wire.identifier)) }
         while true {
             do {
                 return try sendChecked(data, toPeers: peers, with: mode)

@@ -35,8 +35,11 @@ public struct MCSessionConfiguration: Sendable {
     /// Inbound connections that may be mid-handshake at once; past it the least advanced and
     /// longest silent is closed, so idle or trickling strangers cannot lock real peers out.
     public var maximumPendingConnections: Int = SessionEngineConfiguration.defaultPendingConnections
-    /// Reliable bytes queued to one peer and not yet sent; a synchronous `send` past it throws
-    /// `unavailable` (nothing is queued), the async `send` waits for room.
+    /// Reliable bytes queued to one peer and not yet sent (to a peer that can recover a lost
+    /// link, not yet acknowledged: docs/PROTOCOL.md §7.9), each message counted with 64 bytes
+    /// more than its length; a synchronous `send` past it throws `unavailable` (nothing is
+    /// queued), the async `send` waits for room. Acknowledgements are read on the session's
+    /// network thread: a task there that sends in a loop must suspend (the async `send` does).
     public var maximumQueuedBytesPerPeer: Int = 32 << 20
     /// Bytes of one peer's messages delivered but not yet taken by the app (every `events()`
     /// stream and the delegate); past it the session stops reading from that peer until the app

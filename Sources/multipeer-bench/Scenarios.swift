@@ -162,7 +162,10 @@ enum Scenarios {
                 var sent = 0
                 while sent < bytes {
                     try await counter.waitFor(bytes: sent + message.count - window)
-                    try b.send(message, toPeers: [a.myPeerID], with: .reliable)
+                    // The send that waits for room: on the network thread, a loop that never
+                    // suspends would not let it read the acknowledgements that give the send
+                    // queue its room back (docs/PROTOCOL.md §7.9).
+                    try await b.send(message, to: [a.myPeerID])
                     sent += message.count
                 }
                 try await counter.waitFor(bytes: bytes)

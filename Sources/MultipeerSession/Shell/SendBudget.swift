@@ -13,12 +13,20 @@ final class SendBudget: Sendable {
         let acceptsDatagrams: Bool
         var queued = 0
         var waiters: [UnsafeContinuation<Void, Never>] = []
+        /// `waitForAcknowledgements` callers, resumed once the queue is down to `paceLimit`.
+        var pacers: [UnsafeContinuation<Void, Never>] = []
     }
 
     let limitPerPeer: Int
     private let slots = Mutex<[Bytes16: Slot]>([:])
 
     init(limitPerPeer: Int) { self.limitPerPeer = limitPerPeer }
+
+    /// Async senders on the session's network thread wait while the queue is above this, so that
+    /// the thread reads the acknowledgements that empty it: a task there that never suspends
+    /// would keep the whole queue, unacknowledged, in memory. They go on as soon as it is back
+    /// under, so kept messages are let go one by one rather than in bursts.
+    var paceLimit: Int { limitPerPeer / 16 }
 
     enum Refusal: Error {
         case notConnected([Bytes16])
@@ -37,7 +45,7 @@ final class SendBudget: Sendable {
     func update(_ peer: Bytes16, acceptsDatagrams: Bool) {
         slots.withLock { slots in
             guard let slot = slots[peer] else { return }
-            slots[peer] = Slot(peer: slot.peer, acceptsDatagrams: acceptsDatagrams, queued: slot.queued, waiters: slot.waiters)
+            slots[peer] = Slot(peer: slot.peer, acceptsDatagrams: acceptsDatagrams, queued: slot.queued, waiters: slot.waiters, pacers: slot.pacers)
         }
     }
 
@@ -60,14 +68,14 @@ final class SendBudget: Sendable {
 
     /// Forgets the peer; its waiting senders resume (and then find it gone).
     func remove(_ peer: Bytes16) {
-        let waiters = slots.withLock { $0.removeValue(forKey: peer)?.waiters ?? [] }
+        let waiters = slots.withLock { slots in slots.removeValue(forKey: peer).map { $0.waiters + $0.pacers } ?? [] }
         for waiter in waiters { waiter.resume() }
     }
 
     func removeAll() {
         let waiters = slots.withLock { slots in
             defer { slots.removeAll() }
-            return slots.values.flatMap(\.waiters)
+            return slots.values.flatMap { $0.waiters + $0.pacers }
         }
         for waiter in waiters { waiter.resume() }
     }
@@ -105,11 +113,34 @@ final class SendBudget: Sendable {
             // One lookup: this runs for every message written.
             guard let index = slots.index(forKey: peer) else { return [] }
             slots.values[index].queued -= bytes
-            guard slots.values[index].queued <= limitPerPeer / 2, !slots.values[index].waiters.isEmpty else { return [] }
+            var resumed: [UnsafeContinuation<Void, Never>] = []
+            if slots.values[index].queued <= paceLimit, !slots.values[index].pacers.isEmpty {
+                resumed = slots.values[index].pacers
+                slots.values[index].pacers = []
+            }
+            guard slots.values[index].queued <= limitPerPeer / 2, !slots.values[index].waiters.isEmpty else { return resumed }
             defer { slots.values[index].waiters = [] }
-            return slots.values[index].waiters
+            return resumed + slots.values[index].waiters
         }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// Senders waiting in `waitForAcknowledgements` for `peer`.
+    func pacerCount(for peer: Bytes16) -> Int { slots.withLock { $0[peer]?.pacers.count ?? 0 } }
+
+    /// Returns at once unless a peer's queue is above `paceLimit`; then once it is back under,
+    /// or the peer is gone.
+    func waitForAcknowledgements(for peers: [Bytes16]) async {
+        for peer in peers {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                let ready = slots.withLock { slots -> Bool in
+                    guard let slot = slots[peer], slot.queued > paceLimit else { return true }
+                    slots[peer]!.pacers.append(continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
     }
 
     /// Returns once every peer's queue has room for `bytes`, or the peer is gone.

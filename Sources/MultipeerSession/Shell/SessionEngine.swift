@@ -153,7 +153,15 @@ package final class SessionEngine: Sendable {
 
     /// Returns once each peer's send queue has room for a message of `bytes` (or the peer left).
     package func waitForSendRoom(_ bytes: Int, to peers: [Bytes16]) async {
-        await sendBudget.waitForRoom(bytes, for: peers)
+        await sendBudget.waitForRoom(bytes + DeliveryLedger.entryCharge, for: peers)
+    }
+
+    /// For an async sender: on the network thread, waits while much of what was sent to `peers`
+    /// is unacknowledged, so that the thread reads the acknowledgements (docs/PROTOCOL.md §7.9);
+    /// elsewhere returns at once.
+    package func paceOnNetworkThread(to peers: [Bytes16]) async {
+        guard eventLoop.inEventLoop else { return }
+        await sendBudget.waitForAcknowledgements(for: peers)
     }
 
     /// Reliable bytes queued to `peer` and not yet handed to its socket.
