@@ -1018,12 +1018,12 @@ def s_violations_more():
     return ", ".join(out)
 
 
-@scenario("violations before connect: wrong HELLO purpose/version, early MESSAGE, second commit")
+@scenario("violations before connect: wrong HELLO purpose/version, version 2 frames on version 1, early MESSAGE, second commit")
 def s_violations_handshake():
     out = []
 
-    def run(h, label, hook_name, hook, want):
-        s = Session("py", "required")
+    def run(h, label, hook_name, hook, want, max_version=2):
+        s = Session("py", "required", max_version=max_version)
         s.hooks[hook_name] = hook
         try:
             ms = s.events.mark()
@@ -1043,10 +1043,23 @@ def s_violations_handshake():
         hello.version = 2
         return hello
 
+    def version1(hello):
+        hello.version = 1
+        return hello
+
+    def purpose4(hello):
+        hello.purpose = 4
+        return hello
+
     early = lambda c: c.enqueue(F.frame(F.MESSAGE, b"early", flags=1))  # noqa: E731
     with lib() as h:
         run(h, "dialer HELLO purpose 0", "hello", purpose0, 1)
-        run(h, "HELLO version 2", "hello", version2, 1)
+        run(h, "HELLO version 2 on version 1", "hello", version2, 1, max_version=1)
+        run(h, "HELLO version 1 on version 2", "hello", version1, 1)
+        run(h, "HELLO purpose 4 on version 1", "hello", purpose4, 1, max_version=1)
+        run(h, "ACK on version 1", "after_hello", lambda c: c.enqueue(F.frame(F.ACK, bytes(8))), 1, max_version=1)
+        run(h, "RESUME on a purpose-1 connection", "after_hello",
+            lambda c: c.enqueue(F.frame(F.RESUME, bytes(40))), 1)
         run(h, "MESSAGE before TRUST", "after_hello", early, 1)
         run(h, "MESSAGE before HELLO", "before_hello", early, 1)
         run(h, "second PAIRING_COMMIT", "after_hello",
@@ -1101,7 +1114,8 @@ def s_mesh_python_introduces():
 @scenario("resources: resume after an interrupted transfer (RESOURCE_ACCEPT offset)")
 def s_resume():
     with lib() as h:
-        s = Session("py", "required")
+        # version 1: on version 2 the cut link would be resumed (§7.9), not lost
+        s = Session("py", "required", max_version=1)
         try:
             conn = connected_pair(h, s, "py>lib")
             data = os.urandom(4 << 20)
@@ -1201,7 +1215,8 @@ def s_deadlines():
 
     def mute():
         with lib() as h:
-            s = Session("py", "required", keepalive=None, dead_peer=60)
+            # version 1: on version 2 the library closes without GOODBYE 6 (§7.7)
+            s = Session("py", "required", keepalive=None, dead_peer=60, max_version=1)
             try:
                 connected_pair(h, s, "py>lib")
                 s.hooks["mute"] = True
@@ -1230,13 +1245,13 @@ def s_deadlines():
 
 
 
-@scenario("preamble faults: bad magic/versions/preference/flag closed silently; range 1-2 accepted")
+@scenario("preamble faults: bad magic/versions/preference/flag closed silently; ranges 1-3, 2-2, 1-1 accepted")
 def s_preamble_faults():
     import socket as _socket
     from mpcp.connection_data import ConnectionData
     bad = {"magic": b"MPCQ\x01\x01\x01\x00", "min 0": b"MPCP\x00\x01\x01\x00",
            "min>max": b"MPCP\x02\x01\x01\x00", "preference 3": b"MPCP\x01\x01\x03\x00",
-           "reserved flag": b"MPCP\x01\x01\x01\x02", "version 2 only": b"MPCP\x02\x02\x01\x00"}
+           "reserved flag": b"MPCP\x01\x01\x01\x02", "version 3 only": b"MPCP\x03\x03\x01\x00"}
     out = []
     with lib() as h:
         ep = ConnectionData.decode(h.make_data(Session("probe", listen=False, datagrams=False).peer_id)).endpoints[0]
@@ -1256,15 +1271,19 @@ def s_preamble_faults():
             check(len(got) <= 8, "%s: library sent %d bytes beyond its preamble" % (label, len(got) - 8))
             check(time.monotonic() - t0 < 4, "%s: library did not close" % label)
             out.append(label)
-        # a wider range that overlaps: negotiated version 1, connection proceeds
-        s = Session("py", "required")
-        s.hooks["preamble"] = Preamble(REQUIRED_PREF, False, 1, 2).encode()
-        try:
-            conn, why, _ = connect(h, s, "py>lib", timeout=5)
-            check(why is None and conn.version == 1, "range 1-2: %s" % why)
-        finally:
-            s.close()
-    return "closed silently: %s; range 1-2 -> version 1 connected" % ", ".join(out)
+        # wider ranges that overlap: the library speaks 1-2 (§3)
+        got = []
+        for lo, hi, want in ((1, 3, 2), (2, 2, 2), (1, 1, 1)):
+            s = Session("py", "required")
+            s.hooks["preamble"] = Preamble(REQUIRED_PREF, False, lo, hi).encode()
+            try:
+                conn, why, _ = connect(h, s, "py>lib", timeout=5)
+                check(why is None and conn.version == want, "range %d-%d: %s (version %s)"
+                      % (lo, hi, why, conn and getattr(conn, "version", None)))
+                got.append("%d-%d -> version %d" % (lo, hi, want))
+            finally:
+                s.close()
+    return "closed silently: %s; range %s connected" % (", ".join(out), ", ".join(got))
 
 
 
@@ -1696,6 +1715,199 @@ SERVICE = "mpc-interop"
 
 class ScenarioSkipped(Exception):
     pass
+
+
+# ------------------------------------------------ version 2: link recovery (§7.9)
+def _lib_received(h, peer_hex, since=0):
+    return h.all(lambda w: w[0] == "RECEIVED" and w[1] == peer_hex, since=since)
+
+
+def _numbered(tag, i, size):
+    head = ("%s-%05d-" % (tag, i)).encode()
+    return head + bytes((i + k) % 251 for k in range(size - len(head)))
+
+
+@scenario("version 2: ACKs free the library's 32 MiB send queue; 2,200 x 16 KiB messages each way (§7.9)")
+def s_v2_acks():
+    n, size = 2200, 16384            # 34.4 MiB (36.2 counted) each way: over the 32 MiB the library keeps
+    figures = []
+    with lib() as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            s = Session("py", "required")
+            try:
+                conn = connected_pair(h, s, direction)
+                check(conn.version == 2 and conn.member is not None, "version %d, member %s" % (conn.version, conn.member))
+                mh, ms = h.mark(), s.events.mark()
+                t0 = time.monotonic()
+                for i in range(n):
+                    path = os.path.join(tmp, "m%05d" % i)
+                    if not os.path.exists(path):
+                        with open(path, "wb") as f:
+                            f.write(_numbered("lib", i, size))
+                    h.send("SEND reliable %s @%s" % (s.peer_id.hex(), path))
+                for i in range(n):
+                    s.send_to(h.peer_id, _numbered("py", i, size))
+                deadline = t0 + 60
+                while time.monotonic() < deadline:
+                    got_h = _lib_received(h, s.peer_id.hex(), mh)
+                    got_s = s.events.all(lambda e: e.kind == "message", since=ms)
+                    if len(got_h) >= n and len(got_s) >= n and not s.member(h.peer_id).kept:
+                        break
+                    time.sleep(0.05)
+                want_h = [hashlib.sha256(_numbered("py", i, size)).hexdigest() for i in range(n)]
+                check([w[3] for w in got_h] == want_h, "library got %d, order/content differ" % len(got_h))
+                check([e.data["payload"] for e in got_s] == [_numbered("lib", i, size) for i in range(n)],
+                      "python got %d, order/content differ" % len(got_s))
+                acks = s.events.all(lambda e: e.kind == "ack", since=ms)
+                m = s.member(h.peer_id)
+                check(acks and acks[-1].data["delivered"] == n and not m.kept,
+                      "library ACKs: %d, last %s, python still keeps %d" % (len(acks), acks and acks[-1].data, len(m.kept)))
+                figures.append("%s %.1fs, library sent %d ACKs (last %d), python delivered %d"
+                               % (direction, time.monotonic() - t0, len(acks), acks[-1].data["delivered"], m.delivered))
+                disconnect(h, s, conn)
+            finally:
+                s.close()
+    return "; ".join(figures)
+
+
+def _burst_with_reset(h, s, conn, n=400, cut_at=150):
+    """n messages each way; the Python side resets the TCP connection after it
+    has queued cut_at of its own and the library's first cut_at are sent.
+    Returns (library RECEIVED payloads, python payloads, harness mark)."""
+    import threading as _threading
+    mh, ms = h.mark(), s.events.mark()
+    for i in range(n):
+        h.send("SEND reliable %s %s" % (s.peer_id.hex(), _numbered("lib", i, 40).hex()))
+
+    def py_sender():
+        for i in range(n):
+            s.send_to(h.peer_id, _numbered("py", i, 40))
+            if i == cut_at:
+                conn.reset()                       # SO_LINGER 0, close: RST, no GOODBYE
+            time.sleep(0.001)
+    t = _threading.Thread(target=py_sender, daemon=True)
+    t.start()
+    t.join(20)
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        got_h = _lib_received(h, s.peer_id.hex(), mh)
+        got_s = s.events.all(lambda e: e.kind == "message", since=ms)
+        if len(got_h) >= n and len(got_s) >= n:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)                                 # duplicates would arrive right after
+    got_h = [bytes.fromhex(w[4]) for w in _lib_received(h, s.peer_id.hex(), mh)]
+    got_s = [e.data["payload"] for e in s.events.all(lambda e: e.kind == "message", since=ms)]
+    return got_h, got_s, mh
+
+
+@scenario("link recovery: python resets TCP mid-burst; resumed by either dialer, every message once, in order (§7.9)")
+def s_v2_recovery():
+    n = 400
+    out = []
+    # (label, direction of the first connection, python listens?, python redials?)
+    runs = [("python redials", "py>lib", False, True),
+            ("library redials", "lib>py", True, False),
+            ("both redial", "py>lib", True, True),
+            ("both redial", "lib>py", True, True)]
+    with lib(identity="alice") as h:
+        for label, direction, listens, redials in runs:
+            s = Session("py", "required", identity=ident("bob"), listen=listens, redial=redials)
+            try:
+                conn = connected_pair(h, s, direction)
+                check(conn.member is not None, "%s: no version 2 member" % label)
+                t0 = time.monotonic()
+                got_h, got_s, mh = _burst_with_reset(h, s, conn, n)
+                want_h = [_numbered("py", i, 40) for i in range(n)]
+                want_s = [_numbered("lib", i, 40) for i in range(n)]
+                resumed = s.events.all(lambda e: e.kind == "resumed")
+                check(resumed, "%s %s: never resumed; %s" % (label, direction,
+                      [e for e in s.events.all(lambda e: e.kind in ("lost", "resume-ended", "state"))][-4:]))
+                check(got_h == want_h, "%s %s: library got %d (dups %d)" % (label, direction, len(got_h),
+                                                                             len(got_h) - len(set(got_h))))
+                check(got_s == want_s, "%s %s: python got %d (dups %d)" % (label, direction, len(got_s),
+                                                                            len(got_s) - len(set(got_s))))
+                lib_nc = h.all(is_state(s.peer_id.hex(), "notConnected"), since=mh)
+                py_nc = s.events.all(lambda e: e.kind == "state" and e.data["state"] == "notConnected")
+                check(not lib_nc and not py_nc, "%s: notConnected seen: library %d, python %d"
+                      % (label, len(lib_nc), len(py_nc)))
+                r = resumed[-1].data
+                out.append("%s %s: resumed by %s's dial, resent %d, peer had %d (%.1fs)"
+                           % (label, direction, "python" if r["dialer"] else "library", r["resent"],
+                              r["peer_delivered"], time.monotonic() - t0))
+                # python's GOODBYE 0 on the resumed connection: SPEC-GAPS 25 (not a failure here)
+                m, t1 = h.mark(), time.monotonic()
+                s.close()
+                seen = h.wait(is_state(s.peer_id.hex(), "notConnected"), 3, since=m)
+                out[-1] += ", GOODBYE 0 -> library %s" % (
+                    "notConnected %.0fms" % ((time.monotonic() - t1) * 1000) if seen else "NO STATE within 3s")
+            finally:
+                s.close()
+    return "%d/%d each way; " % (n, n) + "; ".join(out)
+
+
+@scenario("version 1 only: a 1-1 python peer and the library (no ACK, no recovery)")
+def s_v1_only():
+    out = []
+    with lib() as h:
+        for direction in DIRECTIONS:
+            s = Session("py", "required", max_version=1)
+            try:
+                conn = connected_pair(h, s, direction)
+                check(conn.version == 1 and conn.member is None, "version %d" % conn.version)
+                mh, ms = h.mark(), s.events.mark()
+                payloads = [_numbered("v1", i, 30) for i in range(200)]
+                for p in payloads:
+                    s.send_to(h.peer_id, p)
+                    h.send("SEND reliable %s %s" % (s.peer_id.hex(), p.hex()))
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    if (len(_lib_received(h, s.peer_id.hex(), mh)) >= 200
+                            and len(s.events.all(lambda e: e.kind == "message", since=ms)) >= 200):
+                        break
+                    time.sleep(0.05)
+                check([bytes.fromhex(w[4]) for w in _lib_received(h, s.peer_id.hex(), mh)] == payloads, "library order")
+                check([e.data["payload"] for e in s.events.all(lambda e: e.kind == "message", since=ms)] == payloads,
+                      "python order")
+                acks = s.events.all(lambda e: e.kind == "ack")
+                check(not acks, "library sent %d ACKs on version 1" % len(acks))
+                mh = h.mark()
+                t0 = time.monotonic()
+                conn.reset()
+                w = h.wait(is_state(s.peer_id.hex(), "notConnected"), 5, since=mh)
+                check(w is not None, "library did not report notConnected after a reset on version 1")
+                ev = s.events.wait(lambda e: e.kind == "state" and e.data["state"] == "notConnected", 3)
+                check(ev is not None, "python did not report notConnected")
+                out.append("%s 200/200 each way, no ACK; reset -> notConnected in %.0fms"
+                           % (direction, (time.monotonic() - t0) * 1000))
+            finally:
+                s.close()
+    return "; ".join(out)
+
+
+@scenario("link recovery: a wrong RESUME proof -> GOODBYE 9; the library keeps the member until its grace passes")
+def s_v2_wrong_proof():
+    with lib(identity="alice") as h:
+        s = Session("py", "required", identity=ident("bob"), listen=False, redial=True)
+        s.hooks["resume_proof"] = lambda p: bytes([p[0] ^ 1]) + p[1:]
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            mh, ms = h.mark(), s.events.mark()
+            t0 = time.monotonic()
+            conn.reset()
+            bye = s.events.wait(lambda e: e.kind == "goodbye", 8, since=ms)
+            check(bye is not None and bye.data["reason"] == 9, "resumption with a wrong proof: %s" % (bye,))
+            t_bye = time.monotonic() - t0
+            py_left = s.events.wait(lambda e: e.kind == "state" and e.data["state"] == "notConnected", 3, since=ms)
+            check(py_left is not None, "python did not give the member up after GOODBYE 9")
+            early = h.wait(is_state(s.peer_id.hex(), "notConnected"), max(0.1, 8 - (time.monotonic() - t0)), since=mh)
+            check(early is None, "library reported notConnected %.1fs after the loss" % (time.monotonic() - t0))
+            late = h.wait(is_state(s.peer_id.hex(), "notConnected"), 6, since=mh)
+            t_nc = time.monotonic() - t0
+            check(late is not None, "library never reported notConnected")
+            return "GOODBYE 9 after %.2fs; library STATE notConnected only after %.1fs (grace)" % (t_bye, t_nc)
+        finally:
+            s.close()
 
 
 def needs_multicast():

@@ -14,6 +14,7 @@ from . import frames as F
 from .datagram import LABEL_D2L, LABEL_L2D, EpochReceiver
 from .preamble import Preamble, negotiate_version, negotiate_encryption, TLS, PLAINTEXT, REFUSED
 from .pairing import commitment, code as pairing_code, EXPORTER_LABEL
+from . import resumption as R
 from .tls import make_context, peer_chain, fingerprint
 from .transport import PlainTransport, TlsTransport, TransportClosed
 from .channels import ChannelsMixin, INITIAL_CONNECTION_WINDOW
@@ -30,8 +31,12 @@ class Failed(Exception):
 
 class Connection(ChannelsMixin):
     def __init__(self, session, sock: socket.socket, dialer: bool, data=None, purpose=None, token=None,
-                 expected=None):
+                 expected=None, member=None):
         self.session = session
+        self.member = member              # §7.9 Member: the session this connection carries or resumes
+        self.got_goodbye = None           # the peer's GOODBYE reason
+        self.resetting = False            # test hook: we reset the TCP connection on purpose
+        self.superseded = False           # closed for a newer connection to the same member (GOODBYE 7)
         self.expected = expected          # PeerID a purpose-3 dial expects to reach
         self.sock = sock
         self.dialer = dialer
@@ -147,14 +152,20 @@ class Connection(ChannelsMixin):
     def _run(self):
         s = self.session
         deadline = time.monotonic() + s.handshake_deadline
-        self._post("state", state="connecting")
+        if self.purpose != F.PURPOSE_RESUMPTION:
+            self._post("state", state="connecting")
         try:
             self._preambles(deadline)
             self._secure(deadline)
             self._start_frames()
             if "before_hello" in s.hooks:
                 s.hooks["before_hello"](self)
-            self._send_hello()
+            # a version 2 listener answers the dialer's HELLO: after a resumption
+            # HELLO it must first admit it (§7.9); see SPEC-GAPS
+            if self.dialer or self.version < 2:
+                self._send_hello()
+            if self.dialer and self.purpose == F.PURPOSE_RESUMPTION:
+                self._send_resume(R.ROLE_DIALER)
             if self.dialer and self.purpose in (F.PURPOSE_CONNECTION_DATA, F.PURPOSE_MESH):
                 self.enqueue(F.frame(F.PAIRING_COMMIT, commitment(self.my_nonce)))
             if self.dialer and self.purpose == F.PURPOSE_INVITATION:
@@ -172,7 +183,10 @@ class Connection(ChannelsMixin):
         except TransportClosed as e:
             self._end(self.end_reason or "closed: %s" % e, None)
         except Exception as e:  # pragma: no cover - keep the thread from dying silently
-            self._end("internal: %r" % e, 10)
+            if self.resetting:  # our own reset closed the socket under the reader
+                self._end("reset by us", None)
+            else:
+                self._end("internal: %r" % e, 10)
 
     def _end(self, why, goodbye):
         if self.closed.is_set():
@@ -191,7 +205,31 @@ class Connection(ChannelsMixin):
         for ch in list(self.channels.values()):
             ch.done.set()
         self.session._forget(self)
+        if self.member is not None:
+            # §7.9: the session decides: lost (resume), left, or nothing (a resumption dial)
+            self.session._connection_ended(self, lost=goodbye is None and self.got_goodbye is None
+                                           and not self.superseded and self.end_reason != "local disconnect")
+            return
+        if F.PURPOSE_RESUMPTION in (self.purpose, self.peer_hello and self.peer_hello.purpose):
+            self._post("resume-ended", reason=self.end_reason)     # refused before it carried a member
+            return
         self._post("state", state="notConnected", reason=self.end_reason)
+
+    @property
+    def recovers(self):
+        """§7.9: version 2 over TLS carries a session that can outlive the connection."""
+        return self.version >= 2 and self.outcome == TLS and self.session.recovery
+
+    def reset(self):
+        """Test hook: end the TCP connection with RST (SO_LINGER 0), no GOODBYE, no close_notify."""
+        import struct
+        self.resetting = True
+        self.end_reason = "reset by us"
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.close()
+        except OSError:
+            pass
 
     def disconnect(self, reason=0):
         """The application's disconnect: GOODBYE then close."""
@@ -208,7 +246,7 @@ class Connection(ChannelsMixin):
     # ------------------------------------------------------------- preambles
     def _preambles(self, deadline):
         s = self.session
-        mine = Preamble(s.preference, s.identity is not None)
+        mine = Preamble(s.preference, s.identity is not None, 1, s.max_version)
         if s.hooks.get("preamble"):
             mine_bytes = s.hooks["preamble"]
         else:
@@ -292,6 +330,10 @@ class Connection(ChannelsMixin):
             if self.data is not None and self.data.fingerprint is not None:
                 if not chain or fingerprint(chain[0]) != self.data.fingerprint:
                     raise Failed("certificateMismatch")
+            if self.purpose == F.PURPOSE_RESUMPTION and self.member.peer_fp is not None:
+                # §7.9: the listener must show the leaf the member had (closed as in §9.3)
+                if not chain or fingerprint(chain[0]) != self.member.peer_fp:
+                    raise Failed("certificateMismatch (resumption)")
             # A server without identity presents an ephemeral certificate: ignored.
             self.peer_chain = chain if self.peer_preamble.has_identity else []
         else:
@@ -308,7 +350,7 @@ class Connection(ChannelsMixin):
         # announce no listening or datagram port (as the library's do; SPEC-GAPS 19)
         invitation = self.purpose == F.PURPOSE_INVITATION or getattr(s, "advertiser", None) is not None
         hello = F.Hello(self.version, self.purpose, self.echo,
-                        self.token if self.purpose in (1, 3) else bytes(16),
+                        self.token if self.purpose in (1, 3, 4) else bytes(16),
                         0 if invitation else s.listen_port, 0 if invitation or not s.udp_port else s.udp_port,
                         0 if invitation or not s.udp_port else self.my_rid, s.peer_id)
         if "hello" in s.hooks:
@@ -316,12 +358,29 @@ class Connection(ChannelsMixin):
         self.enqueue(F.frame(F.HELLO, hello.encode_payload()))
 
     # ----------------------------------------------------------- frame loop
+    def _send_resume(self, role):
+        """§6.4.7a: our proof over the new connection's binding, and our count."""
+        m = self.member
+        with m.lock:
+            proof = R.proof(m.resumption_key, role, R.binding(self.transport))
+            if "resume_proof" in self.session.hooks:
+                proof = self.session.hooks["resume_proof"](proof)
+            self.enqueue(F.frame(F.RESUME, F.Resume(proof, m.delivered).encode_payload()))
+            m.reset_pending()
+
+    def _on_resume(self, r):
+        m = self.member
+        role = R.ROLE_LISTENER if self.dialer else R.ROLE_DIALER
+        if not R.check(m.resumption_key, role, R.binding(self.transport), r.proof):
+            raise Failed("wrong resumption proof", 9)
+        self.session._resumed(self, r.delivered)
+
     def _loop(self, deadline):
-        parser = F.FrameParser()
+        parser = F.FrameParser(self.version)
         s = self.session
         while not self.closed.is_set():
             now = time.monotonic()
-            if not self.connected and now > deadline and self.phase in ("hello", "pairing", "invitation"):
+            if not self.connected and now > deadline and self.phase in ("hello", "pairing", "invitation", "resume"):
                 raise Failed("handshake deadline", 6)
             if self.phase == "invitation-wait" and now > deadline + self.invitation.timeout_ms / 1000.0:
                 raise Failed("no INVITATION_RESPONSE within the timeout", 6)
@@ -330,11 +389,20 @@ class Connection(ChannelsMixin):
             if self.connected:
                 idle = now - self.last_rx
                 if idle > s.dead_peer:
-                    raise Failed("dead peer", 6)
+                    # §7.7: on a recovering connection the link is lost, not ended
+                    raise Failed("dead peer", None if self.recovers else 6)
                 if s.keepalive and idle > s.keepalive and now - self.last_ping > s.keepalive:
                     self.send_ping()
+            wait = 0.2
+            if self.connected and self.member is not None:
+                ack = self.member.ack_due(now)
+                if ack is not None and not s.hooks.get("no_ack"):
+                    self.enqueue(ack)
+                left = self.member.ack_wait()
+                if left is not None:
+                    wait = min(wait, max(0.005, left))
             try:
-                data = self.transport.recv(0.2)
+                data = self.transport.recv(wait)
             except TransportClosed as e:
                 raise TransportClosed(self.end_reason or str(e))
             if not data:
@@ -352,6 +420,7 @@ class Connection(ChannelsMixin):
         if t == F.GOODBYE:
             name = F.GOODBYE_REASONS[fr.value] if fr.value < len(F.GOODBYE_REASONS) else "other"
             self._post("goodbye", reason=fr.value, name=name)
+            self.got_goodbye = fr.value
             self.end_reason = "goodbye %d %s" % (fr.value, name)
             raise TransportClosed(self.end_reason)
         if self.phase == "preamble":
@@ -370,6 +439,11 @@ class Connection(ChannelsMixin):
             return
         if self.phase in ("invitation", "invitation-wait", "invitation-answer"):
             return self._on_invitation_phase(fr)
+        if self.phase == "resume":
+            # §7.1: a resumption connection takes RESUME once after HELLO
+            if t != F.RESUME:
+                raise ProtocolViolation("%s before RESUME" % fr.name)
+            return self._on_resume(fr.value)
         if self.phase == "pairing":
             return self._on_pairing(fr)
         if self.phase == "trust":
@@ -389,8 +463,27 @@ class Connection(ChannelsMixin):
         if not self.dialer and h.purpose == F.PURPOSE_ANSWER:
             raise ProtocolViolation("dialer HELLO purpose 0")
         if h.preamble_echo != self.echo:
+            if not self.dialer and self.version >= 2:
+                self._send_hello()
             raise Failed("downgradeDetected (preamble echo)", 4)
         self.peer_hello = h
+        if self.dialer and self.purpose == F.PURPOSE_RESUMPTION:
+            if h.peer_id.identifier != self.member.peer_id.identifier:
+                raise Failed("unexpectedPeer (resumption)", 1)
+            self.peer_id = h.peer_id
+            self._post("hello", hello=h)
+            self.phase = "resume"
+            return
+        if not self.dialer and h.purpose == F.PURPOSE_RESUMPTION:
+            self.peer_id = h.peer_id
+            self.session._admit_resumption(self, h)    # raises Failed(..., 9 or 7)
+            self._send_hello()
+            self._send_resume(R.ROLE_LISTENER)
+            self._post("hello", hello=h)
+            self.phase = "resume"
+            return
+        if not self.dialer and self.version >= 2:
+            self._send_hello()
         if self.dialer:
             want = self.data.peer_id if self.data is not None else self.expected
             if want is not None and h.peer_id.identifier != want.identifier:
@@ -526,14 +619,25 @@ class Connection(ChannelsMixin):
             self.phase = "connected"
             self.connected = True
             self.last_rx = time.monotonic()
+            if self.recovers:
+                self.session._establish(self)
             self.session._register_connected(self)
             self._post("state", state="connected")
 
     # --------------------------------------------------------- connected
     def _on_connected(self, fr):
         t = fr.type
-        if t in (F.HELLO, F.TRUST, F.INVITATION, F.INVITATION_RESPONSE, F.PAIRING_COMMIT, F.PAIRING_NONCE):
+        if t in (F.HELLO, F.TRUST, F.INVITATION, F.INVITATION_RESPONSE, F.PAIRING_COMMIT, F.PAIRING_NONCE,
+                 F.RESUME):
             raise ProtocolViolation("%s after connected" % fr.name)
+        if t == F.ACK:
+            if self.member is None:
+                # version 2 without TLS (or with our recovery off): nothing is kept; see SPEC-GAPS
+                self._post("ack", delivered=fr.value)
+                return
+            self.member.on_count(fr.value)
+            self._post("ack", delivered=fr.value)
+            return
         if t == F.MESSAGE:
             self.frag_len += len(fr.value)
             if self.frag_len > F.MAX_MESSAGE:
@@ -543,6 +647,8 @@ class Connection(ChannelsMixin):
                 msg = bytes(self.frag)
                 self.frag = bytearray()
                 self.frag_len = 0
+                if self.member is not None:
+                    self.member.on_delivered(len(msg))
                 self._post("message", payload=msg)
             return
         if t == F.MESH_INTRODUCTION:
@@ -562,6 +668,9 @@ class Connection(ChannelsMixin):
         pieces = [payload[i:i + fragment] for i in range(0, len(payload), fragment)] or [b""]
         out = [F.frame(F.MESSAGE, p, flags=F.FLAG_END if i == len(pieces) - 1 else 0)
                for i, p in enumerate(pieces)]
+        if self.member is not None:
+            self.member.send(b"".join(out))    # kept until counted (§7.9)
+            return
         with self.msg_lock:
             self.enqueue(*out)
 

@@ -14,6 +14,7 @@ MAX_MESSAGE = 16 * 1024 * 1024
 
 HELLO, TRUST, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION = 0x01, 0x02, 0x03, 0x04, 0x05
 GOODBYE, PING, PONG, PAIRING_COMMIT, PAIRING_NONCE = 0x06, 0x07, 0x08, 0x09, 0x0A
+RESUME, ACK = 0x0B, 0x0C                 # version 2 only (§6.3)
 MESSAGE = 0x10
 STREAM_OPEN, STREAM_DATA, STREAM_CLOSE, STREAM_RESET, WINDOW_UPDATE = 0x20, 0x21, 0x22, 0x23, 0x24
 RESOURCE_OFFER, RESOURCE_CHUNK, RESOURCE_COMPLETE = 0x30, 0x31, 0x32
@@ -33,6 +34,8 @@ FRAME_TYPES = {
     PONG: ("PONG", "zero", 0, 8, 8),
     PAIRING_COMMIT: ("PAIRING_COMMIT", "zero", 0, 32, 32),
     PAIRING_NONCE: ("PAIRING_NONCE", "zero", 0, 32, 32),
+    RESUME: ("RESUME", "zero", 0, 40, 40),
+    ACK: ("ACK", "zero", 0, 8, 8),
     MESSAGE: ("MESSAGE", "zero", FLAG_END, 0, 65536),
     STREAM_OPEN: ("STREAM_OPEN", "nonzero", 0, 1, 256),
     STREAM_DATA: ("STREAM_DATA", "nonzero", 0, 1, 65536),
@@ -54,6 +57,11 @@ GOODBYE_REASONS = ["normal", "protocolError", "limitExceeded", "flowControlError
 TRUST_ACCEPTED, TRUST_REJECTED, TRUST_TIMED_OUT = 1, 2, 3
 
 PURPOSE_ANSWER, PURPOSE_CONNECTION_DATA, PURPOSE_INVITATION, PURPOSE_MESH = 0, 1, 2, 3
+PURPOSE_RESUMPTION = 4                   # version 2 only (§7.9)
+
+# frame types and HELLO purposes a version 1 connection must not carry (§6.3, §6.4.1)
+V2_TYPES = (RESUME, ACK)
+LATEST_VERSION = 2
 
 
 def type_name(t):
@@ -72,12 +80,14 @@ def encode_header(ftype, length, channel=0, flags=0) -> bytes:
     return struct.pack(">BBHII", ftype, flags, 0, channel, length)
 
 
-def decode_header(data: bytes) -> FrameHeader:
-    """Validates a header as §6.1 says, before any payload is buffered."""
+def decode_header(data: bytes, version: int = LATEST_VERSION) -> FrameHeader:
+    """Validates a header as §6.1 says, before any payload is buffered.
+    `version` is the connection's negotiated version: RESUME and ACK are
+    violations on version 1 (§6.3)."""
     ftype, flags, reserved, channel, length = struct.unpack(">BBHII", data)
     spec = FRAME_TYPES.get(ftype)
-    if spec is None:
-        raise ProtocolViolation("unknown frame type 0x%02x" % ftype)
+    if spec is None or (version < 2 and ftype in V2_TYPES):
+        raise ProtocolViolation("unknown frame type 0x%02x for version %d" % (ftype, version))
     _, rule, allowed, lo, hi = spec
     if flags & ~allowed:
         raise ProtocolViolation("disallowed flags")
@@ -115,12 +125,12 @@ class Hello:
                 + self.peer_id.encode())
 
     @staticmethod
-    def decode(r: Reader):
+    def decode(r: Reader, conn_version: int = LATEST_VERSION):
         version, purpose, reserved = r.u8(), r.u8(), r.u16()
         if reserved:
             raise ProtocolViolation("HELLO reserved")
-        if purpose > 3:
-            raise ProtocolViolation("HELLO purpose")
+        if purpose > 4 or (purpose == PURPOSE_RESUMPTION and conn_version < 2):
+            raise ProtocolViolation("HELLO purpose %d on version %d" % (purpose, conn_version))
         echo, token = r.take(16), r.take(16)
         if purpose in (0, 2) and any(token):
             raise ProtocolViolation("HELLO token with purpose 0/2")
@@ -209,6 +219,20 @@ class ResourceOffer:
 
 
 @dataclass
+class Resume:
+    """§6.4.7a: the proof of §7.9 and the sender's delivered count."""
+    proof: bytes
+    delivered: int
+
+    def encode_payload(self):
+        return self.proof + u64(self.delivered)
+
+    @staticmethod
+    def decode(r):
+        return Resume(r.take(32), r.u64())
+
+
+@dataclass
 class Frame:
     """A decoded frame. `value` is the typed payload (or raw bytes / int)."""
     type: int
@@ -222,11 +246,15 @@ class Frame:
         return type_name(self.type)
 
 
-def decode_payload(h: FrameHeader, payload: bytes) -> Frame:
+def decode_payload(h: FrameHeader, payload: bytes, version: int = LATEST_VERSION) -> Frame:
     r = Reader(payload)
     t = h.type
     if t == HELLO:
-        v = Hello.decode(r)
+        v = Hello.decode(r, version)
+    elif t == RESUME:
+        v = Resume.decode(r)
+    elif t == ACK:
+        v = r.u64()
     elif t == TRUST:
         v = r.u8()
         if v not in (1, 2, 3):
@@ -261,20 +289,20 @@ def decode_payload(h: FrameHeader, payload: bytes) -> Frame:
     return Frame(t, h.flags, h.channel, v, payload)
 
 
-def decode_frame(data: bytes) -> Frame:
+def decode_frame(data: bytes, version: int = LATEST_VERSION) -> Frame:
     """Decode exactly one whole frame (used by the tests)."""
     if len(data) < HEADER_LEN:
         raise ProtocolViolation("short frame")
-    h = decode_header(data[:HEADER_LEN])
+    h = decode_header(data[:HEADER_LEN], version)
     if len(data) != HEADER_LEN + h.length:
         raise ProtocolViolation("frame length mismatch")
-    return decode_payload(h, data[HEADER_LEN:])
+    return decode_payload(h, data[HEADER_LEN:], version)
 
 
 def encode_frame(f: Frame) -> bytes:
     """Inverse of decode_payload."""
     t, v = f.type, f.value
-    if t in (HELLO, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION, RESOURCE_OFFER):
+    if t in (HELLO, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION, RESOURCE_OFFER, RESUME):
         p = v.encode_payload()
     elif t == TRUST:
         p = u8(v)
@@ -282,7 +310,7 @@ def encode_frame(f: Frame) -> bytes:
         p = u16(v)
     elif t == WINDOW_UPDATE:
         p = u32(v)
-    elif t == RESOURCE_ACCEPT:
+    elif t in (RESOURCE_ACCEPT, ACK):
         p = u64(v)
     elif t == STREAM_OPEN:
         p = string8(v)
@@ -297,7 +325,8 @@ class FrameParser:
     """Incremental parser: feed bytes, get whole frames. Validates each header
     before buffering its payload (§6.1)."""
 
-    def __init__(self):
+    def __init__(self, version: int = LATEST_VERSION):
+        self.version = version
         self.buf = bytearray()
         self.header = None
 
@@ -308,12 +337,12 @@ class FrameParser:
             if self.header is None:
                 if len(self.buf) < HEADER_LEN:
                     break
-                self.header = decode_header(bytes(self.buf[:HEADER_LEN]))
+                self.header = decode_header(bytes(self.buf[:HEADER_LEN]), self.version)
                 del self.buf[:HEADER_LEN]
             if len(self.buf) < self.header.length:
                 break
             payload = bytes(self.buf[:self.header.length])
             del self.buf[:self.header.length]
             h, self.header = self.header, None
-            out.append(decode_payload(h, payload))
+            out.append(decode_payload(h, payload, self.version))
         return out

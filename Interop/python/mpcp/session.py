@@ -8,12 +8,14 @@ import time
 
 from . import datagram as D
 from . import frames as F
+from . import resumption as R
 from .connection import Connection
 from .connection_data import ConnectionData
 from .encodings import PeerID, Endpoint
 from .events import EventLog
 from .preamble import PREFERENCE_NAMES, TLS
-from .tls import Identity, verify_chain
+from .member import Member
+from .tls import Identity, verify_chain, fingerprint
 
 TOKEN_LIFETIME = 120.0
 
@@ -21,7 +23,16 @@ TOKEN_LIFETIME = 120.0
 class Session:
     def __init__(self, name="python", preference="required", identity: Identity = None,
                  trust="accept", keepalive=2.0, dead_peer=9.0, handshake_deadline=10.0,
-                 trust_timeout=30.0, datagrams=True, listen=True, datagrams_per_epoch=2 ** 32):
+                 trust_timeout=30.0, datagrams=True, listen=True, datagrams_per_epoch=2 ** 32,
+                 max_version=F.LATEST_VERSION, recovery=True, grace=10.0, redial=True):
+        # §3: we offer versions 1..max_version; 1 makes this a version 1 peer.
+        # §7.9 on version 2 TLS connections: keep a lost member for `grace`
+        # seconds, redial it (unless redial is False) and admit its resumption.
+        self.max_version = max_version
+        self.recovery = recovery
+        self.grace = grace
+        self.redial = redial
+        self.members = {}               # identifier -> Member (version 2, TLS)
         # §8: a sender moves to epoch E+1 before its counter in E reaches 2^32;
         # a smaller count makes the sender change epochs within a few datagrams.
         self.datagrams_per_epoch = datagrams_per_epoch
@@ -142,6 +153,10 @@ class Session:
                        and c.peer_id and c.peer_id.identifier == ident for c in self.connections)
 
     def _register_connected(self, conn):
+        if conn.purpose == F.PURPOSE_RESUMPTION or conn.peer_hello.purpose == F.PURPOSE_RESUMPTION:
+            with self.lock:
+                self.by_rid[conn.my_rid] = conn
+            return
         with self.lock:
             self.by_rid[conn.my_rid] = conn
             others = [c for c in self.connections if c is not conn and c.connected and not c.closed.is_set()]
@@ -224,6 +239,187 @@ class Session:
                 if c.connected and c.peer_id and c.peer_id.identifier == ident and not c.closed.is_set():
                     return c
         return None
+
+    # ------------------------------------------------ link recovery (§7.9)
+    def _establish(self, conn):
+        """Both TRUST accepted on a version 2 TLS connection: the member's
+        session begins, named by this connection's exports."""
+        m = Member(conn.peer_id)
+        self._take_exports(m, conn)
+        m.peer_fp = fingerprint(conn.peer_chain[0]) if conn.peer_chain else None
+        m.conn = conn
+        conn.member = m
+        with self.lock:
+            old = self.members.get(conn.peer_id.identifier)
+            self.members[conn.peer_id.identifier] = m
+        if old is not None:
+            with old.lock:
+                old.state = "left"
+                old.episode += 1
+
+    @staticmethod
+    def _take_exports(m, conn):
+        m.resumption_id, m.resumption_key = R.exported(conn.transport)
+        m.listen_ep = (conn.peer_addr, conn.peer_hello.listen_port)
+
+    def send_to(self, ident, payload: bytes, fragment=65536):
+        """Send a reliable message to a peer, whatever connection carries it
+        now: a suspended member keeps it for the resumption."""
+        ident = getattr(ident, "identifier", ident)
+        with self.lock:
+            m = self.members.get(ident)
+        if m is not None and m.state != "left":
+            with m.lock:
+                if m.conn is None:
+                    pieces = [payload[i:i + fragment] for i in range(0, len(payload), fragment)] or [b""]
+                    m.send(b"".join(F.frame(F.MESSAGE, p, flags=F.FLAG_END if i == len(pieces) - 1 else 0)
+                                    for i, p in enumerate(pieces)))
+                    return
+                conn = m.conn
+            return conn.send_message(payload, fragment)
+        conn = self.connection_to(ident)
+        if conn is None:
+            raise RuntimeError("not connected")
+        conn.send_message(payload, fragment)
+
+    def member(self, ident):
+        with self.lock:
+            return self.members.get(getattr(ident, "identifier", ident))
+
+    def _connection_ended(self, conn, lost):
+        m = conn.member
+        with m.lock:
+            if m.conn is conn:
+                m.conn = None
+                if lost and m.state == "connected" and not self.closing.is_set():
+                    m.state = "suspended"
+                    m.episode += 1
+                    m.resumed.clear()
+                    episode = m.episode
+                    self.events.post("lost", m.peer_id, conn=conn, reason=conn.end_reason)
+                    threading.Thread(target=self._recover, args=(m, episode), daemon=True,
+                                     name="mpcp-recover").start()
+                    return
+                self._member_left(m, conn.end_reason, conn)
+                return
+            if m.dialing is conn:
+                m.dialing = None
+            gave_up = (conn.dialer and conn.purpose == F.PURPOSE_RESUMPTION
+                       and conn.got_goodbye is not None and conn.got_goodbye != 7)
+        self.events.post("resume-ended", m.peer_id, conn=conn, reason=conn.end_reason)
+        if gave_up and m.state == "suspended":
+            # §7.9: GOODBYE 9 (or any but 7) on our resumption: the member has left
+            self._member_left(m, conn.end_reason, conn)
+
+    def _member_left(self, m, reason, conn=None):
+        with m.lock:
+            if m.state == "left":
+                return
+            m.state = "left"
+            m.episode += 1
+            m.conn = None
+        with self.lock:
+            if self.members.get(m.peer_id.identifier) is m:
+                del self.members[m.peer_id.identifier]
+        self.events.post("state", m.peer_id, conn=conn, state="notConnected", reason=reason)
+
+    def _recover(self, m, episode):
+        """Grace period: redial where the peer's last HELLO said it listens,
+        until resumed, given up, or the grace passes."""
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and not self.closing.is_set():
+            with m.lock:
+                if m.episode != episode or m.state != "suspended":
+                    return
+                can_dial = self.redial and m.listen_ep and m.listen_ep[1] and m.dialing is None
+                if can_dial:
+                    m.dial_tcp_pending = True
+                    m.yield_dial = False
+            if can_dial:
+                conn = self._resume_dial(m, episode)
+                if conn is not None:
+                    conn.closed.wait(max(0.0, min(self.handshake_deadline, deadline - time.monotonic())))
+                    if m.resumed.is_set():
+                        return
+            if m.resumed.wait(0.25):
+                return
+        with m.lock:
+            if m.episode != episode or m.state != "suspended":
+                return
+        self._member_left(m, "grace period passed without a resumption")
+
+    def _resume_dial(self, m, episode):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(2)
+        try:
+            s.connect(m.listen_ep)
+        except OSError:
+            s.close()
+            with m.lock:
+                m.dial_tcp_pending = False
+            return None
+        with m.lock:
+            m.dial_tcp_pending = False
+            if m.yield_dial or m.episode != episode or m.state != "suspended":
+                s.close()               # the peer's resumption came first (§7.9)
+                return None
+            conn = Connection(self, s, dialer=True, purpose=F.PURPOSE_RESUMPTION, token=m.resumption_id,
+                              expected=m.peer_id, member=m)
+            m.dialing = conn
+        with self.lock:
+            self.connections.append(conn)
+        self.events.post("resume-dial", m.peer_id, conn=conn)
+        conn.start()
+        return conn
+
+    def _admit_resumption(self, conn, hello):
+        """Listener: HELLO purpose 4 (§7.9). Raises Failed 9 for no such
+        member, another peer or another certificate; resolves a race with
+        our own dial (or a connection we still hold) by GOODBYE 7."""
+        from .connection import Failed
+        ident = hello.peer_id.identifier
+        with self.lock:
+            m = self.members.get(ident)
+        fp = fingerprint(conn.peer_chain[0]) if conn.peer_chain else None
+        if (m is None or m.state == "left" or m.resumption_id != hello.token or conn.outcome != TLS
+                or m.peer_fp != fp):
+            raise Failed("unknownToken (resumption)", 9)
+        with m.lock:
+            ours = m.dialing
+            if m.dial_tcp_pending:
+                m.yield_dial = True     # our TCP is not up yet: ours yields
+            elif ours is not None and not ours.closed.is_set() and ours is not conn:
+                if ident > self.peer_id.identifier:
+                    ours.superseded = True
+                    ours.abort(7, "duplicateConnection (the peer's resumption dial stays)")
+                else:
+                    raise Failed("duplicateConnection (our resumption dial stays)", 7)
+            old = m.conn
+            if old is not None and old is not conn and not old.closed.is_set():
+                # we had not noticed the loss: the new connection replaces it
+                old.superseded = True
+                old.abort(7, "duplicateConnection (resumed on a new connection)")
+                m.conn = None
+            conn.member = m
+
+    def _resumed(self, conn, peer_delivered):
+        """Both proofs checked: the connection carries the member now."""
+        m = conn.member
+        with m.lock:
+            if m.state == "left":
+                from .connection import Failed
+                raise Failed("member already left", 9)
+            if m.dialing is conn:
+                m.dialing = None
+            again = m.resend_to(conn, peer_delivered)    # a bad count raises (GOODBYE 1)
+            self._take_exports(m, conn)
+            conn.phase = "connected"
+            conn.connected = True
+            conn.last_rx = time.monotonic()
+            m.resumed.set()
+        self._register_connected(conn)
+        self.events.post("resumed", m.peer_id, conn=conn, resent=again, peer_delivered=peer_delivered,
+                         dialer=conn.dialer)
 
     # ------------------------------------------------------ datagrams
     def seal_datagram(self, conn, payload: bytes, epoch=None, counter=None) -> bytes:

@@ -17,6 +17,7 @@ from mpcp.encodings import PeerID, Endpoint                   # noqa: E402
 from mpcp.preamble import Preamble, negotiate_encryption, OPTIONAL, REQUIRED, NONE, TLS, PLAINTEXT, REFUSED  # noqa
 from mpcp.wire import ProtocolViolation                       # noqa: E402
 from mpcp import pairing                                      # noqa: E402
+from mpcp import resumption                                   # noqa: E402
 
 SPEC = pathlib.Path(__file__).resolve().parents[3] / "docs" / "PROTOCOL.md"
 
@@ -89,6 +90,11 @@ FRAME_VALUES = {
     "frame-goodbye-duplicate-connection": F.Frame(F.GOODBYE, 0, 0, 7),
     "frame-pairing-commit": F.Frame(F.PAIRING_COMMIT, 0, 0, pairing.commitment(NONCE)),
     "frame-pairing-nonce": F.Frame(F.PAIRING_NONCE, 0, 0, NONCE),
+    "frame-hello-resumption": F.Frame(F.HELLO, 0, 0, F.Hello(2, 4, ECHO, bytes(range(0x60, 0x70)), 50001, 50002,
+                                                             0x01020304, ALICE)),
+    "frame-resume": F.Frame(F.RESUME, 0, 0, F.Resume(
+        resumption.proof(bytes(range(0xC0, 0xE0)), 0, bytes(range(0x40, 0x60))), 0x0102030405060708)),
+    "frame-acknowledge": F.Frame(F.ACK, 0, 0, 0x0102030405060708),
     "frame-ping": F.Frame(F.PING, 0, 0, bytes(range(1, 9))),
     "frame-pong": F.Frame(F.PONG, 0, 0, bytes(range(1, 9))),
     "frame-message-end": F.Frame(F.MESSAGE, 1, 0, b"hello"),
@@ -125,6 +131,65 @@ def test_frame_vectors(name):
     for b in V[name]:
         out += p.feed(bytes([b]))
     assert len(out) == 1 and out[0].value == expected.value
+
+
+@pytest.mark.parametrize("name,role", [("resumption-proof-dialer", 0), ("resumption-proof-listener", 1)])
+def test_resumption_proofs(name, role):
+    key, binding = bytes(range(0xC0, 0xE0)), bytes(range(0x40, 0x60))
+    assert resumption.proof(key, role, binding) == V[name]
+    assert resumption.check(key, role, binding, V[name])
+    assert not resumption.check(key, 1 - role, binding, V[name])      # the other role's proof
+
+
+def test_datagram_sealed_hello():
+    key = bytes(range(0xA0, 0xC0))
+    assert D.seal(key, 0x01020304, 2, 5, b"hello") == V["datagram-sealed-hello"]
+    assert D.open_sealed(key, V["datagram-sealed-hello"]) == b"hello"
+
+
+def test_pairing_code_digest():
+    args = (bytes(range(0x80, 0xA0)), ALICE.identifier, BOB.identifier, pairing.commitment(NONCE), NONCE,
+            bytes(range(0x20, 0x40)))
+    digest = hashlib.sha256(pairing.CODE_PREFIX + b"".join(args)).digest()[:8]
+    assert digest == V["pairing-code-digest"]
+    assert pairing.code(*args) == "585 420"
+
+
+def test_every_vector_is_tested():
+    tested = set(FRAME_VALUES) | {"preamble-optional-identity", "preamble-required-identity",
+                                  "preamble-none-no-identity", "peer-id-alice", "connection-data-alice-for-bob",
+                                  "datagram-header-sealed", "datagram-sealed-hello", "resumption-proof-dialer",
+                                  "resumption-proof-listener", "pairing-code-digest"}
+    assert set(V) <= tested, set(V) - tested
+
+
+@pytest.mark.parametrize("name", ["frame-hello-resumption", "frame-resume", "frame-acknowledge"])
+def test_version_2_only_on_version_1(name):
+    """§6.3, §6.4.1: RESUME, ACK and HELLO purpose 4 are violations on version 1."""
+    F.decode_frame(V[name], version=2)
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(V[name], version=1)
+    with pytest.raises(ProtocolViolation):
+        F.FrameParser(version=1).feed(V[name])
+
+
+@pytest.mark.parametrize("bad", [
+    bytes.fromhex("0b00000000000000000000002" + "7" + "00" * 39),          # RESUME length 39
+    bytes.fromhex("0b00000000000000000000002" + "9" + "00" * 41),          # RESUME length 41
+    bytes.fromhex("0c000000000000000000000700" + "00" * 6),                # ACK length 7
+    bytes.fromhex("0c010000000000000000000800" + "00" * 7),                # ACK with a flag
+    bytes.fromhex("0c000000000000010000000800" + "00" * 7),                # ACK on a channel
+])
+def test_rejects_version_2(bad):
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bad, version=2)
+
+
+def test_hello_purpose_5_rejected():
+    raw = bytearray(V["frame-hello-resumption"])
+    raw[13] = 5
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bytes(raw), version=2)
 
 
 @pytest.mark.parametrize("bad", [
