@@ -393,8 +393,11 @@ package final class SessionCore {
 
     /// The connection ended (after `established` or instead of it).
     package func closed(_ id: LinkID, _ error: ConnectionError, now: NIODeadline) {
+        // A loss, or the peer's word that another connection carries the member now (GOODBYE 7:
+        // it admitted a resumption of ours while this one was up).
+        let superseded = error == ConnectionError(.peerSaidGoodbye(.duplicateConnection))
         if let link = links[id], let peer = link.peer?.identifier, activeLink[peer] == id, let member = link.member,
-            configuration.recovery.isEnabled, error.isLinkLoss
+            configuration.recovery.isEnabled, error.isLinkLoss || superseded
         {
             // Not a member's end yet: it stays connected while both sides reconnect (§7.9).
             activeLink[peer] = nil
@@ -402,7 +405,8 @@ package final class SessionCore {
             suspend(member, error, now: now)
             return
         }
-        if let link = links[id], link.plan?.purpose == .resumption, let peer = link.peer {
+        // A resumption dial that did not get through (once through, it ends as any other).
+        if let link = links[id], !link.isConnected, link.plan?.purpose == .resumption, let peer = link.peer {
             forget(id)
             resumptionEnded(peer, error)
             return

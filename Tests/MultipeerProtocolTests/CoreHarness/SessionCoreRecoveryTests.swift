@@ -153,6 +153,26 @@ struct SessionCoreRecoveryTests {
         #expect(Self.texts(bob, from: alice) == ["m0", "m1", "m2"])
         #expect(alice.openConnections == 1 && bob.openConnections == 1)
         Self.expectNeverDisconnected(alice, bob)
+        // A goodbye on the resumed connection ends the member for good, on the side that
+        // dialed the resumption too (it was reported nowhere: SPEC-GAPS 25 of the interop peer).
+        network.disconnect(alice)
+        network.run(for: .seconds(1))
+        #expect(bob.lastState(of: alice) == .notConnected(ConnectionError(.peerSaidGoodbye(.normal))))
+        #expect(!bob.members.contains(alice.peer.identifier) && bob.suspended.isEmpty)
+    }
+
+    /// GOODBYE 7 on a connection that carries the member says another connection carries it
+    /// now (the peer admitted a resumption of ours while this one was still up): the member is
+    /// suspended and resumed, not ended.
+    @Test func aConnectionSupersededByAResumptionDoesNotEndTheMember() throws {
+        let (network, alice, bob) = try Self.pair(seed: 30)
+        let link = try #require(alice.core.activeLink(to: bob.peer.identifier))
+        network.send(frame: .goodbye(.duplicateConnection), from: alice, on: link)
+        network.send("after", from: alice, to: bob)
+        #expect(network.run(until: { bob.resumptions.count == 1 && alice.resumptions.count == 1 }, limit: .seconds(5)))
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == ["after"])
+        Self.expectNeverDisconnected(alice, bob)
     }
 
     /// A version 1 peer has no recovery: the lost link ends the member at once, as before.
