@@ -22,6 +22,9 @@
 //   multipeer-demo chatter first|second COUNT INTERVAL-MS
 //                                  (for tests, inside network namespaces) one side of a chat whose
 //                                  link the test breaks: see RecoveryModes.swift
+//   multipeer-demo soaker NAME
+//                                  (for scripts/soak, inside a network namespace) one peer of the
+//                                  soak: see SoakModes.swift
 //   multipeer-demo sink PEERID COUNT
 //                                  (for tests) the same, with an application that takes no
 //                                  message until a line arrives on standard input, then checks
@@ -49,6 +52,8 @@ struct Demo {
                 let count = Int(arguments[2]), let interval = Int(arguments[3])
             {
                 try await chatter(first: arguments[1] == "first", count: count, interval: interval)
+            } else if arguments.first == "soaker", arguments.count == 2 {
+                try await soaker(name: arguments[1])
             } else if arguments.first == "sink", arguments.count == 3, let count = Int(arguments[2]) {
                 try await serveSink(forHex: arguments[1], expecting: count)
             } else if arguments.first == "advertise", arguments.count >= 4 {
