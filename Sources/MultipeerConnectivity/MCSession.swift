@@ -360,6 +360,10 @@ open class MCSession: NSObject, @unchecked Sendable {
             resourceStarted(transfer)
         case .resourceFinished(let transfer, let result):
             resourceFinished(transfer, result)
+        case .linkInterrupted(let wire):
+            emit(.linkInterrupted(mcPeer(wire)))
+        case .linkRestored(let wire):
+            emit(.linkRestored(mcPeer(wire)))
         }
     }
 
@@ -414,7 +418,8 @@ open class MCSession: NSObject, @unchecked Sendable {
             switch event {
             case .peerStateChanged(let peer, let state): delegate.session(self, peer: peer, didChange: state)
             case .dataReceived(let data, let peer): delegate.session(self, didReceive: data, fromPeer: peer)
-            case .certificateDecided, .connectionFailed, .connectionRefused, .streamReceived, .resourceStarted, .resourceReceived:
+            case .certificateDecided, .connectionFailed, .connectionRefused, .streamReceived, .resourceStarted, .resourceReceived,
+                .linkInterrupted, .linkRestored:
                 // Apple's delegate has no such calls (the state change already went out), or it
                 // gets them its own way (streams and resources, MCSession+Channels.swift).
                 break
@@ -487,6 +492,14 @@ extension MCSession {
         /// is yours: move it or remove it. With a delegate it is removed after
         /// `didFinishReceivingResourceWithName` returns, as Apple's is.
         case resourceReceived(name: String, from: MCPeerID, result: Result<URL, MCError>)
+        /// A connected peer's link was lost without a goodbye and the session is reconnecting it
+        /// (docs/PROTOCOL.md §7.9): the peer stays connected, and reliable messages sent to it
+        /// meanwhile are delivered once it is back, once and in order. Next comes `linkRestored`,
+        /// or `peerStateChanged(.notConnected)` once `MCSessionConfiguration.linkRecoveryGrace` has
+        /// passed. For a "reconnecting" indicator; Apple's delegate has no such call.
+        case linkInterrupted(MCPeerID)
+        /// The peer's link is back after `linkInterrupted`.
+        case linkRestored(MCPeerID)
     }
 
     /// A new stream of this session's events from now on; each call gets its own.

@@ -175,7 +175,7 @@ final class Driver: Sendable {
             case .resourceReceived(let name, let peer, let result):
                 // Hashed off this loop: a large file must not hold up the events behind it.
                 Task { receivedResource(name, from: peer, result) }
-            case .certificateDecided, .connectionFailed, .connectionRefused:
+            case .certificateDecided, .connectionFailed, .connectionRefused, .linkInterrupted, .linkRestored:
                 break  // TRUST is printed by the evaluator; the others have no line
             }
         }

@@ -188,6 +188,10 @@ final class ChatSession: Sendable {
                 receiving(name, from: peer, progress: progress)
             case .resourceReceived(let name, let peer, let result):
                 received(name, from: peer, result: result)
+            case .linkInterrupted(let peer):
+                console.say("* lost the link to \(Terminal.safe(peer.displayName)); reconnecting (what you send waits for it)")
+            case .linkRestored(let peer):
+                console.say("* \(Terminal.safe(peer.displayName)) is back")
             case .certificateDecided:
                 break
             }

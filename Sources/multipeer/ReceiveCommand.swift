@@ -140,6 +140,10 @@ struct FileReceiver {
                 console.say("refused a stream from \(Terminal.safe(peer.displayName)): receive takes files")
             case .peerStateChanged(let peer, .connected):
                 console.say("connected to \(Terminal.safe(peer.displayName))")
+            case .linkInterrupted(let peer):
+                console.say("lost the link to \(Terminal.safe(peer.displayName)); reconnecting")
+            case .linkRestored(let peer):
+                console.say("\(Terminal.safe(peer.displayName)) is back")
             case .peerStateChanged, .dataReceived, .certificateDecided, .connectionRefused:
                 break
             }

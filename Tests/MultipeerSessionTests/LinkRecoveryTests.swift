@@ -67,6 +67,9 @@ struct LinkRecoveryTests {
         #expect(Self.indices(alice.messages(from: bob)) == Array(0..<sent))
         #expect(alice.states(of: bob) == [.connecting, .connected])
         #expect(bob.states(of: alice) == [.connecting, .connected])
+        // The async API heard of each gap: interrupted, then restored, five times.
+        let gaps = Array(repeating: [false, true], count: 5).flatMap { $0 }
+        #expect(try await eventually { alice.linkEvents(of: bob) == gaps && bob.linkEvents(of: alice) == gaps })
         // Every kept message was acknowledged: the send queues are empty again.
         #expect(try await eventually { alice.engine.queuedBytes(to: bob.peer.identifier) == 0 && bob.engine.queuedBytes(to: alice.peer.identifier) == 0 })
     }

@@ -21,6 +21,11 @@ final class EngineProbe: Sendable {
     private let held = Mutex<(holding: Bool, receipts: [DeliveryReceipt])>((false, []))
     /// For each read end the engine reported, how many messages it had delivered by then.
     private let readEnds = Mutex<[Int]>([])
+    /// Link recovery's reports: false when a peer's link was lost, true when it was restored.
+    private let linkLog = Mutex<[(Bytes16, Bool)]>([])
+
+    func linkEvents(of other: EngineProbe) -> [Bool] { linkLog.withLock { $0.filter { $0.0 == other.peer.identifier }.map(\.1) } }
+
     /// Streams and resources the peers opened to us, in order.
     private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], offsets: [UInt64], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], [], []))
 
@@ -94,6 +99,8 @@ final class EngineProbe: Sendable {
             if consumeNow { receipt.consumed() }
         case .trustRequested(let request, let answer): answer(trustPolicy.withLock { $0 }(request))
         case .peerRefused(let peer, let reason): log.withLock { $0.refusals.append((peer.identifier, reason)) }
+        case .linkInterrupted(let peer): linkLog.withLock { $0.append((peer.identifier, false)) }
+        case .linkRestored(let peer): linkLog.withLock { $0.append((peer.identifier, true)) }
         case .streamOpened(let reader): channelLog.withLock { $0.streams.append(reader) }
         case .resourceStarted(let transfer):
             channelLog.withLock {

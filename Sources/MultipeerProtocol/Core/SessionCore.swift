@@ -498,7 +498,7 @@ package final class SessionCore {
         suspensions += 1
         member.suspension = (now, error, suspensions)
         logger.info("link lost; recovering", metadata: ["peer": member.peer.logValue, "reason": "\(error)"])
-        actions.append(.memberSuspended(member.peer.identifier))
+        actions.append(.memberSuspended(member.peer))
         for (attempt, offset) in configuration.recovery.redialOffsets.enumerated() {
             schedule(.redialSuspended(member.peer, suspension: suspensions, attempt: attempt), at: now + offset)
         }

@@ -59,7 +59,7 @@ package enum SessionAction {
     case memberLeft(Bytes16)
     /// The member's link was lost and it is recovering (docs/PROTOCOL.md §7.9): it stays a member,
     /// messages to it are kept (`sendingReliable`), and no link carries it until `memberResumed`.
-    case memberSuspended(Bytes16)
+    case memberSuspended(WirePeerID)
     /// A new link carries the suspended member: set it up as for `memberJoined`, then send these
     /// messages on it, in order, before any other.
     case memberResumed(WirePeerID, LinkID, acceptsDatagrams: Bool, resend: [ByteBuffer])

@@ -404,12 +404,13 @@ package final class SessionEngine: Sendable {
                 sendBudget.remove(peer)
             case .memberSuspended(let peer):
                 // The budget stays: the app may go on sending, and the member keeps the messages.
-                configuration.logger.debug("member suspended", metadata: ["peer": "\(peer)"])
+                onEvent(.linkInterrupted(peer))
             case .memberResumed(let peer, let id, let acceptsDatagrams, let resend):
                 guard let link = state.links[id] else { return }
                 setUpMemberLink(link, id, peer: peer)
                 sendBudget.update(peer.identifier, acceptsDatagrams: acceptsDatagrams)
                 link.keepsMessages = true
+                onEvent(.linkRestored(peer))
                 for message in resend {
                     // Cut as when first sent; within the protocol's limit, since it was sent before.
                     if let frames = try? Frame.messageFragments(of: message) { link.outbound.append(contentsOf: frames) }

@@ -106,6 +106,10 @@ package enum SessionEngineEvent: Sendable {
     case messageReceived(ByteBuffer, from: WirePeerID, receipt: DeliveryReceipt)
     /// A peer's connection was refused before its app or ours was asked (session full, stale token).
     case peerRefused(WirePeerID, GoodbyeReason)
+    /// A connected peer's link was lost and is being recovered (docs/PROTOCOL.md §7.9): it stays
+    /// connected; `linkRestored`, or `peerStateChanged` notConnected once the grace has passed.
+    case linkInterrupted(WirePeerID)
+    case linkRestored(WirePeerID)
     /// A peer opened a stream to us; read it (or cancel it) promptly: unread bytes hold its window.
     case streamOpened(ByteStreamReader)
     /// A peer's resource is arriving; progress and cancel through the transfer.

@@ -303,7 +303,7 @@ final class VirtualNetwork {
                 node.members.remove(peer)
                 node.suspended.remove(peer)
             case .memberSuspended(let peer):
-                node.suspended.insert(peer)
+                node.suspended.insert(peer.identifier)
             case .memberResumed(let peer, let id, _, let resend):
                 node.suspended.remove(peer.identifier)
                 node.resumptions.append((peer.identifier, resend.count))
