@@ -25,8 +25,9 @@ public struct MCSessionConfiguration: Sendable {
     /// How long a connected peer whose link was lost without a goodbye (a reset, an address
     /// change, the dead-peer deadline) stays connected while both sides reconnect and resume the
     /// session, with every reliable message delivered once and in order (docs/PROTOCOL.md §7.9;
-    /// peers of this library from 0.2 on, over an encrypted connection). The app hears nothing
-    /// unless the grace passes. `.zero` turns recovery off: a lost link ends the peer at once.
+    /// peers of this library from 0.2 on, over an encrypted connection). Apple's delegate hears
+    /// nothing unless the grace passes; `events()` reports `linkInterrupted` and `linkRestored`.
+    /// `.zero` turns recovery off: a lost link ends the peer at once.
     public var linkRecoveryGrace: Duration = .seconds(10)
     /// Largest `.unreliable` message sent as one sealed datagram, at most 65,471 bytes. Larger
     /// ones (up to 16 MiB) go over the peer's connection instead, and are dropped for a peer

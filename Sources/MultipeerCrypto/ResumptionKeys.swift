@@ -1,7 +1,7 @@
 import CMultipeerOpenSSL
 
-/// What one TLS session leaves behind for resuming its member on a later connection
-/// (docs/design/link-recovery.md), both from the session's exporter: an ID that finds the
+/// What the TLS connection that made a member leaves behind for resuming it on later
+/// connections (docs/PROTOCOL.md §7.9), both from that connection's exporter: an ID that finds the
 /// suspended member, and a key that proves, on the new connection, that the peer held the old
 /// session. The proof covers a value exported from the new connection and the prover's role, so
 /// it cannot be replayed on another connection or reflected back.

@@ -216,7 +216,7 @@ struct ConnectionHandlerTests {
         try advertiser.pipeline.syncOperations.addHandler(ConnectionHandler(
             configuration: ConnectionConfiguration(
                 role: .listener, localPeer: bobPeer, encryptionPreference: .optional, tls: TLSContext(identity: nil)),
-            admission: Advertiser<Int>.admission, handshakeTimeout: .seconds(10)))
+            admission: { hello, _ in Advertiser<Int>.admission(hello) }, handshakeTimeout: .seconds(10)))
         try inviter.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         try advertiser.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 2)).wait()
         // Bytes move until the advertiser has the invitation; from then on it is silent.

@@ -59,7 +59,7 @@ import Testing
             "each with \(DeliveryLedger.entryCharge) bytes more than its length",
             "acknowledges at least every \(DeliveryLedger.acknowledgementMessages) messages or \(DeliveryLedger.acknowledgementBytes >> 10) KiB, or \(policy.acknowledgementDelay.nanoseconds / 1_000_000) ms after a delivery",
             "once the grace period (\(policy.grace.nanoseconds / 1_000_000_000) s by default)",
-            "each connect attempt bounded at \(DialPlan.resumptionConnectTimeout.nanoseconds / 1_000_000_000) s",
+            "each connect attempt bounded at \(DialPlan.resumptionConnectTimeout.nanoseconds / 1_000_000_000) s and each handshake at \(DialPlan.resumptionHandshakeTimeout.nanoseconds / 1_000_000_000) s",
             "it dials at most once a second after its first \(policy.redialDelays.count) tries",
         ]
     }

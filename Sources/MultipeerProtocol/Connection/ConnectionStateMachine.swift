@@ -176,6 +176,13 @@ package struct ConnectionStateMachine {
         }
     }
 
+    /// Listener, while the session decides on the dialer's HELLO: SHA-256 of the leaf the dialer
+    /// showed (nil without one), so that admission can check it before anything else happens.
+    package var admittingPeerCertificateFingerprint: [UInt8]? {
+        guard case .admitting(let session, _) = state else { return nil }
+        return session.peerChain?.first?.sha256Fingerprint
+    }
+
     package var isClosed: Bool {
         if case .closed = state { return true }
         return false
@@ -636,6 +643,10 @@ package struct ConnectionStateMachine {
         guard hello.purpose.sinceVersion <= session.negotiated.version else {
             return violation("HELLO purpose \(hello.purpose) on a version \(session.negotiated.version) connection")
         }
+        // Plaintext has no keys to resume with (§7.9).
+        guard hello.purpose != .resumption || session.transport.engine != nil else {
+            return violation("HELLO purpose resumption without TLS")
+        }
         switch configuration.role {
         case .dialer:
             guard hello.purpose == .answer else { return violation("a listener's HELLO must have purpose answer") }
@@ -701,10 +712,17 @@ package struct ConnectionStateMachine {
         let peerRole: ResumptionKeys.Role = configuration.role == .dialer ? .listener : .dialer
         guard let binding = Self.resumptionBinding(resuming.session),
             resuming.grant.keys.verify(peerResume.proof, by: peerRole, binding: binding)
-        else { return fail(ConnectionError(.notAdmitted(.unknownToken))) }
+        else {
+            // A dialer may have reached another host at the peer's old address: not the peer,
+            // whose session is not over for that (its next redial may find it).
+            return fail(configuration.role == .dialer ? ConnectionError(.unexpectedPeer) : ConnectionError(.notAdmitted(.unknownToken)))
+        }
         let session = resuming.session
+        guard let connection = established(session, peerHello: resuming.peerHello, resumedPeerDelivered: peerResume.delivered) else {
+            return fail(ConnectionError(.tls(SecurityError(.internalError, "the resumption values could not be exported"))))
+        }
         state = .connected(session, peerHello: resuming.peerHello)
-        return [.established(established(session, peerHello: resuming.peerHello, resumedPeerDelivered: peerResume.delivered))]
+        return [.established(connection)]
     }
 
     private mutating func afterHello(_ hello: Hello, _ session: Session) -> [ConnectionAction] {
@@ -760,19 +778,25 @@ package struct ConnectionStateMachine {
 
     private mutating func establishIfBothAccepted() -> [ConnectionAction] {
         guard case .trusting(let trust) = state, trust.localAccepted, trust.peerAccepted else { return [] }
+        guard let connection = established(trust.session, peerHello: trust.peerHello, resumedPeerDelivered: nil) else {
+            // Without them one side would keep every message and the other acknowledge none.
+            return fail(ConnectionError(.tls(SecurityError(.internalError, "the resumption values could not be exported"))))
+        }
         state = .connected(trust.session, peerHello: trust.peerHello)
-        return [.established(established(trust.session, peerHello: trust.peerHello, resumedPeerDelivered: nil))]
+        return [.established(connection)]
     }
 
-    private func established(_ session: Session, peerHello: Hello, resumedPeerDelivered: UInt64?) -> EstablishedConnection {
+    /// Nil when version 2 over TLS could not export its resumption values.
+    private func established(_ session: Session, peerHello: Hello, resumedPeerDelivered: UInt64?) -> EstablishedConnection? {
         let engine = session.transport.engine
         let version = session.negotiated.version
-        let keys = version >= Hello.Purpose.resumption.sinceVersion
-            ? engine.flatMap { engine in
-                try? ResumptionKeys(export: { (label, length) throws(SecurityError) in
-                    try engine.exportKeyingMaterial(label: label, context: [], length: length)
-                })
-            } : nil
+        var keys: ResumptionKeys?
+        if version >= Hello.Purpose.resumption.sinceVersion, let engine {
+            keys = try? ResumptionKeys(export: { (label, length) throws(SecurityError) in
+                try engine.exportKeyingMaterial(label: label, context: [], length: length)
+            })
+            if keys == nil { return nil }
+        }
         return EstablishedConnection(
             peer: peerHello.peerID, peerHello: peerHello, certificateChain: session.peerChain,
             isEncrypted: session.transport.isEncrypted, protocolVersion: version, cipherSuite: engine?.negotiatedCipherSuite,

@@ -16,11 +16,14 @@ package struct DialPlan: Sendable, Hashable {
     package let linkScope: UInt32?
     /// Purpose `resumption`: the suspended member's old session (docs/PROTOCOL.md §7.9).
     package let resumption: ConnectionConfiguration.ResumptionGrant?
-    /// How long the TCP connect may take; nil: the handshake deadline. A resumption gives up
-    /// sooner, so that a dial to a stale address does not hold up the next one.
+    /// How long the TCP connect, and the whole handshake, may take; nil: the handshake deadline.
+    /// A resumption gives up sooner, so that a dial to a stale or stalled address does not hold
+    /// up the next one for long.
     package let connectTimeout: TimeAmount?
+    package let handshakeTimeout: TimeAmount?
 
     package static let resumptionConnectTimeout = TimeAmount.seconds(2)
+    package static let resumptionHandshakeTimeout = TimeAmount.seconds(3)
 
     package init(_ data: ConnectionData, linkScope: UInt32? = nil) {
         peer = data.peerID
@@ -31,6 +34,7 @@ package struct DialPlan: Sendable, Hashable {
         self.linkScope = linkScope
         resumption = nil
         connectTimeout = nil
+        handshakeTimeout = nil
     }
 
     package init(introduced peer: WirePeerID, by introducer: Bytes16, at endpoint: WireEndpoint) {
@@ -42,18 +46,27 @@ package struct DialPlan: Sendable, Hashable {
         linkScope = nil
         resumption = nil
         connectTimeout = nil
+        handshakeTimeout = nil
     }
 
     /// Resuming a suspended member where it last listened: the peer must show the same
     /// certificate, and the HELLO names the session by its resumption ID.
-    package init(resuming peer: WirePeerID, id: Bytes16, at endpoint: WireEndpoint, grant: ConnectionConfiguration.ResumptionGrant) {
+    /// Nil when the certificate's fingerprint is not a SHA-256 digest: no dial then, rather than
+    /// one without the pin.
+    package init?(resuming peer: WirePeerID, id: Bytes16, at endpoint: WireEndpoint, grant: ConnectionConfiguration.ResumptionGrant) {
+        if let certificate = grant.peerCertificateFingerprint {
+            guard let digest = try? SHA256Digest(bytes: certificate) else { return nil }
+            fingerprint = digest
+        } else {
+            fingerprint = nil
+        }
         self.peer = peer
         purpose = .resumption
         token = id
-        fingerprint = grant.peerCertificateFingerprint.flatMap { try? SHA256Digest(bytes: $0) }
         endpoints = [endpoint]
         linkScope = nil
         resumption = grant
         connectTimeout = Self.resumptionConnectTimeout
+        handshakeTimeout = Self.resumptionHandshakeTimeout
     }
 }

@@ -109,6 +109,8 @@ package final class SessionCore {
 
     /// Abandons every connection attempt to `peer` that has not completed.
     package func cancelConnect(peer: Bytes16) {
+        // A suspended member is connected, for the app: nothing of it is an attempt to call off.
+        guard !isSuspended(peer) else { return }
         for id in linkIDs(for: peer) where !links[id]!.isConnected {
             let link = forget(id)
             actions.append(.drop(id))
@@ -188,8 +190,9 @@ package final class SessionCore {
     }
 
     /// A listener's decision on a dialer's HELLO (docs/PROTOCOL.md §7.3-§7.5, §9.3).
-    package func admit(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
-        let admission = decideAdmission(hello, on: id, now: now)
+    /// `peerCertificate`: SHA-256 of the leaf the dialer showed (nil without one).
+    package func admit(_ hello: Hello, peerCertificate: [UInt8]? = nil, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+        let admission = decideAdmission(hello, peerCertificate: peerCertificate, on: id, now: now)
         if case .refuse(let reason) = admission {
             logger.notice("refused a connection", metadata: ["peer": hello.peerID.logValue, "reason": "\(reason)"])
             // The app hears of refusals a genuine peer can meet (stale data, a full session), not
@@ -201,7 +204,7 @@ package final class SessionCore {
         return admission
     }
 
-    private func decideAdmission(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+    private func decideAdmission(_ hello: Hello, peerCertificate: [UInt8]?, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
         let peer = hello.peerID.identifier
         guard peer != local else { return .refuse(.protocolError) }
         switch hello.purpose {
@@ -218,7 +221,7 @@ package final class SessionCore {
         case .answer:
             return .refuse(.protocolError)  // the connection already treats this as a violation
         case .resumption:
-            return admitResumption(hello, on: id, now: now)
+            return admitResumption(hello, peerCertificate: peerCertificate, on: id, now: now)
         }
         for otherID in linkIDs(for: peer) where otherID != id {
             let other = links[otherID]!
@@ -450,13 +453,23 @@ package final class SessionCore {
             }
         case .awaitPeersConnection(let peer, let error):
             if linkIDs(for: peer.identifier).isEmpty { report(peer, .notConnected(error)) }
-        case .redialSuspended(let peer, let number, _):
-            guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number,
-                linkIDs(for: peer.identifier).isEmpty, let endpoint = member.listenEndpoint, endpoint.isListening
+        case .redialSuspended(let peer, let number, let attempt):
+            guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
+            // The next try, chained: one timer per suspension, whatever the grace.
+            let offsets = configuration.recovery.redialOffsets
+            let next = suspension.since + offsets[min(attempt + 1, offsets.count - 1)]
+                + (attempt + 1 >= offsets.count ? configuration.recovery.redialStep * Int64(attempt + 2 - offsets.count) : .zero)
+            if next < suspension.since + configuration.recovery.grace {
+                schedule(.redialSuspended(peer, suspension: number, attempt: attempt + 1), at: next)
+            }
+            // An attempt of the peer's (inbound) does not hold ours up: it may have stalled.
+            let dialing = linkIDs(for: peer.identifier).contains { links[$0]?.dialed == true }
+            guard !dialing, let endpoint = member.listenEndpoint, endpoint.isListening,
+                let plan = DialPlan(resuming: member.peer, id: member.resumptionID, at: endpoint, grant: member.grant())
             else { return }
-            let link = Link(dialed: true, plan: DialPlan(resuming: member.peer, id: member.resumptionID, at: endpoint, grant: member.grant()))
+            let link = Link(dialed: true, plan: plan)
             let id = addLink(link)
-            actions.append(.dial(id, link.plan!))
+            actions.append(.dial(id, plan))
         case .recoveryExpired(let peer, let number):
             guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
             logger.info("link recovery gave up", metadata: ["peer": peer.logValue, "reason": "\(suspension.error)"])
@@ -464,7 +477,7 @@ package final class SessionCore {
         case .acknowledge(let peer):
             guard let member = recoverable[peer.identifier] else { return }
             member.acknowledgementArmed = false
-            if let id = activeLink[peer.identifier], let count = member.ledger.keepaliveTick() {
+            if let id = activeLink[peer.identifier], let count = member.ledger.acknowledgementDue() {
                 actions.append(.sendFrame(.acknowledge(delivered: count), on: id))
             }
         }
@@ -481,6 +494,10 @@ package final class SessionCore {
         member.ledger.sending(message)
         return (link, true)
     }
+
+    /// The member's resumption ID (it never leaves the TLS connections): for tests that play a
+    /// peer who learned it.
+    package func resumptionID(of peer: Bytes16) -> Bytes16? { recoverable[peer]?.resumptionID }
 
     /// Whether the member keeps what is sent to it until acknowledged (version 2 over TLS).
     package func keepsMessages(for peer: Bytes16) -> Bool { recoverable[peer] != nil }
@@ -499,9 +516,7 @@ package final class SessionCore {
         member.suspension = (now, error, suspensions)
         logger.info("link lost; recovering", metadata: ["peer": member.peer.logValue, "reason": "\(error)"])
         actions.append(.memberSuspended(member.peer))
-        for (attempt, offset) in configuration.recovery.redialOffsets.enumerated() {
-            schedule(.redialSuspended(member.peer, suspension: suspensions, attempt: attempt), at: now + offset)
-        }
+        schedule(.redialSuspended(member.peer, suspension: suspensions, attempt: 0), at: now + configuration.recovery.redialOffsets[0])
         schedule(.recoveryExpired(member.peer, suspension: suspensions), at: now + configuration.recovery.grace)
     }
 
@@ -509,7 +524,10 @@ package final class SessionCore {
     /// session: the member is over. Otherwise the next redial may get through.
     private func resumptionEnded(_ peer: WirePeerID, _ error: ConnectionError) {
         guard let member = recoverable[peer.identifier], let suspension = member.suspension else { return }
-        if error.code == .notAdmitted || error.code == .peerSaidGoodbye, error != ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
+        // Only a listener whose certificate was pinned is surely the peer; without an identity,
+        // whoever answers at the old address could say anything, so the grace decides.
+        guard member.certificateFingerprint != nil else { return }
+        if error.code == .peerSaidGoodbye, error != ConnectionError(.peerSaidGoodbye(.duplicateConnection)) {
             logger.info("the peer refused to resume", metadata: ["peer": peer.logValue, "reason": "\(error)"])
             endMember(member, suspension.error)
         }
@@ -533,9 +551,13 @@ package final class SessionCore {
         report(member.peer, .notConnected(error))
     }
 
-    private func admitResumption(_ hello: Hello, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
+    private func admitResumption(_ hello: Hello, peerCertificate: [UInt8]?, on id: LinkID, now: NIODeadline) -> ConnectionConfiguration.Admission {
         let peer = hello.peerID.identifier
-        guard configuration.recovery.isEnabled, resumptionIDs[hello.token] == peer, let member = recoverable[peer] else {
+        // The same peer with the same certificate, before anything changes: what the proof adds
+        // (next, in the connection) is that it held the session.
+        guard configuration.recovery.isEnabled, resumptionIDs[hello.token] == peer, let member = recoverable[peer],
+            member.certificateFingerprint == peerCertificate
+        else {
             return .refuse(.unknownToken)
         }
         if let old = activeLink[peer] {
@@ -569,7 +591,7 @@ package final class SessionCore {
         datagramKeys: @escaping DatagramPeerState.KeySource
     ) {
         let peer = connection.peer
-        guard let member = recoverable[peer.identifier], member.suspension != nil, let keys = connection.resumptionKeys else {
+        guard let member = recoverable[peer.identifier], member.suspension != nil else {
             actions.append(.close(id, .unknownToken))
             return
         }
@@ -583,14 +605,15 @@ package final class SessionCore {
             return
         }
         attach(link, id, connection, remoteHost: remoteHost, datagramKeys: datagramKeys)
-        resumptionIDs[member.resumptionID] = nil
-        member.keys = keys
-        resumptionIDs[member.resumptionID] = peer.identifier
+        // The session keeps the keys of the connection that made it: a loss between the two
+        // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
         if let endpoint = link.listenEndpoint { member.listenEndpoint = endpoint }
         link.member = member
         logger.info("link recovered", metadata: ["peer": peer.logValue, "resent": "\(resend.count)", "dialed": "\(link.dialed)"])
         actions.append(.memberResumed(peer, id, acceptsDatagrams: link.datagram != nil, resend: resend))
+        // Members that joined meanwhile were introduced to the others only.
+        introduceMembers(toAndAbout: id)
     }
 
     private func isSuspended(_ peer: Bytes16) -> Bool { recoverable[peer]?.suspension != nil }

@@ -2,13 +2,13 @@ import MultipeerWire
 import NIOCore
 
 /// Exactly-once delivery of one peer's reliable messages across connections, sans-I/O
-/// (docs/design/link-recovery.md): each side numbers the messages it sends to the peer, keeps
+/// (docs/PROTOCOL.md §7.9): each side numbers the messages it sends to the peer, keeps
 /// those the peer has not acknowledged, and counts those it delivered from the peer. After a
 /// lost link, each side tells the other how many it delivered; the other sends the rest again,
 /// in order, before anything new. Lives with the member, not the connection.
 package struct DeliveryLedger {
     /// An acknowledgement is due after this many delivered messages, or this many bytes of them,
-    /// since the last one; otherwise at the next keepalive tick.
+    /// since the last one; otherwise when the acknowledgement timer fires (`RecoveryPolicy`).
     package static let acknowledgementMessages: UInt64 = 16
     package static let acknowledgementBytes = 256 * 1024
     /// What an unacknowledged message costs against the send budget beyond its bytes, so empty
@@ -84,15 +84,6 @@ package struct DeliveryLedger {
         return (released, Array(unacknowledged))
     }
 
-    /// Everything kept is let go (the peer left for good): the charge to release.
-    package mutating func abandon() -> Int {
-        defer {
-            unacknowledged.removeAll()
-            unacknowledgedCharge = 0
-        }
-        return unacknowledgedCharge
-    }
-
     // MARK: Receiving
 
     /// A whole message from the peer was delivered. Returns the count to acknowledge when an ACK
@@ -106,8 +97,8 @@ package struct DeliveryLedger {
         return acknowledgement()
     }
 
-    /// The keepalive interval passed: the count to acknowledge, if any message is unacknowledged.
-    package mutating func keepaliveTick() -> UInt64? {
+    /// The acknowledgement timer fired: the count to acknowledge, if any delivery is not yet.
+    package mutating func acknowledgementDue() -> UInt64? {
         delivered > deliveredAtLastAcknowledgement ? acknowledgement() : nil
     }
 

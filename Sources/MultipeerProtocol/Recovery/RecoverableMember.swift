@@ -58,16 +58,12 @@ package struct RecoveryPolicy: Sendable, Equatable {
 
     package var isEnabled: Bool { grace > .zero }
 
-    /// The redial times within the grace, from the loss: the delays, then the last one's spacing.
+    /// The first redials, from the loss (increasing); after the last, one every `redialStep`.
     var redialOffsets: [TimeAmount] {
         var offsets: [TimeAmount] = []
-        var last = TimeAmount.zero
-        for delay in redialDelays where delay < grace {
-            last = max(last, delay)
-            offsets.append(last)
-        }
-        let step = max(redialDelays.last!, .milliseconds(100))
-        while let previous = offsets.last, previous + step < grace, offsets.count < 64 { offsets.append(previous + step) }
+        for delay in redialDelays { offsets.append(max(offsets.last ?? .zero, delay)) }
         return offsets
     }
+
+    var redialStep: TimeAmount { max(redialDelays.last!, .milliseconds(100)) }
 }

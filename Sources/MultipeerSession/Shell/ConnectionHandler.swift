@@ -41,8 +41,9 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// Called with the peer to judge and a completion to call once, from any thread.
     /// When no evaluator is given, every peer is accepted (Apple's behaviour without a certificate handler).
     package typealias TrustEvaluator = @Sendable (PeerTrustRequest, @escaping @Sendable (Bool) -> Void) -> Void
-    /// A listener asks it, on the loop, whether the dialer's HELLO may join.
-    package typealias Admission = (Hello) -> ConnectionConfiguration.Admission
+    /// A listener asks it, on the loop, whether the dialer's HELLO may join; with the SHA-256 of
+    /// the leaf certificate the dialer showed (nil without one).
+    package typealias Admission = (Hello, [UInt8]?) -> ConnectionConfiguration.Admission
 
     // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
     // event loop and is never entered re-entrantly, and the checks cost time on every frame.
@@ -86,7 +87,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     package init(
         configuration: ConnectionConfiguration,
         trustEvaluator: TrustEvaluator? = nil,
-        admission: @escaping Admission = { _ in .admit },
+        admission: @escaping Admission = { _, _ in .admit },
         trustTimeout: TimeAmount = .seconds(30),
         handshakeTimeout: TimeAmount = .seconds(Int64(WireLimits.defaultHandshakeDeadlineSeconds)),
         keepalive: KeepalivePolicy? = KeepalivePolicy()
@@ -320,7 +321,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
                 let wait = InvitationTiming.inviterWait(timeoutMilliseconds: milliseconds, handshakeTimeout: handshakeTimeout)
                 armInvitationDeadline(after: wait, context: context)
             case .admissionRequested(let hello):
-                perform(machine.admitted(admission(hello)), context: context, closing: closing)
+                perform(machine.admitted(admission(hello, machine.admittingPeerCertificateFingerprint)), context: context, closing: closing)
             case .invitationAnswered(let answer):
                 handshakeTimer?.cancel()
                 context.fireChannelRead(wrapInboundOut(.invitationAnswered(answer)))

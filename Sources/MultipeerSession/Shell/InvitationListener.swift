@@ -67,7 +67,7 @@ package final class InvitationListener: Sendable {
                     let configuration = ConnectionConfiguration(
                         role: .listener, localPeer: localPeer, encryptionPreference: .optional, tls: tls)
                     let handler = try ConnectionHandler(
-                        configuration: configuration, admission: Advertiser<Int>.admission, keepalive: nil)
+                        configuration: configuration, admission: { hello, _ in Advertiser<Int>.admission(hello) }, keepalive: nil)
                     state.connections[id] = (child, handler)
                     try child.pipeline.syncOperations.addHandler(handler)
                     perform(state.advertiser.accepted(id, from: PendingSource(child.remoteAddress), progress: state.progress), box: box)

@@ -164,7 +164,9 @@ package final class SessionEngine: Sendable {
         await sendBudget.waitForAcknowledgements(for: peers)
     }
 
-    /// Reliable bytes queued to `peer` and not yet handed to its socket.
+    /// What reliable messages to `peer` hold of its send queue: not yet handed to its socket, or,
+    /// for a member that keeps them (docs/PROTOCOL.md §7.9), not yet acknowledged; each message
+    /// counts `DeliveryLedger.entryCharge` beyond its bytes.
     package func queuedBytes(to peer: Bytes16) -> Int { sendBudget.queuedBytes(to: peer) }
 
     /// Sends one datagram to each peer; returns at once. Unreliable: a datagram that cannot be
@@ -410,12 +412,13 @@ package final class SessionEngine: Sendable {
                 setUpMemberLink(link, id, peer: peer)
                 sendBudget.update(peer.identifier, acceptsDatagrams: acceptsDatagrams)
                 link.keepsMessages = true
-                onEvent(.linkRestored(peer))
                 for message in resend {
                     // Cut as when first sent; within the protocol's limit, since it was sent before.
                     if let frames = try? Frame.messageFragments(of: message) { link.outbound.append(contentsOf: frames) }
                 }
                 pump(link, peer: id)
+                // After the resent messages are queued: whatever the app sends on hearing it goes behind them.
+                onEvent(.linkRestored(peer))
             case .acknowledged(let peer, let charge):
                 sendBudget.release(charge, for: peer)
             case .schedule(let timer, let deadline):
@@ -625,8 +628,8 @@ package final class SessionEngine: Sendable {
                 guard let self else { return answer(false) }
                 self.trustRequested(request, link: id, answer: answer)
             },
-            admission: { [weak self] hello in self?.admit(hello, link: id) ?? .refuse(.normal) },
-            trustTimeout: configuration.trustTimeout, handshakeTimeout: configuration.handshakeTimeout,
+            admission: { [weak self] hello, certificate in self?.admit(hello, certificate, link: id) ?? .refuse(.normal) },
+            trustTimeout: configuration.trustTimeout, handshakeTimeout: plan?.handshakeTimeout ?? configuration.handshakeTimeout,
             keepalive: configuration.keepalive)
         try socket.pipeline.syncOperations.addHandler(handler)
         try socket.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
@@ -650,8 +653,8 @@ package final class SessionEngine: Sendable {
 
     // MARK: Connection events (on the loop)
 
-    private func admit(_ hello: Hello, link id: LinkID) -> ConnectionConfiguration.Admission {
-        let admission = core.admit(hello, on: id, now: eventLoop.now)
+    private func admit(_ hello: Hello, _ certificate: [UInt8]?, link id: LinkID) -> ConnectionConfiguration.Admission {
+        let admission = core.admit(hello, peerCertificate: certificate, on: id, now: eventLoop.now)
         perform()
         return admission
     }

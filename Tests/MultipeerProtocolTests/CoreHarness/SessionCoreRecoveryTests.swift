@@ -214,7 +214,7 @@ struct SessionCoreRecoveryTests {
         // Mallory, claiming alice's peer ID, offers the ID with its own certificate and keys.
         let stolen = ConnectionConfiguration.ResumptionGrant(
             keys: ResumptionKeys(id: id.bytes, key: SecureBytes(randomCount: 32)), delivered: 0, peerCertificateFingerprint: nil)
-        let plan = DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: stolen)
+        let plan = try #require(DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: stolen))
         mallory.core.connect(plan)
         network.drain(mallory)
         network.run(for: .seconds(1))
@@ -238,5 +238,71 @@ struct SessionCoreRecoveryTests {
             return
         }
         #expect(error?.code == .protocolViolation)
+    }
+
+    /// The link goes again between the listener's RESUME and its arrival: the listener has
+    /// resumed, the dialer not yet. Both keep the session's keys, so the next try resumes it
+    /// (it was lost when a resumption changed the keys).
+    @Test func aLossBetweenTheTwoResumesIsResumedToo() throws {
+        let (network, alice, bob) = try Self.pair(seed: 40)
+        network.latency[.init(from: bob.index, to: alice.index)] = .milliseconds(30)
+        alice.isListening = false  // alice dials, bob listens
+        network.send("one", from: alice, to: bob)
+        network.resetConnection(between: alice, and: bob)
+        #expect(network.run(until: { bob.resumptions.count == 1 }, limit: .seconds(5)))
+        #expect(alice.resumptions.isEmpty)
+        network.resetConnection(between: alice, and: bob)
+        network.send("two", from: alice, to: bob)
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty && !alice.resumptions.isEmpty }, limit: .seconds(9)))
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == ["one", "two"])
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// A HELLO that names the session but comes with another certificate changes nothing: the
+    /// member's live connection stays, nothing is suspended or closed.
+    @Test func aResumptionWithAnotherCertificateLeavesTheLiveLinkAlone() throws {
+        let (network, alice, bob) = try Self.pair(seed: 41)
+        let mallory = try network.addNode(
+            "mallory", identity: try Self.pki.peer("mallory"), identifier: alice.peer.identifier, maxProtocolVersion: 2, recovery: Self.policy)
+        let live = try #require(bob.core.activeLink(to: alice.peer.identifier))
+        let id = try #require(bob.core.resumptionID(of: alice.peer.identifier))
+        let grant = ConnectionConfiguration.ResumptionGrant(
+            keys: ResumptionKeys(id: id.bytes, key: SecureBytes(randomCount: 32)), delivered: 0, peerCertificateFingerprint: nil)
+        mallory.core.connect(try #require(DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: grant)))
+        network.drain(mallory)
+        network.run(for: .seconds(1))
+        #expect(bob.core.activeLink(to: alice.peer.identifier) == live)
+        #expect(bob.suspended.isEmpty && bob.resumptions.isEmpty)
+        network.send("still here", from: alice, to: bob)
+        network.run(for: .milliseconds(100))
+        #expect(Self.texts(bob, from: alice) == ["still here"])
+    }
+
+    /// The app calling off a connection attempt to a peer whose link is recovering: for the app
+    /// that peer is connected, so nothing is called off.
+    @Test func cancelConnectLeavesARecoveringMemberAlone() throws {
+        let (network, alice, bob) = try Self.pair(seed: 42)
+        network.resetConnection(between: alice, and: bob)
+        alice.isReachable = false
+        network.run(for: .milliseconds(300))
+        network.cancelConnect(bob, peer: alice)
+        network.run(for: .milliseconds(100))
+        alice.isReachable = true
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(9)))
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// A peer that joined while a member was suspended is introduced to it once it is back.
+    @Test func aMemberThatJoinedDuringTheGapMeetsTheResumedOne() throws {
+        let (network, alice, bob) = try Self.pair(seed: 43)
+        let carol = try network.addNode("carol", identity: try Self.pki.peer("carol"), maxProtocolVersion: 2, recovery: Self.policy)
+        network.resetConnection(between: alice, and: bob)
+        bob.isReachable = false
+        try network.connect(carol, to: alice)
+        #expect(network.run(until: { carol.isConnected(to: alice) }, limit: .seconds(5)))
+        bob.isReachable = true
+        #expect(network.run(until: { alice.suspended.isEmpty && carol.isConnected(to: bob) && bob.isConnected(to: carol) }, limit: .seconds(10)))
+        Self.expectNeverDisconnected(alice, bob)
     }
 }

@@ -399,7 +399,7 @@ final class Connection {
         var versioned = configuration
         versioned.maxProtocolVersion = node.maxProtocolVersion
         machine = try! ConnectionStateMachine(configuration: versioned)
-        armDeadline(after: network.handshakeTimeout)
+        armDeadline(after: dialPlan?.handshakeTimeout ?? network.handshakeTimeout)
         perform(machine.start())
     }
 
@@ -519,7 +519,8 @@ final class Connection {
             case .admissionRequested(let hello):
                 // As the shell does, the core's other actions (closing a superseded dial) run at once;
                 // they touch other connections, never this one's machine.
-                let admission = node.core.admit(hello, on: link, now: network.now)
+                let admission = node.core.admit(
+                    hello, peerCertificate: machine.admittingPeerCertificateFingerprint, on: link, now: network.now)
                 network.drain(node)
                 perform(machine.admitted(admission))
             case .invitationReceived, .awaitingInvitationAnswer, .invitationAnswered:
