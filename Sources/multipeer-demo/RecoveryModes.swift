@@ -13,7 +13,7 @@ extension Demo {
     static func chatter(first: Bool, count: Int, interval: Int) async throws {
         let session = MCSession(peer: MCPeerID(displayName: first ? "first" : "second"), securityIdentity: nil, encryptionPreference: .required)
         let events = session.events()
-        func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+        func say(_ line: String) { try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8)) }
         func hex(_ data: Data) -> String { data.map { String(format: "%02x", $0) }.joined() }
         let input = LineReader()
         say("PEER \(hex(session.myPeerID.wireRepresentation))")

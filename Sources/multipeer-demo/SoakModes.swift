@@ -30,7 +30,8 @@ extension Demo {
             peer: MCPeerID(displayName: name), securityIdentity: nil, encryptionPreference: .required, configuration: configuration)
         let state = SoakState()
         let events = session.events()
-        func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+        // The script may be gone (killed): a closed pipe ends the output, not the process.
+        func say(_ line: String) { try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8)) }
         func hex(_ data: Data) -> String { data.map { String(format: "%02x", $0) }.joined() }
         func peer(_ text: Substring) throws -> MCPeerID {
             guard let bytes = hexBytes(String(text)) else { throw MCError(.invalidParameter, reason: "bad peer hex") }
