@@ -19,14 +19,26 @@ struct AppVisibleOutcomeTests {
     }
 
     /// Before, GOODBYE 7 on a connected link emptied connectedPeers at once but the app's last
-    /// state stayed `connected` for the whole handshake deadline (10 s).
-    @Test func goodbyeDuplicateOnAConnectedLinkIsReportedAtOnce() async throws {
-        let victim = try EngineProbe(name: "victim")
+    /// state stayed `connected` for the whole handshake deadline (10 s). Without link recovery
+    /// it is reported at once; with it, GOODBYE 7 says another connection carries the peer now
+    /// (docs/PROTOCOL.md §7.9), so the peer stays connected until the grace passes, then goes
+    /// with that reason.
+    @Test(arguments: [false, true])
+    func goodbyeDuplicateOnAConnectedLinkIsReported(recovering: Bool) async throws {
+        let grace = TimeAmount.seconds(1)
+        let victim = try EngineProbe(name: "victim", recovery: recovering ? RecoveryPolicy(grace: grace) : .off)
         let (peer, channel, _) = try await rawPeer(of: victim)
+        let closed = ContinuousClock.now
         try await channel.triggerUserOutboundEvent(ConnectionCommand.close(.duplicateConnection)).get()
-        #expect(try await eventually(seconds: 3) {
+        #expect(try await eventually(seconds: 5) {
             victim.lastState(ofPeer: peer.identifier) == .notConnected(ConnectionError(.peerSaidGoodbye(.duplicateConnection)))
         })
+        let waited = ContinuousClock.now - closed
+        if recovering {
+            #expect(waited >= .seconds(1), "reported after \(waited), within the grace")
+        } else {
+            #expect(waited < .seconds(1), "reported after \(waited)")
+        }
         await victim.shutdown()
     }
 

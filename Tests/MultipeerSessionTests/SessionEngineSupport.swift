@@ -36,6 +36,7 @@ final class EngineProbe: Sendable {
         segmentationOffload: Bool = true,
         maximumUndeliveredBytes: Int = 8 << 20,
         maximumQueuedBytes: Int = 32 << 20,
+        recovery: RecoveryPolicy = RecoveryPolicy(),
         eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     ) throws {
         let peer = try WirePeerID(identifier: .random(), displayName: name)
@@ -46,7 +47,7 @@ final class EngineProbe: Sendable {
                 localPeer: peer, encryptionPreference: preference, tls: try TLSContext(identity: identity),
                 listenHost: "127.0.0.1", keepalive: keepalive, maximumQueuedBytesPerPeer: maximumQueuedBytes,
                 maximumUndeliveredBytesPerPeer: maximumUndeliveredBytes,
-                channels: channels, datagramSegmentationOffload: segmentationOffload, logger: Self.logger(name)),
+                channels: channels, datagramSegmentationOffload: segmentationOffload, recovery: recovery, logger: Self.logger(name)),
             eventLoop: eventLoop,
             onEvent: { event in box.withLock { $0 }?.record(event) },
             onReadPassEnded: { box.withLock { $0 }?.recordReadEnd() })
