@@ -53,7 +53,10 @@ package struct DialPlan: Sendable, Hashable {
     /// certificate, and the HELLO names the session by its resumption ID.
     /// Nil when the certificate's fingerprint is not a SHA-256 digest: no dial then, rather than
     /// one without the pin.
-    package init?(resuming peer: WirePeerID, id: Bytes16, at endpoint: WireEndpoint, grant: ConnectionConfiguration.ResumptionGrant) {
+    package init?(
+        resuming peer: WirePeerID, id: Bytes16, at endpoint: WireEndpoint, linkScope: UInt32? = nil,
+        grant: ConnectionConfiguration.ResumptionGrant
+    ) {
         if let certificate = grant.peerCertificateFingerprint {
             guard let digest = try? SHA256Digest(bytes: certificate) else { return nil }
             fingerprint = digest
@@ -64,7 +67,7 @@ package struct DialPlan: Sendable, Hashable {
         purpose = .resumption
         token = id
         endpoints = [endpoint]
-        linkScope = nil
+        self.linkScope = linkScope
         resumption = grant
         connectTimeout = Self.resumptionConnectTimeout
         handshakeTimeout = Self.resumptionHandshakeTimeout

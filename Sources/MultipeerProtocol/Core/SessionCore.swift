@@ -14,6 +14,8 @@ package final class SessionCore {
         let dialed: Bool
         /// A dial whose TCP connection is up (`dialConnected`).
         var transportUp = false
+        /// The interface of the peer's IPv6 link-local address, once established.
+        var remoteScope: UInt32?
         var peer: WirePeerID?
         var plan: DialPlan?
         var attempt = 0
@@ -252,13 +254,15 @@ package final class SessionCore {
         return true
     }
 
-    /// Both sides accepted each other. `remoteHost` is the peer's IP address as the socket saw it;
+    /// Both sides accepted each other. `remoteHost` is the peer's IP address as the socket saw it
+    /// (`remoteScope`: its interface, for an IPv6 link-local address, so that it can be redialed);
     /// `datagramKeys` derives datagram keys from the TLS session (nil on a plaintext connection).
     package func established(
-        _ connection: EstablishedConnection, on id: LinkID, remoteHost: String?,
+        _ connection: EstablishedConnection, on id: LinkID, remoteHost: String?, remoteScope: UInt32? = nil,
         datagramKeys: @escaping DatagramPeerState.KeySource
     ) {
         guard let link = links[id] else { return }
+        link.remoteScope = remoteScope
         let peer = connection.peer
         if let delivered = connection.resumedPeerDelivered {
             resumed(link, id, connection, peerDelivered: delivered, remoteHost: remoteHost, datagramKeys: datagramKeys)
@@ -274,6 +278,7 @@ package final class SessionCore {
             let member = RecoverableMember(
                 peer: peer, keys: keys, certificateFingerprint: connection.certificateChain?.first?.sha256Fingerprint,
                 listenEndpoint: link.listenEndpoint)
+            member.linkScope = remoteScope
             recoverable[peer.identifier] = member
             resumptionIDs[member.resumptionID] = peer.identifier
             link.member = member
@@ -465,7 +470,8 @@ package final class SessionCore {
             // An attempt of the peer's (inbound) does not hold ours up: it may have stalled.
             let dialing = linkIDs(for: peer.identifier).contains { links[$0]?.dialed == true }
             guard !dialing, let endpoint = member.listenEndpoint, endpoint.isListening,
-                let plan = DialPlan(resuming: member.peer, id: member.resumptionID, at: endpoint, grant: member.grant())
+                let plan = DialPlan(
+                    resuming: member.peer, id: member.resumptionID, at: endpoint, linkScope: member.linkScope, grant: member.grant())
             else { return }
             let link = Link(dialed: true, plan: plan)
             let id = addLink(link)
@@ -608,7 +614,10 @@ package final class SessionCore {
         // The session keeps the keys of the connection that made it: a loss between the two
         // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
-        if let endpoint = link.listenEndpoint { member.listenEndpoint = endpoint }
+        if let endpoint = link.listenEndpoint {
+            member.listenEndpoint = endpoint
+            member.linkScope = link.remoteScope
+        }
         link.member = member
         logger.info("link recovered", metadata: ["peer": peer.logValue, "resent": "\(resend.count)", "dialed": "\(link.dialed)"])
         actions.append(.memberResumed(peer, id, acceptsDatagrams: link.datagram != nil, resend: resend))

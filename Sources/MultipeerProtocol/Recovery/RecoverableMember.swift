@@ -11,6 +11,8 @@ final class RecoverableMember {
     /// The peer's leaf certificate; a resumption must show the same one (nil: it has no identity).
     let certificateFingerprint: [UInt8]?
     var listenEndpoint: WireEndpoint?
+    /// The interface its listen endpoint is reached on, when that is an IPv6 link-local address.
+    var linkScope: UInt32?
     // Exclusivity unchecked: touched for every message, on the engine's loop, by code that does
     // not call back into the core.
     @exclusivity(unchecked) var ledger = DeliveryLedger()

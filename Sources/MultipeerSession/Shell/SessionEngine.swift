@@ -668,7 +668,9 @@ package final class SessionEngine: Sendable {
 
     fileprivate func linkEstablished(_ id: LinkID, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
         state.value.links[id]?.peerFingerprint = connection.certificateChain?.first?.sha256Fingerprint
-        core.established(connection, on: id, remoteHost: remote?.ipAddress) { direction, epoch in
+        var scope: UInt32?
+        if case .v6(let address) = remote, address.address.sin6_scope_id != 0 { scope = address.address.sin6_scope_id }
+        core.established(connection, on: id, remoteHost: remote?.ipAddress, remoteScope: scope) { direction, epoch in
             try? tls?.exportKeyingMaterial(
                 label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
                 length: DatagramCipher.keyLength)

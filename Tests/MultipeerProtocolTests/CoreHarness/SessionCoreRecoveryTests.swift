@@ -305,4 +305,19 @@ struct SessionCoreRecoveryTests {
         #expect(network.run(until: { alice.suspended.isEmpty && carol.isConnected(to: bob) && bob.isConnected(to: carol) }, limit: .seconds(10)))
         Self.expectNeverDisconnected(alice, bob)
     }
+
+    /// A peer reached at an IPv6 link-local address is redialed on the same interface: without
+    /// it, such an address cannot be dialed at all.
+    @Test func aRedialKeepsTheInterfaceOfALinkLocalPeer() throws {
+        let network = VirtualNetwork(seed: 44)
+        network.remoteScope = 7
+        let alice = try network.addNode("alice", identity: try Self.pki.peer("alice"), maxProtocolVersion: 2, recovery: Self.policy)
+        let bob = try network.addNode("bob", identity: try Self.pki.peer("bob"), maxProtocolVersion: 2, recovery: Self.policy)
+        try network.connect(alice, to: bob)
+        #expect(network.run(until: { alice.isConnected(to: bob) && bob.isConnected(to: alice) }))
+        network.resetConnection(between: alice, and: bob)
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(5)))
+        let redials = (alice.dials + bob.dials).filter { $0.purpose == .resumption }
+        #expect(!redials.isEmpty && redials.allSatisfy { $0.linkScope == 7 })
+    }
 }

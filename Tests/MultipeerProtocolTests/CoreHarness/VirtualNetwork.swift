@@ -25,6 +25,9 @@ final class VirtualNetwork {
     let handshakeTimeout = TimeAmount.seconds(10)
     let trustTimeout = TimeAmount.seconds(30)
     let keepalive = KeepalivePolicy()
+    /// The interface every established connection reports for its peer's address, as an IPv6
+    /// link-local one would have (nil: none).
+    var remoteScope: UInt32?
 
     struct Pair: Hashable {
         let from: Int
@@ -496,7 +499,7 @@ final class Connection {
                 isEstablished = true
                 let tls = machine.tlsEngine
                 peerIdentifier = connection.peer.identifier
-                node.core.established(connection, on: link, remoteHost: remote?.node.host) { direction, epoch in
+                node.core.established(connection, on: link, remoteHost: remote?.node.host, remoteScope: network.remoteScope) { direction, epoch in
                     try? tls?.exportKeyingMaterial(
                         label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
                         length: DatagramCipher.keyLength)
