@@ -515,8 +515,10 @@ extension MCSession {
         return Events(subscription: EventSubscription(channel: channel))
     }
 
-    /// Reliable bytes queued to `peer` and not yet handed to its connection: what a sender can
-    /// watch to pace itself (at most `MCSessionConfiguration.maximumQueuedBytesPerPeer`).
+    /// Reliable bytes queued to `peer` and not yet handed to its connection (to a peer that can
+    /// recover a lost link, not yet acknowledged: docs/PROTOCOL.md §7.9), each message counted
+    /// with 64 bytes more: what a sender can watch to pace itself (at most
+    /// `MCSessionConfiguration.maximumQueuedBytesPerPeer`).
     public func queuedByteCount(to peer: MCPeerID) -> Int {
         engine?.queuedBytes(to: peer.wire.identifier) ?? 0
     }

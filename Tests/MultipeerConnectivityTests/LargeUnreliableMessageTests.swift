@@ -78,10 +78,15 @@ struct LargeUnreliableMessageTests {
         let first = Self.frame(UInt8(ascii: "A"))
         try sender.send(first, toPeers: [viewerPeer], with: .unreliable)
         #expect(try await firstMatch(in: viewer.messages, seconds: 20) { $0.first == UInt8(ascii: "A") ? $0 : nil } == first)
+        // Sent as a reliable message, it is kept until the viewer acknowledges it (docs/PROTOCOL.md
+        // §7.9), which the network thread must be free to read.
+        #expect(try await eventually { sender.queuedByteCount(to: viewerPeer) == 0 })
 
         // The sender's queue to the viewer fills and stays full: its network thread writes
         // nothing while held. A reliable message over the room left is refused...
         let hold = NetworkThreadHold(sender)
+        // Released however the test ends: the held thread may serve other sessions too.
+        defer { hold.release() }
         #expect(try await hold.waitUntilHeld())
         try sender.send(Self.frame(UInt8(ascii: "R"), count: 200_000), toPeers: [viewerPeer], with: .reliable)
         let refusal = #expect(throws: MCError.self) {
