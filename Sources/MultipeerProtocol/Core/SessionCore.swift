@@ -675,7 +675,9 @@ package final class SessionCore {
             case (false, true): true
             case (_, false): false
             }
-            if weDial && linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
+            // A member whose link is recovering is a member still: a new connection to it would
+            // end the session it is resuming (§7.9).
+            if weDial && linkIDs(for: peer).isEmpty && !isSuspended(peer) && hasRoomForMember(besides: peer) {
                 startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
             }
         }

@@ -320,4 +320,39 @@ struct SessionCoreRecoveryTests {
         let redials = (alice.dials + bob.dials).filter { $0.purpose == .resumption }
         #expect(!redials.isEmpty && redials.allSatisfy { $0.linkScope == 7 })
     }
+
+    /// A member resumed by one peer is introduced by it to the others (for peers that joined
+    /// during the gap); one that still has it suspended must not take the introduction for a new
+    /// peer and dial it afresh, which ended the session it was resuming (found by scripts/soak).
+    @Test(arguments: 0..<4)
+    func anIntroductionDoesNotEndASuspendedMember(seed: UInt64) throws {
+        let network = VirtualNetwork(seed: 50 + seed)
+        let nodes = try ["alice", "bob", "carol"].map {
+            try network.addNode($0, identity: try Self.pki.peer($0), maxProtocolVersion: 2, recovery: Self.policy)
+        }
+        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
+        try network.connect(bob, to: alice)
+        #expect(network.run(until: { alice.isConnected(to: bob) }))
+        try network.connect(carol, to: alice)
+        #expect(network.run(until: { SessionCoreMeshTests.isFullMesh(nodes) }, limit: .seconds(10)))
+        // Alice loses both links. Carol's comes back first (alice dials her); alice and bob cannot
+        // reach each other's listener yet, so their own redials fail, and carol's introductions
+        // arrive between two of them.
+        network.resetConnection(between: alice, and: bob)
+        network.resetConnection(between: alice, and: carol)
+        alice.isListening = false
+        bob.isListening = false
+        for (index, node) in nodes.enumerated() { network.send("m\(index)", from: node, to: nodes[(index + 1) % 3]) }
+        #expect(network.run(until: { carol.resumptions.count == 1 }, limit: .seconds(5)))
+        alice.isListening = true
+        bob.isListening = true
+        #expect(network.run(until: { nodes.allSatisfy { $0.suspended.isEmpty } }, limit: .seconds(9)))
+        network.run(for: .seconds(3))
+        for node in nodes {
+            for other in nodes where other !== node {
+                #expect(node.states(of: other) == [.connecting, .connected], "\(node.peer.displayName) saw \(other.peer.displayName): \(node.states(of: other))")
+            }
+        }
+        #expect(Self.texts(bob, from: alice) == ["m0"] && Self.texts(carol, from: bob) == ["m1"] && Self.texts(alice, from: carol) == ["m2"])
+    }
 }
