@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import MultipeerConnectivity
 import Synchronization
 
@@ -26,6 +27,12 @@ extension Demo {
         defer { try? FileManager.default.removeItem(at: scratch) }
         var configuration = MCSessionConfiguration()
         configuration.resourceDirectory = scratch.appendingPathComponent("in")
+        // MULTIPEER_SOAK_LOG=1: the session's log (why links ended, recovered or gave up) on
+        // standard error, for a soak that failed.
+        if ProcessInfo.processInfo.environment["MULTIPEER_SOAK_LOG"] != nil {
+            configuration.logger = Logger(label: name) { StreamLogHandler.standardError(label: $0) }
+            configuration.logger.logLevel = .info
+        }
         let session = MCSession(
             peer: MCPeerID(displayName: name), securityIdentity: nil, encryptionPreference: .required, configuration: configuration)
         let state = SoakState()
