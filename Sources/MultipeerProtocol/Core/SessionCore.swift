@@ -598,7 +598,12 @@ package final class SessionCore {
     ) {
         let peer = connection.peer
         guard let member = recoverable[peer.identifier], member.suspension != nil else {
-            actions.append(.close(id, .unknownToken))
+            // Another connection resumed the member first (ours and the peer's crossed). Nothing
+            // of this one may be delivered: the peer resends on it from the count our RESUME gave
+            // when it was dialed, which the other connection has since passed.
+            link.closingSilently = true
+            forget(id)
+            actions.append(.close(id, .duplicateConnection))
             return
         }
         let resend: [ByteBuffer]
