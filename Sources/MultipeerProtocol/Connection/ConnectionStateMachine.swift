@@ -23,8 +23,9 @@ package struct EstablishedConnection: Sendable {
     package let isEncrypted: Bool
     package let protocolVersion: UInt8
     package let cipherSuite: String?
-    /// Version 2 over TLS: what this connection leaves for resuming the member after it
-    /// (docs/PROTOCOL.md §7.9); nil on earlier versions and in plaintext.
+    /// Version 2 over TLS, the connection that makes the member: what it leaves for resuming the
+    /// member later (docs/PROTOCOL.md §7.9); nil on earlier versions, in plaintext, and on a
+    /// resumption connection (the session keeps its first keys).
     package let resumptionKeys: ResumptionKeys?
     /// A resumption connection: how many of our messages the peer delivered in the session it
     /// resumed; nil on a new member's connection.
@@ -791,7 +792,7 @@ package struct ConnectionStateMachine {
         let engine = session.transport.engine
         let version = session.negotiated.version
         var keys: ResumptionKeys?
-        if version >= Hello.Purpose.resumption.sinceVersion, let engine {
+        if version >= Hello.Purpose.resumption.sinceVersion, resumedPeerDelivered == nil, let engine {
             keys = try? ResumptionKeys(export: { (label, length) throws(SecurityError) in
                 try engine.exportKeyingMaterial(label: label, context: [], length: length)
             })

@@ -7,7 +7,8 @@ import NIOCore
 /// one, the peer's certificate, where it listens, and the delivery ledger.
 final class RecoverableMember {
     let peer: WirePeerID
-    var keys: ResumptionKeys
+    /// From the connection that made the member; a resumption keeps them (§7.9).
+    let keys: ResumptionKeys
     /// The peer's leaf certificate; a resumption must show the same one (nil: it has no identity).
     let certificateFingerprint: [UInt8]?
     var listenEndpoint: WireEndpoint?
