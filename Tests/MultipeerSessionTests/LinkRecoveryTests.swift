@@ -25,11 +25,20 @@ struct LinkRecoveryTests {
 
     /// Resets every TCP connection to or from either probe's listening port.
     static func resetLinks(_ probes: EngineProbe...) async throws {
+        try resetLinks(ports: try await listeningPorts(probes))
+    }
+
+    static func listeningPorts(_ probes: [EngineProbe]) async throws -> [Int] {
         var ports: [Int] = []
         for probe in probes {
             let data = try await probe.engine.connectionData(forPeer: Bytes16.random()).get()
             ports += data.endpoints.map { Int($0.port) }
         }
+        return ports
+    }
+
+    /// Resets every TCP connection to or from these ports (asks no engine: one may be frozen).
+    static func resetLinks(ports: [Int]) throws {
         let filter = ports.map { "sport = :\($0) or dport = :\($0)" }.joined(separator: " or ")
         let result = try BuiltProducts.runBlocking(URL(fileURLWithPath: "/usr/bin/ss"), ["-K", "-t", "state", "established", "( \(filter) )"], seconds: 10)
         try #require(result.status == 0, "ss -K failed: \(result.output)")

@@ -9,7 +9,7 @@ import NIOCore
 /// hands back and wakes itself at `nextExpiry`.
 package struct ResumeStore: Sendable {
     package struct Key: Hashable, Sendable {
-        let peer: Bytes16
+        package let peer: Bytes16
         /// The sender's certificate fingerprint; nil without an identity.
         let fingerprint: [UInt8]?
         let transferID: Bytes16

@@ -508,6 +508,10 @@ package final class SessionCore {
     /// Whether the member keeps what is sent to it until acknowledged (version 2 over TLS).
     package func keepsMessages(for peer: Bytes16) -> Bool { recoverable[peer] != nil }
 
+    /// Whether the peer is still a member that outlives its links (suspended, or carried by
+    /// another link): what its lost link carried waits for the resumed one rather than failing.
+    package func isRecoverableMember(_ peer: Bytes16) -> Bool { recoverable[peer] != nil }
+
     private func delivered(_ message: ByteBuffer, by member: RecoverableMember, on id: LinkID, now: NIODeadline) {
         if let count = member.ledger.deliveredMessage(bytes: message.readableBytes) {
             actions.append(.sendFrame(.acknowledge(delivered: count), on: id))

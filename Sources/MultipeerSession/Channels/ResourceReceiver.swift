@@ -27,6 +27,9 @@ package final class ResourceReceiver: InboundChannel {
         var result: Result<String, TransferError>?
         /// The connection was lost while a write ran: keep the partial once it lands, then report.
         var failedWhileWriting: TransferError?
+        /// Cut off from a member that recovers: the partial is kept, and nothing is reported
+        /// (the transfer continues when the sender offers it again).
+        var interrupted = false
 
         /// Sets the outcome; bytes still queued are dropped, and their count is returned so their
         /// window can go back to the peer.
@@ -114,12 +117,23 @@ package final class ResourceReceiver: InboundChannel {
     }
 
     package func failed(_ error: TransferError) {
+        cutOff(error, interrupted: false)
+    }
+
+    /// The connection was lost but the member recovers: the partial is kept as after `failed`,
+    /// and the outcome is not reported; the same transfer resumes from it when offered again.
+    package func interrupt() {
+        cutOff(TransferError(.connectionLost), interrupted: true)
+    }
+
+    private func cutOff(_ error: TransferError, interrupted: Bool) {
         // Cut off: keep what reached the file, for the same sender to resume. The outcome is
         // reported once the partial is kept, so a resend right after finds it. Safe from any
         // thread (the engine calls it on the loop): deciding and claiming share one lock, so no
         // write can start in between and land past the length recorded for the partial.
         let (keepNow, dropped) = state.withLock { state -> (Bool, Int) in
             guard state.result == nil, state.failedWhileWriting == nil else { return (false, 0) }
+            state.interrupted = interrupted
             if state.writeInFlight {
                 state.failedWhileWriting = error
                 return (false, 0)
@@ -264,8 +278,8 @@ package final class ResourceReceiver: InboundChannel {
     }
 
     private func report(removeFile: Bool) {
-        guard let result = state.withLock({ $0.result }) else { return }
+        guard let (result, interrupted) = state.withLock({ state in state.result.map { ($0, state.interrupted) } }) else { return }
         if removeFile { FileNames.remove(path) }
-        onCompletion(result)
+        if !interrupted { onCompletion(result) }
     }
 }

@@ -143,6 +143,18 @@ final class ResourceSender: OutboundChannel {
         finish(.failure(error))
     }
 
+    /// The connection was lost but the member recovers: this sender stops without reporting, and
+    /// the transfer goes on with a new one on the resumed connection. False when it had ended.
+    func interrupt() -> Bool {
+        state.withLock { state in
+            guard state.result == nil else { return false }
+            state.result = .failure(TransferError(.connectionLost))
+            state.buffered.removeAll()
+            state.bufferedBytes = 0
+            return true
+        }
+    }
+
     private func readMore() {
         let next = state.withLock { state -> (position: UInt64, count: Int)? in
             guard state.result == nil, !state.readInFlight, state.offset != nil, state.digest == nil,

@@ -66,19 +66,24 @@ extension SessionEngine {
         let transferID = ChannelMux.transferID(
             receiver: peer, sourceIdentity: sourceIdentity, size: opened.size, modified: modificationTime ?? opened.modified)
         let transfer = ResourceTransfer(name: name, peer: wirePeer, size: opened.size, direction: .outgoing)
+        let sender = resourceSender(.init(file: opened.file, size: opened.size, name: name, transferID: transferID), for: transfer)
+        eventLoop.execute { [self] in openOutbound(sender, to: peer, transfer: transfer) }
+        return transfer
+    }
+
+    /// A sender of `source` that reports to `transfer` (a new one for each connection it goes on).
+    private func resourceSender(_ source: ResourceSender.Source, for transfer: ResourceTransfer) -> ResourceSender {
         let sender = ResourceSender(
-            source: .init(file: opened.file, size: opened.size, name: name, transferID: transferID), peer: wirePeer,
-            pool: fileIOPool, eventLoop: eventLoop,
+            source: source, peer: transfer.peer, pool: fileIOPool, eventLoop: eventLoop,
             onProgress: { transfer.progressed(to: $0) },
             onCompletion: { result in transfer.finished(result.map { nil }) })
         transfer.setCancelHandler { sender.cancel() }
-        eventLoop.execute { [self] in openOutbound(sender, to: peer) }
-        return transfer
+        return sender
     }
 
     // MARK: Our channels (on the loop)
 
-    private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16) {
+    private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16, transfer: ResourceTransfer? = nil) {
         guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
             let connection = link.socket
         else {
@@ -98,6 +103,7 @@ extension SessionEngine {
             return
         }
         mux.outbound[channel] = source
+        mux.transfers[channel] = transfer
         writeChannelFrame(source.openingFrame(channel: channel), on: connection, flush: true)
     }
 
@@ -134,6 +140,7 @@ extension SessionEngine {
     @discardableResult
     private func dropOutbound(_ channel: UInt32, of link: EngineState.Link) -> (any OutboundChannel)? {
         guard let source = link.mux?.outbound.removeValue(forKey: channel) else { return nil }
+        link.mux?.transfers[channel] = nil
         if let peer = link.member?.identifier { channelCounts.release(peer) }
         return source
     }
@@ -143,6 +150,8 @@ extension SessionEngine {
     @discardableResult
     private func dropInbound(_ channel: UInt32, of link: EngineState.Link) -> (any InboundChannel)? {
         guard let sink = link.mux?.inbound.removeValue(forKey: channel) else { return nil }
+        link.mux?.transfers[channel] = nil
+        link.mux?.incomingKeys[channel] = nil
         if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
         return sink
     }
@@ -230,6 +239,14 @@ extension SessionEngine {
     ) {
         let limits = configuration.channels
         let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+        // The offer may continue a transfer a lost link cut off (§7.9): the same one, for the app.
+        let interrupted: ResourceTransfer?
+        switch state.value.interruptedResources.claimIncoming(key) {
+        case .cancelled?:
+            return writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
+        case .waiting(let transfer)?: interrupted = transfer
+        case nil: interrupted = nil
+        }
         let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
         removeKept(expired)
         armResumeExpiry()
@@ -247,11 +264,17 @@ extension SessionEngine {
             }
         } catch {
             configuration.logger.info("refused a resource", metadata: ["peer": peer.logValue, "why": "cannot store it: \(error)"])
+            if let interrupted {
+                incomingResources.subtract(1, ordering: .relaxed)
+                let failure = TransferError(.storageFailure, detail: "\(error)")
+                if interrupted.finished(.failure(failure)) { onEvent(.resourceFinished(interrupted, .failure(failure))) }
+            }
             return writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
         }
         let offset = resumed?.length ?? 0
-        incomingResources.add(1, ordering: .relaxed)
-        let transfer = ResourceTransfer(name: offer.name, peer: peer, size: offer.size, direction: .incoming)
+        // An interrupted transfer stayed counted while it waited.
+        if interrupted == nil { incomingResources.add(1, ordering: .relaxed) }
+        let transfer = interrupted ?? ResourceTransfer(name: offer.name, peer: peer, size: offer.size, direction: .incoming)
         let receiver = ResourceReceiver(
             channel: channel, offer: offer, peer: peer, path: path, file: file, resumed: resumed,
             pool: fileIOPool, eventLoop: eventLoop, linkage: mux,
@@ -266,9 +289,11 @@ extension SessionEngine {
             })
         transfer.setCancelHandler { receiver.cancel() }
         mux.inbound[channel] = receiver
+        mux.transfers[channel] = transfer
+        mux.incomingKeys[channel] = key
         writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offset) } ?? [], on: connection)
         transfer.progressed(to: offset)
-        onEvent(.resourceStarted(transfer))
+        if interrupted == nil { onEvent(.resourceStarted(transfer)) }
     }
 
     /// A kept partial's file, cut to the length its hash state covers. Nil, and the file gone,
@@ -327,21 +352,105 @@ extension SessionEngine {
     }
 
     /// The connection ended: every channel on it fails (incoming resources keep their bytes for
-    /// resuming). The link's ChannelMux goes with the core's record of the link.
+    /// resuming), except the resources of a member that recovers (docs/PROTOCOL.md §7.9), which
+    /// wait for its resumed link. The link's ChannelMux goes with the core's record of the link.
     func failChannels(of link: EngineState.Link) {
         guard let mux = link.mux else { return }
-        let outbound = mux.outbound
-        let inbound = mux.inbound
+        let (outbound, inbound, transfers, keys) = (mux.outbound, mux.inbound, mux.transfers, mux.incomingKeys)
         mux.outbound = [:]
         mux.inbound = [:]
+        mux.transfers = [:]
+        mux.incomingKeys = [:]
         link.mux = nil
-        if let peer = link.member?.identifier {
-            for _ in outbound { channelCounts.release(peer) }
-        }
-        for case _ as ResourceReceiver in inbound.values { incomingResources.subtract(1, ordering: .relaxed) }
+        let peer = link.member?.identifier
+        let recovering = peer.map { core.isRecoverableMember($0) } ?? false
+        let interrupted = state.value.interruptedResources
         let error = TransferError(.connectionLost)
-        for source in outbound.values { source.failed(error) }
-        for sink in inbound.values { sink.failed(error) }
+        var parked = false
+        for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
+            if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
+                // Its place among our 64 stays taken until it is offered again or fails.
+                interrupted.park(.init(source: sender.source, transfer: transfer), for: peer)
+                transfer.setCancelHandler { [weak self, eventLoop] in
+                    let engine = self
+                    eventLoop.execute { engine?.cancelInterrupted(outgoing: transfer, to: peer) }
+                }
+                parked = true
+                continue
+            }
+            if let peer { channelCounts.release(peer) }
+            source.failed(error)
+        }
+        for (channel, sink) in inbound {
+            if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel] {
+                // It stays counted among the session's incoming resources while it waits.
+                receiver.interrupt()
+                interrupted.park(transfer, key: key, now: eventLoop.now)
+                transfer.setCancelHandler { [weak self, eventLoop] in
+                    let engine = self
+                    eventLoop.execute { engine?.cancelInterrupted(incoming: transfer, from: peer) }
+                }
+                parked = true
+                continue
+            }
+            if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
+            sink.failed(error)
+        }
+        // The member may be carried by another link already (this one was superseded).
+        if parked, let peer, core.activeLink(to: peer) != nil { resumeInterruptedResources(of: peer) }
+    }
+
+    // MARK: Resources across a lost link (docs/PROTOCOL.md §7.9)
+
+    /// The member is carried by a link again: our interrupted resources are offered on it (the
+    /// receiver resumes each from its kept partial); the peer's have until the grace period
+    /// passes to be offered again, then fail.
+    func resumeInterruptedResources(of peer: Bytes16) {
+        let interrupted = state.value.interruptedResources
+        for send in interrupted.takeOutgoing(for: peer) {
+            openOutbound(resourceSender(send.source, for: send.transfer), to: peer, transfer: send.transfer)
+        }
+        let resumedAt = eventLoop.now
+        eventLoop.scheduleTask(deadline: resumedAt + configuration.recovery.grace) { [weak self] in
+            guard let self else { return }
+            failInterrupted(incoming: state.value.interruptedResources.takeIncoming(for: peer, parkedBy: resumedAt))
+        }
+    }
+
+    /// The member left: what waited for it fails.
+    func failInterruptedResources(of peer: Bytes16) {
+        let interrupted = state.value.interruptedResources
+        for send in interrupted.takeOutgoing(for: peer) {
+            channelCounts.release(peer)
+            send.transfer.finished(.failure(TransferError(.connectionLost)))
+        }
+        failInterrupted(incoming: interrupted.takeIncoming(for: peer))
+    }
+
+    private func failInterrupted(incoming: [InterruptedResources.Incoming]) {
+        let error = TransferError(.connectionLost)
+        for case .waiting(let transfer) in incoming {
+            incomingResources.subtract(1, ordering: .relaxed)
+            if transfer.finished(.failure(error)) { onEvent(.resourceFinished(transfer, .failure(error))) }
+        }
+    }
+
+    private func cancelInterrupted(outgoing transfer: ResourceTransfer, to peer: Bytes16) {
+        guard state.value.interruptedResources.removeOutgoing(transfer, for: peer) else { return }
+        channelCounts.release(peer)
+        transfer.finished(.failure(TransferError(.cancelled)))
+    }
+
+    /// The application cancelled a transfer that waits for its sender: its partial goes, and the
+    /// offer that would resume it is refused.
+    private func cancelInterrupted(incoming transfer: ResourceTransfer, from peer: Bytes16) {
+        guard let key = state.value.interruptedResources.cancelIncoming(transfer, peer: peer) else { return }
+        incomingResources.subtract(1, ordering: .relaxed)
+        let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
+        removeKept(expired + (kept.map { [$0] } ?? []))
+        armResumeExpiry()
+        let error = TransferError(.cancelled)
+        if transfer.finished(.failure(error)) { onEvent(.resourceFinished(transfer, .failure(error))) }
     }
 
     /// Makes the resource directory if needed and checks that it is ours alone: a directory
@@ -399,6 +508,10 @@ final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
     // Loop-only state (the engine touches it on its event loop only).
     var outbound: [UInt32: any OutboundChannel] = [:]
     var inbound: [UInt32: any InboundChannel] = [:]
+    /// The application's side of each resource channel, both ways (channel numbers of the two
+    /// sides never collide, §7.6), and each incoming one's key in the resume store.
+    var transfers: [UInt32: ResourceTransfer] = [:]
+    var incomingKeys: [UInt32: ResumeStore.Key] = [:]
 
     private weak var engine: SessionEngine?
     private let eventLoop: any EventLoop

@@ -404,6 +404,7 @@ package final class SessionEngine: Sendable {
                 link.keepsMessages = state.core.keepsMessages(for: peer.identifier)
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
+                failInterruptedResources(of: peer)
             case .memberSuspended(let peer):
                 // The budget stays: the app may go on sending, and the member keeps the messages.
                 onEvent(.linkInterrupted(peer))
@@ -417,6 +418,7 @@ package final class SessionEngine: Sendable {
                     if let frames = try? Frame.messageFragments(of: message) { link.outbound.append(contentsOf: frames) }
                 }
                 pump(link, peer: id)
+                resumeInterruptedResources(of: peer.identifier)
                 // After the resent messages are queued: whatever the app sends on hearing it goes behind them.
                 onEvent(.linkRestored(peer))
             case .acknowledged(let peer, let charge):
@@ -724,10 +726,14 @@ package final class SessionEngine: Sendable {
     }
 
     fileprivate func linkClosed(_ id: LinkID, _ error: ConnectionError) {
-        if let link = state.value.links[id] { failChannels(of: link) }
-        state.value.links[id] = nil
+        let link = state.value.links.removeValue(forKey: id)
+        // Whether the member outlives this link is the core's to say once it hears of the loss;
+        // a member that cannot recover has its channels fail first, as always.
+        let mayRecover = link?.member.map { core.isRecoverableMember($0.identifier) } ?? false
+        if let link, !mayRecover { failChannels(of: link) }
         core.closed(id, error, now: eventLoop.now)
         perform()
+        if let link, mayRecover { failChannels(of: link) }
         readPassEnded()  // a connection closed by its read gets no read-complete
     }
 
@@ -898,6 +904,8 @@ final class EngineState {
     var deliveredInReadPass = false
     /// The timer that deletes kept partials when the earliest one's lifetime ends.
     var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
+    /// Resources cut off by a lost link of a member that recovers, until it is resumed or leaves.
+    let interruptedResources = InterruptedResources()
 
     /// How far a pending link's handshake got, for deciding which to shed.
     func handshakeProgress(_ id: LinkID) -> PendingProgress {

@@ -1,0 +1,75 @@
+import MultipeerWire
+import NIOCore
+import MultipeerProtocol
+
+/// Resources cut off by a lost link of a member that recovers (docs/PROTOCOL.md §7.9), by peer,
+/// until the member is resumed or leaves. Ours are offered again on the resumed link, from the
+/// same file under the same transfer ID; the peer's wait for that offer and continue as the same
+/// transfer from the kept partial (§7.8), so the application sees one transfer throughout.
+/// Loop-only. Bounded by what was open when the link went: our 64 channels per peer (their places
+/// stay taken) and the session's incoming resources (they stay counted).
+final class InterruptedResources {
+    struct Outgoing {
+        let source: ResourceSender.Source
+        let transfer: ResourceTransfer
+    }
+
+    enum Incoming {
+        case waiting(ResourceTransfer)
+        /// The application cancelled it meanwhile: the offer that resumes it is refused.
+        case cancelled
+    }
+
+    private struct IncomingEntry {
+        var state: Incoming
+        let parked: NIODeadline
+    }
+
+    private var outgoing: [Bytes16: [Outgoing]] = [:]
+    private var incoming: [Bytes16: [ResumeStore.Key: IncomingEntry]] = [:]
+
+    func park(_ send: Outgoing, for peer: Bytes16) { outgoing[peer, default: []].append(send) }
+
+    func park(_ transfer: ResourceTransfer, key: ResumeStore.Key, now: NIODeadline) {
+        incoming[key.peer, default: [:]][key] = IncomingEntry(state: .waiting(transfer), parked: now)
+    }
+
+    /// Our interrupted sends to the peer, in the order they were parked; none are kept.
+    func takeOutgoing(for peer: Bytes16) -> [Outgoing] { outgoing.removeValue(forKey: peer) ?? [] }
+
+    /// Removes one of our sends (the application cancelled it): whether it was parked.
+    func removeOutgoing(_ transfer: ResourceTransfer, for peer: Bytes16) -> Bool {
+        guard let index = outgoing[peer]?.firstIndex(where: { $0.transfer === transfer }) else { return false }
+        outgoing[peer]?.remove(at: index)
+        if outgoing[peer]?.isEmpty == true { outgoing[peer] = nil }
+        return true
+    }
+
+    /// The peer's offer for `key`: the interrupted transfer it resumes, if any (no longer parked).
+    func claimIncoming(_ key: ResumeStore.Key) -> Incoming? {
+        guard let entry = incoming[key.peer]?.removeValue(forKey: key) else { return nil }
+        if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
+        return entry.state
+    }
+
+    /// The application cancelled a waiting transfer: the resuming offer is refused. Its key, if it waited.
+    func cancelIncoming(_ transfer: ResourceTransfer, peer: Bytes16) -> ResumeStore.Key? {
+        let key = incoming[peer]?.first { entry in
+            if case .waiting(let waiting) = entry.value.state { waiting === transfer } else { false }
+        }?.key
+        if let key { incoming[peer]?[key]?.state = .cancelled }
+        return key
+    }
+
+    /// Takes out the peer's interrupted transfers parked at or before `parkedBy` (all without
+    /// it): the peer left, or resumed and did not offer them again in time.
+    func takeIncoming(for peer: Bytes16, parkedBy: NIODeadline? = nil) -> [Incoming] {
+        guard let entries = incoming[peer] else { return [] }
+        let taken = entries.filter { entry in parkedBy.map { entry.value.parked <= $0 } ?? true }
+        let left = entries.filter { taken[$0.key] == nil }
+        incoming[peer] = left.isEmpty ? nil : left
+        return taken.values.map(\.state)
+    }
+
+    var isEmpty: Bool { outgoing.isEmpty && incoming.isEmpty }
+}

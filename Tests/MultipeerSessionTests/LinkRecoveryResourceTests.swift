@@ -1,0 +1,213 @@
+import Dispatch
+import Foundation
+@testable import MultipeerSession
+import MultipeerTestSupport
+import MultipeerWire
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+import MultipeerProtocol
+
+/// Resources across a lost link (docs/PROTOCOL.md §7.9): a transfer cut off while the member
+/// recovers is offered again on the resumed link and continues from the receiver's kept partial,
+/// as the same transfer for both applications; it fails only when the member leaves. Links are
+/// reset with `ss -K`, as in `LinkRecoveryTests`.
+@Suite("Resources across a lost link", .serialized, .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/ss")))
+struct LinkRecoveryResourceTests {
+    static let pki = try! TestPKI()
+    /// A thread of its own for the peer a test freezes.
+    static let frozenThread = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    static func pair(
+        _ scratch: ResourceChannelTests.Scratch, grace: TimeAmount = .seconds(10), freezable: String? = nil
+    ) async throws -> (EngineProbe, EngineProbe) {
+        func probe(_ name: String) throws -> EngineProbe {
+            try EngineProbe(
+                name: name, identity: try pki.peer(name), channels: ChannelConfiguration(resourceDirectory: scratch.received + "-" + name),
+                recovery: RecoveryPolicy(grace: grace),
+                eventLoop: name == freezable ? frozenThread.next() : MultiThreadedEventLoopGroup.singleton.next())
+        }
+        let alice = try probe("alice")
+        let bob = try probe("bob")
+        try #require(try await alice.connect(bob))
+        return (alice, bob)
+    }
+
+    /// Stops the thread until the returned closure runs (at most 10 s: a failing test must not
+    /// leave it stopped).
+    static func freeze() -> @Sendable () -> Void {
+        let thaw = DispatchSemaphore(value: 0)
+        let frozen = DispatchSemaphore(value: 0)
+        frozenThread.next().execute {
+            frozen.signal()
+            _ = thaw.wait(timeout: .now() + 10)
+        }
+        frozen.wait()
+        return { thaw.signal() }
+    }
+
+    static func send(_ path: String, from alice: EngineProbe, to bob: EngineProbe) throws -> ResourceTransfer {
+        try alice.engine.sendResource(atPath: path, named: "file", sourceIdentity: "file://" + path, to: bob.peer.identifier)
+    }
+
+    static func outcome(_ transfer: ResourceTransfer) async throws -> Result<String?, TransferError> {
+        try await withDeadline(seconds: 60) { await transfer.result() }
+    }
+
+    /// The issue's case: the link goes mid-transfer and comes back within the grace period. The
+    /// transfer finishes on both sides as the one the apps started, byte-identical, and the
+    /// receiver's file was never written from the start again.
+    @Test func aResourceCutOffByALostLinkFinishesAsTheSameTransfer() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 12 << 20
+        let content = seededContent(size, seed: 32)
+        let source = try scratch.file("source", content)
+        // The receiver's store stops at 4 MiB until the link has been reset, so the cut lands
+        // mid-transfer however fast the machine is; every write's position is noted.
+        let gate = WriteGate(at: 4 << 20)
+        let positions = Mutex<[UInt64]>([])
+        bob.engine.storageFault.withLockedValue {
+            $0 = { position in
+                positions.withLock { $0.append(position) }
+                gate.pass(position)
+            }
+        }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        try await LinkRecoveryTests.resetLinks(alice, bob)
+        gate.open()
+        guard case .success = try await Self.outcome(transfer) else {
+            Issue.record("the transfer failed: \(String(describing: transfer.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        #expect(bob.startedResources.count == 1)
+        let path = try bob.finishedResources[0].1.get()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
+        #expect(bob.startedResources[0].completedBytes == UInt64(size))
+        // Resumed from the kept partial: no write went back below one made before the cut.
+        let written = positions.withLock { $0 }
+        #expect(zip(written, written.dropFirst()).allSatisfy { $0 < $1 }, "write positions went back: \(written.prefix(8))…")
+        #expect(try await eventually { alice.linkEvents(of: bob) == [false, true] && bob.linkEvents(of: alice) == [false, true] })
+        #expect(alice.states(of: bob) == [.connecting, .connected] && bob.states(of: alice) == [.connecting, .connected])
+        #expect(bob.engine.resumeStore.withLock { $0.count } == 0)
+        #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
+        #expect(alice.engine.channelCounts.count(for: bob.peer.identifier) == 0)
+    }
+
+    /// The sender does not come back within the grace period: the receiver's transfer fails
+    /// then (not at the loss), keeps its partial for a later resend, and frees its place.
+    @Test func anInterruptedResourceFailsWhenTheMemberLeaves() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, grace: .seconds(1), freezable: "alice")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let source = try scratch.file("source", seededContent(12 << 20, seed: 33))
+        let gate = WriteGate(at: 4 << 20)
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // alice stops: she neither notices the loss nor redials
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        gate.open()
+        try #require(try await eventually { bob.linkEvents(of: alice) == [false] })
+        #expect(bob.finishedResources.isEmpty, "the transfer failed at the loss")
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        thaw()
+        guard case .failure(let error) = bob.finishedResources[0].1 else {
+            Issue.record("the transfer finished")
+            return
+        }
+        #expect(error.code == .connectionLost)
+        guard case .notConnected? = bob.states(of: alice).last else {
+            Issue.record("bob saw \(bob.states(of: alice))")
+            return
+        }
+        #expect(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 1 })
+        #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
+        // Alice, back, is refused: the session is over for her too, and so is her transfer.
+        guard case .failure(let sent) = try await Self.outcome(transfer) else {
+            Issue.record("the send finished")
+            return
+        }
+        #expect(sent.code == .connectionLost)
+        #expect(try await eventually { alice.engine.channelCounts.count(for: bob.peer.identifier) == 0 })
+    }
+
+    /// The sender's app cancels while the link is down: the send ends `cancelled` at once; the
+    /// receiver, whose transfer is never offered again, fails it a grace period after the resumption.
+    @Test func aSendCancelledDuringTheGapEndsAndTheReceiverGivesUpOnIt() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, grace: .seconds(2), freezable: "bob")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let source = try scratch.file("source", seededContent(12 << 20, seed: 34))
+        let gate = WriteGate(at: 4 << 20)
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // bob stops: alice's redials cannot get through yet
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        try #require(try await eventually { alice.linkEvents(of: bob) == [false] })
+        transfer.cancel()
+        guard case .failure(let cancelled) = try await Self.outcome(transfer) else {
+            Issue.record("the send finished")
+            return
+        }
+        #expect(cancelled.code == .cancelled)
+        #expect(alice.engine.channelCounts.count(for: bob.peer.identifier) == 0)
+        thaw()
+        gate.open()
+        try #require(try await eventually { bob.linkEvents(of: alice) == [false, true] && alice.linkEvents(of: bob) == [false, true] })
+        #expect(bob.finishedResources.isEmpty)
+        try #require(try await eventually(seconds: 10) { bob.finishedResources.count == 1 })
+        guard case .failure(let error) = bob.finishedResources[0].1 else {
+            Issue.record("the transfer finished")
+            return
+        }
+        #expect(error.code == .connectionLost)
+        #expect(bob.startedResources.count == 1)
+        #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
+        #expect(bob.states(of: alice) == [.connecting, .connected])
+    }
+
+    /// The receiver's app cancels while the link is down: its transfer ends `cancelled`, its
+    /// partial goes, and the sender's offer on the resumed link is refused.
+    @Test func aReceiveCancelledDuringTheGapRefusesTheResumingOffer() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, freezable: "alice")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let source = try scratch.file("source", seededContent(12 << 20, seed: 35))
+        let gate = WriteGate(at: 4 << 20)
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        gate.open()
+        try #require(try await eventually { bob.linkEvents(of: alice) == [false] })
+        // Once its partial is kept (the write the loss caught has landed).
+        try #require(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 1 })
+        bob.startedResources[0].cancel()
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        guard case .failure(let error) = bob.finishedResources[0].1 else {
+            Issue.record("the transfer finished")
+            return
+        }
+        #expect(error.code == .cancelled)
+        thaw()
+        guard case .failure(let refused) = try await Self.outcome(transfer) else {
+            Issue.record("the send finished")
+            return
+        }
+        #expect(refused.code != .connectionLost, "\(refused)")
+        #expect(bob.startedResources.count == 1 && bob.finishedResources.count == 1)
+        #expect(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 0 })
+        #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
+        #expect(bob.states(of: alice) == [.connecting, .connected])
+    }
+}
