@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import MultipeerConnectivity
 import Synchronization
 
@@ -8,10 +9,19 @@ import Synchronization
 /// line and connects. Once connected, each prints `CONNECTED` and waits for `GO`, then sends
 /// COUNT reliable messages (a 4-byte index), one every INTERVAL-MS, and prints
 /// `DONE received=N inorder=yes|no duplicates=D notconnected=K` once it has received COUNT and
-/// sent all of its own; it disconnects at `QUIT` or when standard input ends.
+/// sent all of its own; it disconnects at `QUIT` or when standard input ends. Meanwhile it prints
+/// `INTERRUPTED` and `RESTORED` as the async API reports the link lost and back.
 extension Demo {
     static func chatter(first: Bool, count: Int, interval: Int) async throws {
-        let session = MCSession(peer: MCPeerID(displayName: first ? "first" : "second"), securityIdentity: nil, encryptionPreference: .required)
+        var configuration = MCSessionConfiguration()
+        // MULTIPEER_SOAK_LOG=1: the session's log on standard error, as for `soaker`.
+        if ProcessInfo.processInfo.environment["MULTIPEER_SOAK_LOG"] != nil {
+            configuration.logger = Logger(label: first ? "first" : "second") { StreamLogHandler.standardError(label: $0) }
+            configuration.logger.logLevel = .info
+        }
+        let session = MCSession(
+            peer: MCPeerID(displayName: first ? "first" : "second"), securityIdentity: nil, encryptionPreference: .required,
+            configuration: configuration)
         let events = session.events()
         func say(_ line: String) { try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8)) }
         func hex(_ data: Data) -> String { data.map { String(format: "%02x", $0) }.joined() }
@@ -54,6 +64,10 @@ extension Demo {
             case .peerStateChanged(other, .notConnected):
                 notConnected += 1
                 say("NOTCONNECTED")
+            case .linkInterrupted(other):
+                say("INTERRUPTED")
+            case .linkRestored(other):
+                say("RESTORED")
             default:
                 break
             }

@@ -62,11 +62,59 @@ struct LinkRecoveryProcessTests {
                     outcomes.append(line)
                     break
                 }
-                other.append(line)
+                if line != "INTERRUPTED" && line != "RESTORED" { other.append(line) }
             }
             #expect(other.isEmpty, "\(other)")
         }
         #expect(outcomes == Array(repeating: "DONE received=200 inorder=yes duplicates=0 notconnected=0", count: 2))
+        first.send("QUIT")
+        second.send("QUIT")
+        first.finish()
+        second.finish()
+    }
+
+    /// A peer whose address changes while its link is quiet notices at once (its address is
+    /// gone), not at the 9 s dead-peer deadline, and redials from the new address: the other
+    /// side's peers would otherwise spend most of their grace waiting for it.
+    @Test func aPeerThatMovesNoticesAtOnceAndComesBack() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "100", "50"])
+        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "100", "50"])
+        defer {
+            first.kill()
+            second.kill()
+        }
+        let firstPeer = try #require(await first.nextLine(within: 30))
+        let secondPeer = try #require(await second.nextLine(within: 30))
+        first.send(secondPeer)
+        second.send(firstPeer)
+        let data = try #require(await first.nextLine(within: 30))
+        second.send(data)
+        #expect(await first.nextLine(within: 30) == "CONNECTED")
+        #expect(await second.nextLine(within: 30) == "CONNECTED")
+        first.send("GO")
+        second.send("GO")
+        try await Task.sleep(for: .seconds(1))  // the script: some messages flow first
+        let moved = namespaces.names[1]
+        let oldAddress = namespaces.address(of: 1)
+        let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).200"
+        // In this order: deleting a subnet's first address deletes the others in it.
+        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "del", "\(oldAddress)/24", "dev", "mp0")
+        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "add", "\(newAddress)/24", "dev", "mp0")
+        // Well inside the dead-peer deadline (9 s): the address watch, not the deadline.
+        #expect(await second.nextLine(within: 3) == "INTERRUPTED")
+        #expect(await second.nextLine(within: 5) == "RESTORED")
+        for side in [first, second] {
+            var done: String?
+            while let line = await side.nextLine(within: 30) {
+                if line.hasPrefix("DONE ") {
+                    done = line
+                    break
+                }
+            }
+            #expect(done == "DONE received=100 inorder=yes duplicates=0 notconnected=0")
+        }
         first.send("QUIT")
         second.send("QUIT")
         first.finish()

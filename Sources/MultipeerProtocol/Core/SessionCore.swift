@@ -16,6 +16,8 @@ package final class SessionCore {
         var transportUp = false
         /// The interface of the peer's IPv6 link-local address, once established.
         var remoteScope: UInt32?
+        /// Our own address on the connection, once established.
+        var localHost: String?
         var peer: WirePeerID?
         var plan: DialPlan?
         var attempt = 0
@@ -258,11 +260,12 @@ package final class SessionCore {
     /// (`remoteScope`: its interface, for an IPv6 link-local address, so that it can be redialed);
     /// `datagramKeys` derives datagram keys from the TLS session (nil on a plaintext connection).
     package func established(
-        _ connection: EstablishedConnection, on id: LinkID, remoteHost: String?, remoteScope: UInt32? = nil,
+        _ connection: EstablishedConnection, on id: LinkID, remoteHost: String?, remoteScope: UInt32? = nil, localHost: String? = nil,
         datagramKeys: @escaping DatagramPeerState.KeySource
     ) {
         guard let link = links[id] else { return }
         link.remoteScope = remoteScope
+        link.localHost = localHost
         let peer = connection.peer
         if let delivered = connection.resumedPeerDelivered {
             resumed(link, id, connection, peerDelivered: delivered, remoteHost: remoteHost, datagramKeys: datagramKeys)
@@ -398,6 +401,21 @@ package final class SessionCore {
     }
 
     package func activeLink(to peer: Bytes16) -> LinkID? { activeLink[peer] }
+
+    /// Whether any link carries a member now.
+    package var hasConnectedMembers: Bool { !activeLink.isEmpty }
+
+    /// The host's addresses now. A member's connection from an address the host no longer has
+    /// is lost at once (the address moved, §7.9), rather than at the dead-peer deadline: nothing
+    /// can reach it there. It closes without GOODBYE, which could only end the session.
+    package func localAddressesChanged(to addresses: Set<String>, now: NIODeadline) {
+        let stranded = activeLink.values.filter { id in links[id]?.localHost.map { !addresses.contains($0) } ?? false }
+        for id in stranded.sorted() {
+            logger.info("our address on a connection is gone", metadata: ["peer": links[id]?.peer?.logValue ?? "?"])
+            closed(id, ConnectionError(.connectionClosed), now: now)
+            actions.append(.sever(id))
+        }
+    }
 
     /// The connection ended (after `established` or instead of it).
     package func closed(_ id: LinkID, _ error: ConnectionError, now: NIODeadline) {

@@ -50,6 +50,9 @@ package enum SessionAction {
     case abort(LinkID, ConnectionError)
     /// Close the socket; the core has already forgotten the link and reports nothing more.
     case drop(LinkID)
+    /// Close the socket without GOODBYE, which would end the session: the link is lost, and the
+    /// member recovers (docs/PROTOCOL.md §7.9). The core has already forgotten the link.
+    case sever(LinkID)
     case report(WirePeerID, PeerConnectionState)
     /// A connection was refused before either app was asked (session full, stale token).
     case refused(WirePeerID, GoodbyeReason)

@@ -28,6 +28,8 @@ package enum ConnectionCommand: Sendable {
     case resumeReading
     /// Invitation connection, listener: send the application's answer and close.
     case answerInvitation(InvitationAnswer)
+    /// Close without GOODBYE: the link is lost (our address went), and the session recovers.
+    case sever
 }
 
 /// The SwiftNIO shell around `ConnectionStateMachine`: moves bytes, runs the trust and handshake
@@ -64,6 +66,8 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// Completes the pending trust promise, so none is left unfulfilled when the connection ends early.
     private var pendingTrustAnswer: (@Sendable (Bool) -> Void)?
     private var started = false
+    /// Closed for a lost link: no GOODBYE on the way out (`ConnectionCommand.sever`).
+    private var severed = false
     private let keepalive: KeepalivePolicy?
     private var keepaliveTask: RepeatedTask?
     @exclusivity(unchecked) private var lastReceived = NIODeadline.uptimeNanoseconds(0)
@@ -237,13 +241,16 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
         case .answerInvitation(let answer):
             handshakeTimer?.cancel()
             perform(machine.answerInvitation(answer), context: context)
+        case .sever:
+            severed = true
+            context.close(promise: nil)
         }
         promise?.succeed()
     }
 
     /// A close from the application says GOODBYE first.
     package func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if !machine.isClosed {
+        if !machine.isClosed && !severed {
             perform(machine.disconnect(), context: context, closing: false)
         }
         cancelTimers()

@@ -49,6 +49,7 @@ package final class SessionEngine: Sendable {
     private static let datagramFlushBytes = 32 * 1024
     private static let datagramWriteMarks = ChannelOptions.Types.WriteBufferWaterMark(low: 64 * 1024, high: 128 * 1024)
     private static let datagramsPerRead = 16
+    static let addressWatchInterval = TimeAmount.milliseconds(500)
     private static let receiveSlot = 65_536 - 8
 
     package init(
@@ -393,6 +394,11 @@ package final class SessionEngine: Sendable {
                     failChannels(of: link)
                     link.socket?.close(promise: nil)
                 }
+            case .sever(let id):
+                if let link = state.links.removeValue(forKey: id) {
+                    failChannels(of: link)
+                    link.socket?.triggerUserOutboundEvent(ConnectionCommand.sever, promise: nil)
+                }
             case .report(let peer, let peerState):
                 onEvent(.peerStateChanged(peer, peerState))
             case .refused(let peer, let reason):
@@ -402,6 +408,7 @@ package final class SessionEngine: Sendable {
                 setUpMemberLink(link, id, peer: peer)
                 sendBudget.add(peer, acceptsDatagrams: acceptsDatagrams)
                 link.keepsMessages = state.core.keepsMessages(for: peer.identifier)
+                watchHostAddresses()
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
                 failInterruptedResources(of: peer)
@@ -418,6 +425,7 @@ package final class SessionEngine: Sendable {
                     if let frames = try? Frame.messageFragments(of: message) { link.outbound.append(contentsOf: frames) }
                 }
                 pump(link, peer: id)
+                watchHostAddresses()
                 resumeInterruptedResources(of: peer.identifier)
                 // After the resent messages are queued: whatever the app sends on hearing it goes behind them.
                 onEvent(.linkRestored(peer))
@@ -668,11 +676,14 @@ package final class SessionEngine: Sendable {
         if ask { onEvent(.trustRequested(request, answer: answer)) } else { answer(false) }
     }
 
-    fileprivate func linkEstablished(_ id: LinkID, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?) {
+    fileprivate func linkEstablished(
+        _ id: LinkID, _ connection: EstablishedConnection, tls: TLSEngine?, remote: SocketAddress?, local: SocketAddress?
+    ) {
         state.value.links[id]?.peerFingerprint = connection.certificateChain?.first?.sha256Fingerprint
         var scope: UInt32?
         if case .v6(let address) = remote, address.address.sin6_scope_id != 0 { scope = address.address.sin6_scope_id }
-        core.established(connection, on: id, remoteHost: remote?.ipAddress, remoteScope: scope) { direction, epoch in
+        core.established(connection, on: id, remoteHost: remote?.ipAddress, remoteScope: scope, localHost: local.flatMap(HostAddresses.host)) {
+            direction, epoch in
             try? tls?.exportKeyingMaterial(
                 label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
                 length: DatagramCipher.keyLength)
@@ -739,6 +750,24 @@ package final class SessionEngine: Sendable {
 
     // MARK: Addresses
 
+    /// While members are connected, tells the core the host's addresses every half second, so a
+    /// connection whose address went (the host moved) is lost at once, not at the dead-peer deadline.
+    private func watchHostAddresses() {
+        let state = state.value
+        guard state.addressWatch == nil else { return }
+        state.addressWatch = eventLoop.scheduleRepeatedTask(initialDelay: Self.addressWatchInterval, delay: Self.addressWatchInterval) {
+            [weak self] task in
+            guard let self, core.hasConnectedMembers else {
+                self?.state.value.addressWatch = nil
+                return task.cancel()
+            }
+            // Unknown is not empty: a failed look-up loses nothing.
+            guard let addresses = HostAddresses.current(), !addresses.isEmpty else { return }
+            core.localAddressesChanged(to: addresses, now: eventLoop.now)
+            perform()
+        }
+    }
+
     private func advertisedEndpoints(port: Int) throws -> [WireEndpoint] {
         guard port > 0, port <= Int(UInt16.max) else { throw WireError(.invalidValue, "listener port \(port)") }
         let hosts: [String]
@@ -792,7 +821,7 @@ private final class LinkHandler: ChannelInboundHandler {
         switch unwrapInboundIn(data) {
         case .established(let connection):
             let tls = try? context.pipeline.syncOperations.handler(type: ConnectionHandler.self).tlsEngine
-            engine.linkEstablished(link, connection, tls: tls, remote: context.channel.remoteAddress)
+            engine.linkEstablished(link, connection, tls: tls, remote: context.channel.remoteAddress, local: context.channel.localAddress)
         case .frame(let frame): engine.linkReceived(link, frame)
         case .closed(let error): engine.linkClosed(link, error)
         case .invitationReceived, .invitationAnswered:
@@ -906,6 +935,8 @@ final class EngineState {
     var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
     /// Resources cut off by a lost link of a member that recovers, until it is resumed or leaves.
     let interruptedResources = InterruptedResources()
+    /// The look at the host's addresses, repeated while members are connected.
+    var addressWatch: RepeatedTask?
 
     /// How far a pending link's handshake got, for deciding which to shed.
     func handshakeProgress(_ id: LinkID) -> PendingProgress {

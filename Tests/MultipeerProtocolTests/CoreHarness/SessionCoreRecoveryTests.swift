@@ -355,4 +355,34 @@ struct SessionCoreRecoveryTests {
         }
         #expect(Self.texts(bob, from: alice) == ["m0"] && Self.texts(carol, from: bob) == ["m1"] && Self.texts(alice, from: carol) == ["m2"])
     }
+
+    /// Our address on the link went (the host moved): the link is lost at once, without a
+    /// GOODBYE that would end the session, and resumed; nothing waits for the dead-peer deadline.
+    @Test func aLinkFromAnAddressTheHostLostIsResumedAtOnce() throws {
+        let (network, alice, bob) = try Self.pair(seed: 60)
+        network.send("before", from: alice, to: bob)
+        network.run(for: .milliseconds(100))
+        // Bob's half stays open: bob hears of nothing until alice's resumption arrives.
+        for connection in alice.openConnectionsTo(bob) { connection.remote?.vanish() }
+        alice.core.localAddressesChanged(to: [alice.host], now: network.now)
+        network.drain(alice)
+        #expect(alice.suspended.isEmpty, "alice's own address is still there")
+        alice.core.localAddressesChanged(to: ["10.0.9.9"], now: network.now)
+        network.drain(alice)
+        #expect(alice.suspended == [bob.peer.identifier])
+        network.send("during", from: alice, to: bob)
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.resumptions.count == 1 }, limit: .seconds(1)))
+        network.run(for: .seconds(1))
+        #expect(Self.texts(bob, from: alice) == ["before", "during"])
+        #expect(bob.refusals.isEmpty)
+        Self.expectNeverDisconnected(alice, bob)
+    }
+
+    /// Without recovery the member ends at once, as at any lost link, rather than at the deadline.
+    @Test func withoutRecoveryALinkFromAnAddressTheHostLostEndsAtOnce() throws {
+        let (network, alice, bob) = try Self.pair(seed: 61, bobVersion: 1)
+        alice.core.localAddressesChanged(to: ["10.0.9.9"], now: network.now)
+        network.drain(alice)
+        #expect(alice.lastState(of: bob) == .notConnected(ConnectionError(.connectionClosed)))
+    }
 }

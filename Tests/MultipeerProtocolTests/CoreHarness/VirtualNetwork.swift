@@ -296,6 +296,8 @@ final class VirtualNetwork {
                 // The socket closes: our side says GOODBYE if it can, as a channel close does.
                 node.connections[id]?.command { $0.disconnect() }
                 node.connections[id]?.closeTransport()
+            case .sever(let id):
+                node.connections[id]?.closeTransport()
             case .report(let peer, let state):
                 node.reports.append((peer, state))
             case .refused(let peer, let reason):
@@ -499,7 +501,9 @@ final class Connection {
                 isEstablished = true
                 let tls = machine.tlsEngine
                 peerIdentifier = connection.peer.identifier
-                node.core.established(connection, on: link, remoteHost: remote?.node.host, remoteScope: network.remoteScope) { direction, epoch in
+                node.core.established(
+                    connection, on: link, remoteHost: remote?.node.host, remoteScope: network.remoteScope, localHost: node.host
+                ) { direction, epoch in
                     try? tls?.exportKeyingMaterial(
                         label: direction.exporterLabel, context: DatagramDirection.exporterContext(epoch: epoch),
                         length: DatagramCipher.keyLength)
