@@ -210,4 +210,56 @@ struct LinkRecoveryResourceTests {
         #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
         #expect(bob.states(of: alice) == [.connecting, .connected])
     }
+
+    /// A resource sent while the member is recovering waits for the resumed link instead of
+    /// failing `notConnected`: for the app the peer is connected.
+    @Test func aResourceSentDuringTheGapGoesOnceTheLinkIsBack() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, freezable: "bob")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let content = seededContent(3 << 20, seed: 36)
+        let source = try scratch.file("source", content)
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // bob stops: alice's redials cannot get through yet
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        try #require(try await eventually { alice.linkEvents(of: bob) == [false] })
+        let transfer = try Self.send(source, from: alice, to: bob)
+        thaw()
+        guard case .success = try await Self.outcome(transfer) else {
+            Issue.record("the send failed: \(String(describing: transfer.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
+        #expect(bob.startedResources.count == 1)
+    }
+
+    /// The link goes while the receiver verifies the whole file: its verdict stands, and the
+    /// sender, which never heard it, offers the file again; the receiver answers that offer as
+    /// done, so neither app sees a second transfer.
+    @Test func aResourceVerifiedAsTheLinkWentIsNotReceivedTwice() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 4 << 20
+        let content = seededContent(size, seed: 37)
+        let source = try scratch.file("source", content)
+        // Every byte is written; the final sync waits for the gate (the writes pass below it).
+        let gate = WriteGate(at: UInt64(size))
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        try await LinkRecoveryTests.resetLinks(alice, bob)
+        gate.open()
+        guard case .success = try await Self.outcome(transfer) else {
+            Issue.record("the send failed: \(String(describing: transfer.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 }, "started \(bob.startedResources.count) finished \(bob.finishedResources.count) links \(bob.linkEvents(of: alice)) \(alice.linkEvents(of: bob)) outcome \(String(describing: bob.startedResources.first?.outcome))")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
+        #expect(try await eventually { alice.linkEvents(of: bob) == [false, true] })
+        // No second transfer started on the resumed link.
+        #expect(bob.startedResources.count == 1 && bob.finishedResources.count == 1)
+        #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
+    }
 }

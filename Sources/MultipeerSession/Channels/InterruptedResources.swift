@@ -18,20 +18,25 @@ final class InterruptedResources {
         case waiting(ResourceTransfer)
         /// The application cancelled it meanwhile: the offer that resumes it is refused.
         case cancelled
+        /// Every byte and the RESOURCE_COMPLETE had arrived; the sender may not have heard the
+        /// verdict, which answers its offer (`CompletedResourceEcho`).
+        case completed(ResourceTransfer, SHA256Digest)
     }
 
     private struct IncomingEntry {
+        let key: ResumeStore.Key
         var state: Incoming
         let parked: NIODeadline
     }
 
     private var outgoing: [Bytes16: [Outgoing]] = [:]
-    private var incoming: [Bytes16: [ResumeStore.Key: IncomingEntry]] = [:]
+    /// In the order they were parked; one key may wait twice (the same file sent twice at once).
+    private var incoming: [Bytes16: [IncomingEntry]] = [:]
 
     func park(_ send: Outgoing, for peer: Bytes16) { outgoing[peer, default: []].append(send) }
 
-    func park(_ transfer: ResourceTransfer, key: ResumeStore.Key, now: NIODeadline) {
-        incoming[key.peer, default: [:]][key] = IncomingEntry(state: .waiting(transfer), parked: now)
+    func park(_ state: Incoming, key: ResumeStore.Key, now: NIODeadline) {
+        incoming[key.peer, default: []].append(IncomingEntry(key: key, state: state, parked: now))
     }
 
     /// Our interrupted sends to the peer, in the order they were parked; none are kept.
@@ -47,28 +52,29 @@ final class InterruptedResources {
 
     /// The peer's offer for `key`: the interrupted transfer it resumes, if any (no longer parked).
     func claimIncoming(_ key: ResumeStore.Key) -> Incoming? {
-        guard let entry = incoming[key.peer]?.removeValue(forKey: key) else { return nil }
+        guard let index = incoming[key.peer]?.firstIndex(where: { $0.key == key }) else { return nil }
+        let entry = incoming[key.peer]?.remove(at: index)
         if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
-        return entry.state
+        return entry?.state
     }
 
     /// The application cancelled a waiting transfer: the resuming offer is refused. Its key, if it waited.
     func cancelIncoming(_ transfer: ResourceTransfer, peer: Bytes16) -> ResumeStore.Key? {
-        let key = incoming[peer]?.first { entry in
-            if case .waiting(let waiting) = entry.value.state { waiting === transfer } else { false }
-        }?.key
-        if let key { incoming[peer]?[key]?.state = .cancelled }
-        return key
+        guard let index = incoming[peer]?.firstIndex(where: { entry in
+            if case .waiting(let waiting) = entry.state { waiting === transfer } else { false }
+        }) else { return nil }
+        incoming[peer]?[index].state = .cancelled
+        return incoming[peer]?[index].key
     }
 
     /// Takes out the peer's interrupted transfers parked at or before `parkedBy` (all without
     /// it): the peer left, or resumed and did not offer them again in time.
     func takeIncoming(for peer: Bytes16, parkedBy: NIODeadline? = nil) -> [Incoming] {
         guard let entries = incoming[peer] else { return [] }
-        let taken = entries.filter { entry in parkedBy.map { entry.value.parked <= $0 } ?? true }
-        let left = entries.filter { taken[$0.key] == nil }
+        let isDue = { (entry: IncomingEntry) in parkedBy.map { entry.parked <= $0 } ?? true }
+        let left = entries.filter { !isDue($0) }
         incoming[peer] = left.isEmpty ? nil : left
-        return taken.values.map(\.state)
+        return entries.filter(isDue).map(\.state)
     }
 
     var isEmpty: Bool { outgoing.isEmpty && incoming.isEmpty }

@@ -57,7 +57,7 @@ package final class ResourceReceiver: InboundChannel {
     private let state: Mutex<State>
     private let onProgress: @Sendable (UInt64) -> Void
     private let onCompletion: @Sendable (Result<String, TransferError>) -> Void
-    /// A test's way to make the store fail: called before each write.
+    /// A test's way to make the store fail: called before each write and before the final sync.
     private let writeFault: (@Sendable (UInt64) throws -> Void)?
 
     /// `resumed`: a kept partial of this transfer, whose file `file` is, cut to its length.
@@ -85,6 +85,9 @@ package final class ResourceReceiver: InboundChannel {
         self.onCompletion = onCompletion
         state = Mutex(State(written: startOffset))
     }
+
+    /// The digest RESOURCE_COMPLETE gave, once it arrived (every byte had, then).
+    package var completingDigest: SHA256Digest? { state.withLock { $0.expectedDigest } }
 
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
     package func cancel() {
@@ -121,27 +124,32 @@ package final class ResourceReceiver: InboundChannel {
     }
 
     /// The connection was lost but the member recovers: the partial is kept as after `failed`,
-    /// and the outcome is not reported; the same transfer resumes from it when offered again.
-    package func interrupt() {
+    /// and the loss is not reported; the same transfer resumes from it when offered again.
+    /// False when the transfer had ended (or was being verified: that outcome still counts).
+    package func interrupt() -> Bool {
         cutOff(TransferError(.connectionLost), interrupted: true)
     }
 
-    private func cutOff(_ error: TransferError, interrupted: Bool) {
+    @discardableResult
+    private func cutOff(_ error: TransferError, interrupted: Bool) -> Bool {
         // Cut off: keep what reached the file, for the same sender to resume. The outcome is
         // reported once the partial is kept, so a resend right after finds it. Safe from any
         // thread (the engine calls it on the loop): deciding and claiming share one lock, so no
         // write can start in between and land past the length recorded for the partial.
-        let (keepNow, dropped) = state.withLock { state -> (Bool, Int) in
-            guard state.result == nil, state.failedWhileWriting == nil else { return (false, 0) }
+        let (live, keepNow, dropped) = state.withLock { state -> (Bool, Bool, Int) in
+            guard state.result == nil, state.failedWhileWriting == nil, !(interrupted && state.expectedDigest != nil) else {
+                return (false, false, 0)
+            }
             state.interrupted = interrupted
             if state.writeInFlight {
                 state.failedWhileWriting = error
-                return (false, 0)
+                return (true, false, 0)
             }
-            return (true, state.takeOutcome(.failure(error)))
+            return (true, true, state.takeOutcome(.failure(error)))
         }
         if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
         if keepNow { keepPartialAndReport() }
+        return live
     }
 
     /// After a write that the connection's loss waited for.
@@ -241,8 +249,9 @@ package final class ResourceReceiver: InboundChannel {
             answer(failure)
             return
         }
-        let (file, hasher) = (file, hasher)
+        let (file, hasher, fault) = (file, hasher, writeFault)
         pool.runIfActive(eventLoop: eventLoop) { () throws -> [UInt8] in
+            try fault?(written)
             try file.sync()
             return hasher.finalize()
         }.whenComplete { [self] result in
@@ -280,6 +289,8 @@ package final class ResourceReceiver: InboundChannel {
     private func report(removeFile: Bool) {
         guard let (result, interrupted) = state.withLock({ state in state.result.map { ($0, state.interrupted) } }) else { return }
         if removeFile { FileNames.remove(path) }
-        if !interrupted { onCompletion(result) }
+        // Only the loss itself goes unreported; anything else (a cancel) ends the transfer.
+        if interrupted, case .failure(let error) = result, error.code == .connectionLost { return }
+        onCompletion(result)
     }
 }

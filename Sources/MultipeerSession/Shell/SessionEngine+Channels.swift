@@ -84,6 +84,11 @@ extension SessionEngine {
     // MARK: Our channels (on the loop)
 
     private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16, transfer: ResourceTransfer? = nil) {
+        if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer), let sender = source as? ResourceSender, let transfer {
+            // The member is recovering: the resource waits for its resumed link, as one cut off would.
+            parkInterrupted(sender, transfer: transfer, to: peer)
+            return
+        }
         guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
             let connection = link.socket
         else {
@@ -244,6 +249,10 @@ extension SessionEngine {
         switch state.value.interruptedResources.claimIncoming(key) {
         case .cancelled?:
             return writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
+        case .completed(let transfer, let digest)?:
+            // All of it had arrived before the link went; the sender did not hear the verdict.
+            mux.inbound[channel] = CompletedResourceEcho(channel: channel, digest: digest, verdictOf: transfer, linkage: mux)
+            return writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offer.size) } ?? [], on: connection)
         case .waiting(let transfer)?: interrupted = transfer
         case nil: interrupted = nil
         }
@@ -369,12 +378,7 @@ extension SessionEngine {
         var parked = false
         for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
             if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
-                // Its place among our 64 stays taken until it is offered again or fails.
-                interrupted.park(.init(source: sender.source, transfer: transfer), for: peer)
-                transfer.setCancelHandler { [weak self, eventLoop] in
-                    let engine = self
-                    eventLoop.execute { engine?.cancelInterrupted(outgoing: transfer, to: peer) }
-                }
+                parkInterrupted(sender, transfer: transfer, to: peer)
                 parked = true
                 continue
             }
@@ -382,10 +386,16 @@ extension SessionEngine {
             source.failed(error)
         }
         for (channel, sink) in inbound {
-            if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel] {
+            if recovering, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel],
+                let digest = receiver.completingDigest
+            {
+                // Being verified: it ends as it would have; a resuming offer learns the verdict.
+                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now)
+            } else if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel],
+                let key = keys[channel], receiver.interrupt()
+            {
                 // It stays counted among the session's incoming resources while it waits.
-                receiver.interrupt()
-                interrupted.park(transfer, key: key, now: eventLoop.now)
+                interrupted.park(.waiting(transfer), key: key, now: eventLoop.now)
                 transfer.setCancelHandler { [weak self, eventLoop] in
                     let engine = self
                     eventLoop.execute { engine?.cancelInterrupted(incoming: transfer, from: peer) }
@@ -401,6 +411,16 @@ extension SessionEngine {
     }
 
     // MARK: Resources across a lost link (docs/PROTOCOL.md §7.9)
+
+    /// Our resource waits for the member's resumed link; its place among our 64 stays taken
+    /// until it is offered again or fails.
+    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16) {
+        state.value.interruptedResources.park(.init(source: sender.source, transfer: transfer), for: peer)
+        transfer.setCancelHandler { [weak self, eventLoop] in
+            let engine = self
+            eventLoop.execute { engine?.cancelInterrupted(outgoing: transfer, to: peer) }
+        }
+    }
 
     /// The member is carried by a link again: our interrupted resources are offered on it (the
     /// receiver resumes each from its kept partial); the peer's have until the grace period

@@ -34,7 +34,8 @@ package final class SessionEngine: Sendable {
     let resumeStore: Mutex<ResumeStore>
     /// Reads and writes resource files, off the event loop.
     let fileIOPool: NIOThreadPool
-    /// Tests make the resource store fail with this (called before each write, with the offset).
+    /// Tests make the resource store fail with this (called before each write, with the offset,
+    /// and before the final sync, with the length).
     let storageFault = NIOLockedValueBox<(@Sendable (UInt64) throws -> Void)?>(nil)
 
     private enum Outgoing: Sendable {
