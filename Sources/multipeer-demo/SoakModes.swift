@@ -13,7 +13,7 @@ import Synchronization
 ///   in  `GO <interval-ms>`              send to every peer a numbered message every interval,
 ///                                       and every 50 intervals a 1 MiB stream and a 1 MiB file
 ///                                       to one of them, in turn
-///   out `STATS fds=… threads=… rss=… sent=… received=… streams=ok/failed resources=ok/failed`
+///   out `STATS fds=… threads=… rss=… sent=… received=… streams=ok/failed resources=ok/failed resourcesin=ok/failed`
 ///                                       once a second
 ///   out `NOTCONNECTED <hex>` / `VIOLATION <hex> <detail>`   a peer was reported gone, or its
 ///                                       messages arrived out of order or twice
@@ -68,8 +68,9 @@ extension Demo {
                     }
                 case .resourceReceived(_, _, .success(let url)):
                     try? FileManager.default.removeItem(at: url)
+                    state.resourceReceived(ok: true)
                 case .resourceReceived(_, _, .failure):
-                    break
+                    state.resourceReceived(ok: false)
                 default:
                     break
                 }
@@ -162,6 +163,7 @@ final class SoakState: Sendable {
         var streams = (ok: 0, failed: 0)
         var streamsSent = (ok: 0, failed: 0)
         var resources = (ok: 0, failed: 0)
+        var resourcesReceived = (ok: 0, failed: 0)
     }
     private let counts = Mutex(Counts())
 
@@ -192,11 +194,15 @@ final class SoakState: Sendable {
     func stream(ok: Bool) { counts.withLock { if ok { $0.streams.ok += 1 } else { $0.streams.failed += 1 } } }
     func streamSent(ok: Bool) { counts.withLock { if ok { $0.streamsSent.ok += 1 } else { $0.streamsSent.failed += 1 } } }
     func resource(ok: Bool) { counts.withLock { if ok { $0.resources.ok += 1 } else { $0.resources.failed += 1 } } }
+    func resourceReceived(ok: Bool) {
+        counts.withLock { if ok { $0.resourcesReceived.ok += 1 } else { $0.resourcesReceived.failed += 1 } }
+    }
 
     var summary: String {
         counts.withLock { counts in
             "sent=\(counts.next.values.reduce(0, +)) unsent=\(counts.unsent.values.reduce(0, +)) received=\(counts.received.values.reduce(0, +)) "
-                + "streams=\(counts.streams.ok)/\(counts.streams.failed) resources=\(counts.resources.ok)/\(counts.resources.failed)"
+                + "streams=\(counts.streams.ok)/\(counts.streams.failed) resources=\(counts.resources.ok)/\(counts.resources.failed) "
+                + "resourcesin=\(counts.resourcesReceived.ok)/\(counts.resourcesReceived.failed)"
         }
     }
 
