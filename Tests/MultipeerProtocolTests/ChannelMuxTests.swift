@@ -65,6 +65,29 @@ struct ChannelMuxTests {
         #expect(decide(6) == "consider")
     }
 
+    /// Resources a lost link cut off keep their places while they wait (§7.9): they count against
+    /// the peer's share, and the offer that resumes one takes its place over, even at the limits.
+    @Test func interruptedResourcesKeepTheirPlacesAndAResumingOfferTakesOneOver() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        func decide(_ channel: UInt32, waiting: Int, resumes: Bool, inSession: Int) -> String {
+            let interrupted = ChannelMux.InterruptedResources(waitingFromPeer: waiting, resumesOne: resumes)
+            let decision = mux.peerSent(
+                .resourceOffer(channel: channel, Self.offer()), accepting: true, incomingResourcesInSession: inSession, interrupted: { _ in interrupted })
+            switch decision {
+            case .considerResource: return "consider"
+            case .refuse(_, let reason, _): return reason
+            default: return "other"
+            }
+        }
+        // Two of the peer's wait (the session's three places are all taken): a new offer is refused…
+        #expect(decide(2, waiting: 2, resumes: false, inSession: 3).contains("from this peer"))
+        #expect(decide(2, waiting: 1, resumes: false, inSession: 3) == "too many incoming resources at once")
+        // …and one that resumes a waiting transfer is not.
+        #expect(decide(2, waiting: 2, resumes: true, inSession: 3) == "consider")
+        // With one on this link and one waiting, the peer has its two.
+        #expect(decide(4, waiting: 1, resumes: false, inSession: 2).contains("from this peer"))
+    }
+
     /// Data the peer sent before it learned of our refusal gives the connection's share back.
     @Test func dataForARefusedChannelGivesTheConnectionWindowBack() {
         var mux = ChannelMux(weAreDialer: true, limits: Self.limits)

@@ -262,4 +262,117 @@ struct LinkRecoveryResourceTests {
         #expect(bob.startedResources.count == 1 && bob.finishedResources.count == 1)
         #expect(bob.engine.incomingResources.load(ordering: .relaxed) == 0)
     }
+
+    /// Whether one of the engine's incoming resources has had its RESOURCE_COMPLETE.
+    static func completeArrived(at probe: EngineProbe) async throws -> Bool {
+        try await probe.engine.eventLoop.submit {
+            probe.engine.state.value.links.values.contains { link in
+                link.mux?.inbound.values.contains { ($0 as? ResourceReceiver)?.completeArrived == true } ?? false
+            }
+        }.get()
+    }
+
+    /// RESOURCE_COMPLETE came while the last chunks were still being written when the link went:
+    /// the transfer is not yet being verified, so it waits and resumes like any other rather than
+    /// failing on both sides.
+    @Test func aResourceWhoseLastWritesWereStillLandingResumes() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        // Small enough that the window lets every chunk and the RESOURCE_COMPLETE through while
+        // the writes from 512 KiB on wait.
+        let size = (1 << 20) + (64 << 10)
+        let content = seededContent(size, seed: 38)
+        let source = try scratch.file("source", content)
+        let gate = WriteGate(at: 512 << 10)
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        var arrived = false
+        for _ in 0..<500 where !arrived {
+            arrived = try await Self.completeArrived(at: bob)
+            if !arrived { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try #require(arrived, "RESOURCE_COMPLETE never arrived: sent \(transfer.completedBytes), stored \(bob.startedResources.first?.completedBytes ?? 0)")
+        try await LinkRecoveryTests.resetLinks(alice, bob)
+        gate.open()
+        guard case .success = try await Self.outcome(transfer) else {
+            Issue.record("the send failed: \(String(describing: transfer.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
+        #expect(bob.startedResources.count == 1)
+    }
+
+    /// The resumed link brings the offer again while the write the loss caught is still landing:
+    /// the offer waits for the partial instead of starting the file over.
+    @Test func aResumingOfferWaitsForThePartialItResumes() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch)
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let size = 12 << 20
+        let content = seededContent(size, seed: 39)
+        let source = try scratch.file("source", content)
+        let gate = WriteGate(at: 4 << 20)
+        let positions = Mutex<[UInt64]>([])
+        bob.engine.storageFault.withLockedValue {
+            $0 = { position in
+                positions.withLock { $0.append(position) }
+                gate.pass(position)
+            }
+        }
+        let transfer = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { gate.reached })
+        try await LinkRecoveryTests.resetLinks(alice, bob)
+        // The link is back (and the offer on its way) while the write is held.
+        try #require(try await eventually { alice.linkEvents(of: bob) == [false, true] && bob.linkEvents(of: alice) == [false, true] })
+        gate.open()
+        guard case .success = try await Self.outcome(transfer) else {
+            Issue.record("the send failed: \(String(describing: transfer.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
+        let written = positions.withLock { $0 }
+        #expect(zip(written, written.dropFirst()).allSatisfy { $0 < $1 }, "write positions went back: \(written.prefix(8))…")
+        #expect(bob.startedResources.count == 1)
+        #expect(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 0 })
+    }
+
+    /// Whether the engine has an incoming resource and none of them writes now.
+    static func receiversIdle(at probe: EngineProbe) async throws -> Bool {
+        try await probe.engine.eventLoop.submit {
+            let receivers = probe.engine.state.value.links.values.flatMap { $0.mux?.inbound.values.compactMap { $0 as? ResourceReceiver } ?? [] }
+            return !receivers.isEmpty && receivers.allSatisfy { !$0.isBusy }
+        }.get()
+    }
+
+    /// A member that cannot recover (recovery is off here) loses its link mid-transfer: its
+    /// resources fail before the app hears it left, as before link recovery (the app's side of
+    /// a transfer must not outlive its peer).
+    @Test func resourcesFailBeforeAPeerThatCannotRecoverIsReportedGone() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let alice = try EngineProbe(name: "alice", identity: try Self.pki.peer("alice"), eventLoop: Self.frozenThread.next())
+        let bob = try EngineProbe(
+            name: "bob", identity: try Self.pki.peer("bob"), channels: ChannelConfiguration(resourceDirectory: scratch.received), recovery: .off)
+        try #require(try await alice.connect(bob))
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let source = try scratch.file("source", seededContent(12 << 20, seed: 40))
+        _ = try Self.send(source, from: alice, to: bob)
+        try #require(try await eventually { (bob.startedResources.first?.completedBytes ?? 0) > 0 })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // alice sends no more: bob writes what it has, then waits
+        defer { thaw() }
+        var idle = false
+        for _ in 0..<500 where !idle {
+            idle = try await Self.receiversIdle(at: bob)
+            if !idle { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        try #require(idle, "bob never stopped writing")
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        try #require(try await eventually { bob.finishedResources.count == 1 && bob.states(of: alice).count == 3 })
+        let order = bob.eventOrder.filter { $0 != "connecting" && $0 != "connected" }
+        #expect(order.first == "resourceFinished", "\(order)")
+    }
 }

@@ -87,7 +87,16 @@ final class EngineProbe: Sendable {
     /// Messages delivered by each read end the engine reported, in order.
     var messagesAtReadEnds: [Int] { readEnds.withLock { $0 } }
 
+    /// Peer states and finished resources, in the order reported.
+    private let order = Mutex<[String]>([])
+    var eventOrder: [String] { order.withLock { $0 } }
+
     private func record(_ event: SessionEngineEvent) {
+        switch event {
+        case .peerStateChanged(_, let state): order.withLock { $0.append("\(state)") }
+        case .resourceFinished: order.withLock { $0.append("resourceFinished") }
+        default: break
+        }
         switch event {
         case .peerStateChanged(let peer, let state): log.withLock { $0.states.append((peer.identifier, state)) }
         case .messageReceived(let message, let peer, let receipt):

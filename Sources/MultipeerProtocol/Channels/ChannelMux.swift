@@ -155,12 +155,31 @@ package struct ChannelMux {
 
     // MARK: The peer's frames
 
+    /// A member's incoming resources that a lost link cut off and that wait for their sender's
+    /// offer on a resumed link (docs/PROTOCOL.md §7.9): they keep their places, and the offer
+    /// that resumes one takes its place over rather than needing another.
+    package struct InterruptedResources: Sendable {
+        /// How many from this peer wait (counted in `incomingResourcesInSession` too).
+        package var waitingFromPeer: Int
+        /// Whether this offer resumes one of them.
+        package var resumesOne: Bool
+
+        package init(waitingFromPeer: Int, resumesOne: Bool) {
+            self.waitingFromPeer = waitingFromPeer
+            self.resumesOne = resumesOne
+        }
+
+        package static let none = InterruptedResources(waitingFromPeer: 0, resumesOne: false)
+    }
+
     /// One of the peer's channel frames, already judged legal by the connection. `accepting`:
     /// whether anyone takes streams and resources now; `incomingResourcesInSession`: the
-    /// session's incoming resources across every peer. Both are asked only for an opening frame:
-    /// they cost the shell locks, and data and window frames come by the thousand.
+    /// session's incoming resources across every peer; `interrupted`: the peer's resources that
+    /// wait for a resumed link. They are asked only for an opening frame: they cost the shell
+    /// locks, and data and window frames come by the thousand.
     package mutating func peerSent(
-        _ frame: Frame, accepting: @autoclosure () -> Bool, incomingResourcesInSession: @autoclosure () -> Int
+        _ frame: Frame, accepting: @autoclosure () -> Bool, incomingResourcesInSession: @autoclosure () -> Int,
+        interrupted: (ResourceOffer) -> InterruptedResources = { _ in .none }
     ) -> Decision {
         let channel = frame.channel
         switch frame {
@@ -178,10 +197,12 @@ package struct ChannelMux {
         case .resourceOffer(_, let offer):
             guard accepting() else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
             guard offer.size <= limits.maximumIncomingResourceSize else { return refuse(channel, "\(offer.size) bytes, over the limit") }
-            guard incomingResources < limits.maximumIncomingResourcesPerPeer else {
+            let waiting = interrupted(offer)
+            let handedOver = waiting.resumesOne ? 1 : 0
+            guard incomingResources + waiting.waitingFromPeer - handedOver < limits.maximumIncomingResourcesPerPeer else {
                 return refuse(channel, "too many incoming resources from this peer at once")
             }
-            guard incomingResourcesInSession() < limits.maximumConcurrentIncomingResources else {
+            guard incomingResourcesInSession() - handedOver < limits.maximumConcurrentIncomingResources else {
                 return refuse(channel, "too many incoming resources at once")
             }
             considering.insert(channel)

@@ -59,6 +59,8 @@ package final class SessionCore {
     /// Each recoverable member's resumption ID, to find it from a resumption's HELLO.
     private var resumptionIDs: [Bytes16: Bytes16] = [:]
     private var suspensions = 0
+    /// The host's addresses at the last look (`localAddressesChanged`).
+    private var hostAddresses: Set<String>?
     private var reporter = PeerReporter()
     private var nextLinkID = 1
     /// Timers scheduled and not yet fired or called off; a firing that is not here is ignored,
@@ -405,15 +407,22 @@ package final class SessionCore {
     /// Whether any link carries a member now.
     package var hasConnectedMembers: Bool { !activeLink.isEmpty }
 
-    /// The host's addresses now. A member's connection from an address the host no longer has
-    /// is lost at once (the address moved, §7.9), rather than at the dead-peer deadline: nothing
-    /// can reach it there. It closes without GOODBYE, which could only end the session.
+    /// The host's addresses now. A member's connection from an address the host had at the last
+    /// look and no longer has is lost at once (the host moved, §7.9), rather than at the
+    /// dead-peer deadline: nothing can reach it there. It closes without GOODBYE, which could
+    /// only end the session. An address the host never listed (a listener on 127.0.0.2, say)
+    /// is left alone.
     package func localAddressesChanged(to addresses: Set<String>, now: NIODeadline) {
-        let stranded = activeLink.values.filter { id in links[id]?.localHost.map { !addresses.contains($0) } ?? false }
+        defer { hostAddresses = addresses }
+        guard let before = hostAddresses else { return }
+        let stranded = activeLink.values.filter { id in
+            links[id]?.localHost.map { before.contains($0) && !addresses.contains($0) } ?? false
+        }
         for id in stranded.sorted() {
             logger.info("our address on a connection is gone", metadata: ["peer": links[id]?.peer?.logValue ?? "?"])
-            closed(id, ConnectionError(.connectionClosed), now: now)
+            // Channels first, then whatever the loss makes the app hear.
             actions.append(.sever(id))
+            closed(id, ConnectionError(.connectionClosed), now: now)
         }
     }
 

@@ -27,6 +27,7 @@ final class CompletedResourceEcho: InboundChannel {
             let answer: Frame = switch await transfer.result() {
             case .success where sent == digest: .resourceReceived(channel: channel)
             case .failure(let error) where error.code == .storageFailure: .resourceCancel(channel: channel, reason: .storageFailure)
+            case .failure(let error) where error.code == .cancelled: .resourceCancel(channel: channel, reason: .cancelled)
             default: .resourceCancel(channel: channel, reason: .integrityFailure)
             }
             linkage.channelSend(answer)

@@ -15,7 +15,8 @@ final class InterruptedResources {
     }
 
     enum Incoming {
-        case waiting(ResourceTransfer)
+        /// Its receiver keeps the partial (once settled) for the offer that resumes it.
+        case waiting(ResourceTransfer, ResourceReceiver)
         /// The application cancelled it meanwhile: the offer that resumes it is refused.
         case cancelled
         /// Every byte and the RESOURCE_COMPLETE had arrived; the sender may not have heard the
@@ -35,8 +36,26 @@ final class InterruptedResources {
 
     func park(_ send: Outgoing, for peer: Bytes16) { outgoing[peer, default: []].append(send) }
 
-    func park(_ state: Incoming, key: ResumeStore.Key, now: NIODeadline) {
-        incoming[key.peer, default: []].append(IncomingEntry(key: key, state: state, parked: now))
+    /// `completedLimit`: at most this many `.completed` entries per peer (the oldest go): unlike
+    /// the others they hold no place among the incoming resources.
+    func park(_ state: Incoming, key: ResumeStore.Key, now: NIODeadline, completedLimit: Int) {
+        var entries = incoming[key.peer] ?? []
+        entries.append(IncomingEntry(key: key, state: state, parked: now))
+        let completed = entries.indices.filter { if case .completed = entries[$0].state { true } else { false } }
+        for index in completed.dropLast(completedLimit).reversed() { entries.remove(at: index) }
+        incoming[key.peer] = entries
+    }
+
+    /// How many of the peer's transfers wait for an offer (they keep their places).
+    func waitingCount(from peer: Bytes16) -> Int {
+        incoming[peer]?.count { if case .waiting = $0.state { true } else { false } } ?? 0
+    }
+
+    /// Whether an offer for `key` would resume a waiting transfer (and take over its place).
+    func resumesWaiting(_ key: ResumeStore.Key) -> Bool {
+        incoming[key.peer]?.contains { entry in
+            if case .waiting = entry.state { entry.key == key } else { false }
+        } ?? false
     }
 
     /// Our interrupted sends to the peer, in the order they were parked; none are kept.
@@ -58,13 +77,14 @@ final class InterruptedResources {
         return entry?.state
     }
 
-    /// The application cancelled a waiting transfer: the resuming offer is refused. Its key, if it waited.
-    func cancelIncoming(_ transfer: ResourceTransfer, peer: Bytes16) -> ResumeStore.Key? {
+    /// The application cancelled a waiting transfer: the resuming offer is refused. Its key and
+    /// cut-off receiver, if it waited.
+    func cancelIncoming(_ transfer: ResourceTransfer, peer: Bytes16) -> (ResumeStore.Key, ResourceReceiver)? {
         guard let index = incoming[peer]?.firstIndex(where: { entry in
-            if case .waiting(let waiting) = entry.state { waiting === transfer } else { false }
-        }) else { return nil }
+            if case .waiting(let waiting, _) = entry.state { waiting === transfer } else { false }
+        }), let entry = incoming[peer]?[index], case .waiting(_, let receiver) = entry.state else { return nil }
         incoming[peer]?[index].state = .cancelled
-        return incoming[peer]?[index].key
+        return (entry.key, receiver)
     }
 
     /// Takes out the peer's interrupted transfers parked at or before `parkedBy` (all without

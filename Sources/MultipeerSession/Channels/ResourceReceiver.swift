@@ -30,6 +30,12 @@ package final class ResourceReceiver: InboundChannel {
         /// Cut off from a member that recovers: the partial is kept, and nothing is reported
         /// (the transfer continues when the sender offers it again).
         var interrupted = false
+        /// Every byte is written and the check of the whole file has begun (or ended).
+        var verifying = false
+        /// The outcome is taken and its partial, if any, is kept: nothing of this receiver runs
+        /// any more. Then `whenSettled`'s closures run.
+        var settled = false
+        var settledWaiters: [@Sendable () -> Void] = []
 
         /// Sets the outcome; bytes still queued are dropped, and their count is returned so their
         /// window can go back to the peer.
@@ -86,8 +92,24 @@ package final class ResourceReceiver: InboundChannel {
         state = Mutex(State(written: startOffset))
     }
 
-    /// The digest RESOURCE_COMPLETE gave, once it arrived (every byte had, then).
-    package var completingDigest: SHA256Digest? { state.withLock { $0.expectedDigest } }
+    /// The digest RESOURCE_COMPLETE gave, once every byte is written and the whole file is
+    /// being checked against it (or was): nil before.
+    package var verifyingDigest: SHA256Digest? { state.withLock { $0.verifying ? $0.expectedDigest : nil } }
+
+    /// Whether RESOURCE_COMPLETE has arrived (so every byte has, though some may not be written yet).
+    package var completeArrived: Bool { state.withLock { $0.expectedDigest != nil } }
+
+    /// Whether a write (or the final check) runs on the pool now, or chunks wait for one.
+    package var isBusy: Bool { state.withLock { $0.writeInFlight || !$0.pending.isEmpty } }
+
+    /// Runs `body` once the receiver has ended and kept its partial, if any (at once if it has).
+    package func whenSettled(_ body: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state -> Bool in
+            if !state.settled { state.settledWaiters.append(body) }
+            return state.settled
+        }
+        if now { body() }
+    }
 
     /// The application gave up (RESOURCE_CANCEL 1); the file is removed.
     package func cancel() {
@@ -137,7 +159,7 @@ package final class ResourceReceiver: InboundChannel {
         // thread (the engine calls it on the loop): deciding and claiming share one lock, so no
         // write can start in between and land past the length recorded for the partial.
         let (live, keepNow, dropped) = state.withLock { state -> (Bool, Bool, Int) in
-            guard state.result == nil, state.failedWhileWriting == nil, !(interrupted && state.expectedDigest != nil) else {
+            guard state.result == nil, state.failedWhileWriting == nil, !(interrupted && state.verifying) else {
                 return (false, false, 0)
             }
             state.interrupted = interrupted
@@ -242,6 +264,7 @@ package final class ResourceReceiver: InboundChannel {
         let check = state.withLock { state -> (SHA256Digest, UInt64)? in
             guard state.result == nil, !state.writeInFlight, state.pending.isEmpty, let expected = state.expectedDigest else { return nil }
             state.writeInFlight = true  // nothing else runs on the file now
+            state.verifying = true
             return (expected, state.written)
         }
         guard let (expected, written) = check else { return }
@@ -290,7 +313,19 @@ package final class ResourceReceiver: InboundChannel {
         guard let (result, interrupted) = state.withLock({ state in state.result.map { ($0, state.interrupted) } }) else { return }
         if removeFile { FileNames.remove(path) }
         // Only the loss itself goes unreported; anything else (a cancel) ends the transfer.
-        if interrupted, case .failure(let error) = result, error.code == .connectionLost { return }
-        onCompletion(result)
+        if !interrupted || result.connectionLost == nil { onCompletion(result) }
+        let waiters = state.withLock { state in
+            state.settled = true
+            defer { state.settledWaiters = [] }
+            return state.settledWaiters
+        }
+        for waiter in waiters { waiter() }
+    }
+}
+
+extension Result<String, TransferError> {
+    /// The error, when the outcome is a lost connection.
+    fileprivate var connectionLost: TransferError? {
+        if case .failure(let error) = self, error.code == .connectionLost { error } else { nil }
     }
 }

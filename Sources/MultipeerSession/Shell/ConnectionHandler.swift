@@ -66,8 +66,6 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// Completes the pending trust promise, so none is left unfulfilled when the connection ends early.
     private var pendingTrustAnswer: (@Sendable (Bool) -> Void)?
     private var started = false
-    /// Closed for a lost link: no GOODBYE on the way out (`ConnectionCommand.sever`).
-    private var severed = false
     private let keepalive: KeepalivePolicy?
     private var keepaliveTask: RepeatedTask?
     @exclusivity(unchecked) private var lastReceived = NIODeadline.uptimeNanoseconds(0)
@@ -242,7 +240,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
             handshakeTimer?.cancel()
             perform(machine.answerInvitation(answer), context: context)
         case .sever:
-            severed = true
+            // Not through this handler's `close`, which says GOODBYE.
             context.close(promise: nil)
         }
         promise?.succeed()
@@ -250,7 +248,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
 
     /// A close from the application says GOODBYE first.
     package func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if !machine.isClosed && !severed {
+        if !machine.isClosed {
             perform(machine.disconnect(), context: context, closing: false)
         }
         cancelTimers()

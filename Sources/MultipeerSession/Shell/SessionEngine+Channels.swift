@@ -208,8 +208,13 @@ extension SessionEngine {
 
     func channelFrameReceived(_ frame: Frame, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let peer = link.member, let connection = link.socket else { return }
+        let interrupted = state.value.interruptedResources
         let decision = channels(of: mux) {
-            $0.peerSent(frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed))
+            $0.peerSent(frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed)) { offer in
+                ChannelMux.InterruptedResources(
+                    waitingFromPeer: interrupted.waitingCount(from: peer.identifier),
+                    resumesOne: interrupted.resumesWaiting(Self.resumeKey(of: offer, from: peer, on: link)))
+            }
         }
         switch decision {
         case nil:
@@ -242,20 +247,58 @@ extension SessionEngine {
         _ offer: ResourceOffer, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID,
         connection: any Channel
     ) {
-        let limits = configuration.channels
-        let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+        let key = Self.resumeKey(of: offer, from: peer, on: link)
         // The offer may continue a transfer a lost link cut off (§7.9): the same one, for the app.
-        let interrupted: ResourceTransfer?
         switch state.value.interruptedResources.claimIncoming(key) {
         case .cancelled?:
-            return writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
+            writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
         case .completed(let transfer, let digest)?:
             // All of it had arrived before the link went; the sender did not hear the verdict.
             mux.inbound[channel] = CompletedResourceEcho(channel: channel, digest: digest, verdictOf: transfer, linkage: mux)
-            return writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offer.size) } ?? [], on: connection)
-        case .waiting(let transfer)?: interrupted = transfer
-        case nil: interrupted = nil
+            writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offer.size) } ?? [], on: connection)
+        case .waiting(let transfer, _)? where transfer.outcome != nil:
+            // The app ended it meanwhile (its cancel raced the loss): refused, as a cancel would be.
+            incomingResources.subtract(1, ordering: .relaxed)
+            writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
+        case .waiting(let transfer, let cutOff)?:
+            // Taken once the cut-off receiver has kept its partial (a write may still be landing);
+            // meanwhile the offer waits unanswered.
+            let id = mux.link
+            cutOff.whenSettled { [weak self, eventLoop] in
+                let engine = self
+                eventLoop.execute {
+                    guard let engine else { return }
+                    guard let link = engine.state.value.links[id], link.mux === mux, let connection = link.socket else {
+                        // That link went too: the transfer waits for the next one, if the member recovers.
+                        guard engine.core.isRecoverableMember(peer.identifier) else {
+                            return engine.failInterrupted(incoming: [.waiting(transfer, cutOff)])
+                        }
+                        return engine.state.value.interruptedResources.park(
+                            .waiting(transfer, cutOff), key: key, now: engine.eventLoop.now, completedLimit: engine.completedLimit)
+                    }
+                    engine.store(offer, on: channel, key: key, resuming: transfer, link: link, mux: mux, peer: peer, connection: connection)
+                }
+            }
+        case nil:
+            store(offer, on: channel, key: key, resuming: nil, link: link, mux: mux, peer: peer, connection: connection)
         }
+    }
+
+    /// The key of the peer's partials of this offer's content (docs/PROTOCOL.md §7.8).
+    static func resumeKey(of offer: ResourceOffer, from peer: WirePeerID, on link: EngineState.Link) -> ResumeStore.Key {
+        ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+    }
+
+    /// How many received-while-the-link-went transfers are remembered per peer.
+    var completedLimit: Int { configuration.channels.maximumIncomingResourcesPerPeer }
+
+    /// Takes the offer into a file: resumed from a kept partial, or a new one; `interrupted` is
+    /// the app's transfer it continues, if any.
+    private func store(
+        _ offer: ResourceOffer, on channel: UInt32, key: ResumeStore.Key, resuming interrupted: ResourceTransfer?,
+        link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID, connection: any Channel
+    ) {
+        let limits = configuration.channels
         let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
         removeKept(expired)
         armResumeExpiry()
@@ -387,21 +430,24 @@ extension SessionEngine {
         }
         for (channel, sink) in inbound {
             if recovering, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel],
-                let digest = receiver.completingDigest
+                let digest = receiver.verifyingDigest
             {
                 // Being verified: it ends as it would have; a resuming offer learns the verdict.
-                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now)
+                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now, completedLimit: completedLimit)
             } else if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel],
-                let key = keys[channel], receiver.interrupt()
+                let key = keys[channel]
             {
-                // It stays counted among the session's incoming resources while it waits.
-                interrupted.park(.waiting(transfer), key: key, now: eventLoop.now)
+                // The app's cancel from now on ends the parked transfer, not the cut-off receiver.
                 transfer.setCancelHandler { [weak self, eventLoop] in
                     let engine = self
                     eventLoop.execute { engine?.cancelInterrupted(incoming: transfer, from: peer) }
                 }
-                parked = true
-                continue
+                if receiver.interrupt() {
+                    // It stays counted among the session's incoming resources while it waits.
+                    interrupted.park(.waiting(transfer, receiver), key: key, now: eventLoop.now, completedLimit: completedLimit)
+                    parked = true
+                    continue
+                }
             }
             if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
             sink.failed(error)
@@ -447,9 +493,9 @@ extension SessionEngine {
         failInterrupted(incoming: interrupted.takeIncoming(for: peer))
     }
 
-    private func failInterrupted(incoming: [InterruptedResources.Incoming]) {
+    func failInterrupted(incoming: [InterruptedResources.Incoming]) {
         let error = TransferError(.connectionLost)
-        for case .waiting(let transfer) in incoming {
+        for case .waiting(let transfer, _) in incoming {
             incomingResources.subtract(1, ordering: .relaxed)
             if transfer.finished(.failure(error)) { onEvent(.resourceFinished(transfer, .failure(error))) }
         }
@@ -464,11 +510,18 @@ extension SessionEngine {
     /// The application cancelled a transfer that waits for its sender: its partial goes, and the
     /// offer that would resume it is refused.
     private func cancelInterrupted(incoming transfer: ResourceTransfer, from peer: Bytes16) {
-        guard let key = state.value.interruptedResources.cancelIncoming(transfer, peer: peer) else { return }
+        guard let (key, cutOff) = state.value.interruptedResources.cancelIncoming(transfer, peer: peer) else { return }
         incomingResources.subtract(1, ordering: .relaxed)
-        let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
-        removeKept(expired + (kept.map { [$0] } ?? []))
-        armResumeExpiry()
+        // Once the cut-off receiver has kept it (a write may still be landing).
+        cutOff.whenSettled { [weak self, eventLoop] in
+            let engine = self
+            eventLoop.execute {
+                guard let engine else { return }
+                let (kept, expired) = engine.resumeStore.withLock { $0.take(key, now: eventLoop.now) }
+                engine.removeKept(expired + (kept.map { [$0] } ?? []))
+                engine.armResumeExpiry()
+            }
+        }
         let error = TransferError(.cancelled)
         if transfer.finished(.failure(error)) { onEvent(.resourceFinished(transfer, .failure(error))) }
     }

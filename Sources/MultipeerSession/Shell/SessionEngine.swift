@@ -739,13 +739,12 @@ package final class SessionEngine: Sendable {
 
     fileprivate func linkClosed(_ id: LinkID, _ error: ConnectionError) {
         let link = state.value.links.removeValue(forKey: id)
-        // Whether the member outlives this link is the core's to say once it hears of the loss;
-        // a member that cannot recover has its channels fail first, as always.
-        let mayRecover = link?.member.map { core.isRecoverableMember($0.identifier) } ?? false
-        if let link, !mayRecover { failChannels(of: link) }
         core.closed(id, error, now: eventLoop.now)
+        // The core has decided whether the member outlives the link (its channels then wait for
+        // the next), but nothing it decided is carried out yet: channels end before the app
+        // hears that the peer left.
+        if let link { failChannels(of: link) }
         perform()
-        if let link, mayRecover { failChannels(of: link) }
         readPassEnded()  // a connection closed by its read gets no read-complete
     }
 
@@ -756,16 +755,20 @@ package final class SessionEngine: Sendable {
     private func watchHostAddresses() {
         let state = state.value
         guard state.addressWatch == nil else { return }
-        state.addressWatch = eventLoop.scheduleRepeatedTask(initialDelay: Self.addressWatchInterval, delay: Self.addressWatchInterval) {
-            [weak self] task in
+        state.addressWatch = eventLoop.scheduleRepeatedAsyncTask(initialDelay: Self.addressWatchInterval, delay: Self.addressWatchInterval) {
+            [weak self, eventLoop] task in
             guard let self, core.hasConnectedMembers else {
                 self?.state.value.addressWatch = nil
-                return task.cancel()
+                task.cancel()
+                return eventLoop.makeSucceededVoidFuture()
             }
-            // Unknown is not empty: a failed look-up loses nothing.
-            guard let addresses = HostAddresses.current(), !addresses.isEmpty else { return }
-            core.localAddressesChanged(to: addresses, now: eventLoop.now)
-            perform()
+            // Off the loop: a host with many interfaces takes a while to list.
+            return fileIOPool.runIfActive(eventLoop: eventLoop) { HostAddresses.current() }.map { [weak self] addresses in
+                // Unknown is not empty: a failed look-up loses nothing.
+                guard let self, let addresses, !addresses.isEmpty else { return }
+                core.localAddressesChanged(to: addresses, now: eventLoop.now)
+                perform()
+            }.recover { _ in }
         }
     }
 

@@ -381,8 +381,22 @@ struct SessionCoreRecoveryTests {
     /// Without recovery the member ends at once, as at any lost link, rather than at the deadline.
     @Test func withoutRecoveryALinkFromAnAddressTheHostLostEndsAtOnce() throws {
         let (network, alice, bob) = try Self.pair(seed: 61, bobVersion: 1)
+        alice.core.localAddressesChanged(to: [alice.host], now: network.now)
         alice.core.localAddressesChanged(to: ["10.0.9.9"], now: network.now)
         network.drain(alice)
         #expect(alice.lastState(of: bob) == .notConnected(ConnectionError(.connectionClosed)))
+    }
+
+    /// An address the host never listed (a listener bound to 127.0.0.2, which no interface
+    /// shows) is not taken for one that went: only an address that disappears counts.
+    @Test func aLinkFromAnAddressTheHostNeverListedStays() throws {
+        let (network, alice, bob) = try Self.pair(seed: 62)
+        for _ in 0..<3 {
+            alice.core.localAddressesChanged(to: ["127.0.0.1", "10.0.9.9"], now: network.now)
+            network.drain(alice)
+        }
+        network.run(for: .seconds(1))
+        #expect(alice.suspended.isEmpty && alice.resumptions.isEmpty)
+        #expect(alice.isConnected(to: bob) && alice.openConnections == 1)
     }
 }
