@@ -274,7 +274,7 @@ extension SessionEngine {
                             return engine.failInterrupted(incoming: [.waiting(transfer, cutOff)])
                         }
                         return engine.state.value.interruptedResources.park(
-                            .waiting(transfer, cutOff), key: key, now: engine.eventLoop.now, completedLimit: engine.completedLimit)
+                            .waiting(transfer, cutOff), key: key, now: engine.eventLoop.now)
                     }
                     engine.store(offer, on: channel, key: key, resuming: transfer, link: link, mux: mux, peer: peer, connection: connection)
                 }
@@ -288,9 +288,6 @@ extension SessionEngine {
     static func resumeKey(of offer: ResourceOffer, from peer: WirePeerID, on link: EngineState.Link) -> ResumeStore.Key {
         ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
     }
-
-    /// How many received-while-the-link-went transfers are remembered per peer.
-    var completedLimit: Int { configuration.channels.maximumIncomingResourcesPerPeer }
 
     /// Takes the offer into a file: resumed from a kept partial, or a new one; `interrupted` is
     /// the app's transfer it continues, if any.
@@ -433,7 +430,7 @@ extension SessionEngine {
                 let digest = receiver.verifyingDigest
             {
                 // Being verified: it ends as it would have; a resuming offer learns the verdict.
-                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now, completedLimit: completedLimit)
+                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now)
             } else if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel],
                 let key = keys[channel]
             {
@@ -444,7 +441,7 @@ extension SessionEngine {
                 }
                 if receiver.interrupt() {
                     // It stays counted among the session's incoming resources while it waits.
-                    interrupted.park(.waiting(transfer, receiver), key: key, now: eventLoop.now, completedLimit: completedLimit)
+                    interrupted.park(.waiting(transfer, receiver), key: key, now: eventLoop.now)
                     parked = true
                     continue
                 }

@@ -77,7 +77,8 @@ package final class SessionEngine: Sendable {
         state = .makeBoxSendingValue(
             EngineState(
                 core: core, segmentsDatagrams: configuration.datagramSegmentationOffload && System.supportsUDPSegmentationOffload,
-                bytesPerSegmentedWrite: Self.datagramFlushBytes),
+                bytesPerSegmentedWrite: Self.datagramFlushBytes,
+                incomingResourcesPerPeer: configuration.channels.maximumIncomingResourcesPerPeer),
             eventLoop: eventLoop)
         sendBudget = SendBudget(limitPerPeer: configuration.maximumQueuedBytesPerPeer)
         resumeStore = Mutex(ResumeStore(capacity: configuration.channels.resumableTransfers, lifetime: configuration.channels.resumeLifetime))
@@ -875,6 +876,9 @@ private final class DatagramInboundHandler: ChannelInboundHandler {
 }
 
 /// The shell's mutable state; only touched on the engine's event loop.
+/// Our resources and the peer's, cut off by a lost link, as the engine keeps them.
+typealias InterruptedResources = InterruptedTransfers<ResourceSender.Source, ResourceTransfer, ResourceReceiver>
+
 final class EngineState {
     /// The I/O side of one link; its protocol state is in the core.
     final class Link {
@@ -938,7 +942,7 @@ final class EngineState {
     /// The timer that deletes kept partials when the earliest one's lifetime ends.
     var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
     /// Resources cut off by a lost link of a member that recovers, until it is resumed or leaves.
-    let interruptedResources = InterruptedResources()
+    let interruptedResources: InterruptedResources
     /// The look at the host's addresses, repeated while members are connected.
     var addressWatch: RepeatedTask?
 
@@ -947,8 +951,9 @@ final class EngineState {
         PendingProgress(links[id]?.handler)
     }
 
-    init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int) {
+    init(core: SessionCore, segmentsDatagrams: Bool, bytesPerSegmentedWrite: Int, incomingResourcesPerPeer: Int) {
         self.core = core
+        interruptedResources = InterruptedResources(completedLimit: incomingResourcesPerPeer)
         segmentation = DatagramSegmentation(enabled: segmentsDatagrams)
         self.bytesPerSegmentedWrite = bytesPerSegmentedWrite
     }
