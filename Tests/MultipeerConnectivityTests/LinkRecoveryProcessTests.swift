@@ -19,17 +19,11 @@ struct LinkRecoveryProcessTests {
         try nft(["add", "rule", "inet", "blackout", "in", "iifname", "mp0", "drop"])
     }
 
-    /// The issue's own scenario: 200 messages each way, one every 50 ms; 3 s in, the second peer
-    /// gets a new address and its traffic is dropped for 4 s.
-    @Test func aChatSurvivesAnAddressChangeAndFourSecondsOfSilence() async throws {
-        let namespaces = try NetworkNamespaces(count: 2)
-        defer { namespaces.remove() }
-        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "200", "50"])
-        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "200", "50"])
-        defer {
-            first.kill()
-            second.kill()
-        }
+    /// Two chatters, one per namespace, connected and told to start: `count` messages each way,
+    /// one every 50 ms.
+    static func startChat(in namespaces: NetworkNamespaces, count: Int) async throws -> (NamespacedDemo, NamespacedDemo) {
+        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "\(count)", "50"])
+        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "\(count)", "50"])
         let firstPeer = try #require(await first.nextLine(within: 30))
         let secondPeer = try #require(await second.nextLine(within: 30))
         #expect(firstPeer.hasPrefix("PEER ") && secondPeer.hasPrefix("PEER "))
@@ -42,17 +36,36 @@ struct LinkRecoveryProcessTests {
         #expect(await second.nextLine(within: 30) == "CONNECTED")
         first.send("GO")
         second.send("GO")
+        return (first, second)
+    }
 
-        // The script of the scenario, not evidence of anything: the outcome is read below.
-        try await Task.sleep(for: .seconds(3))
+    /// Moves the second namespace's peer to a new address (the old one first: deleting a subnet's
+    /// first address deletes the others in it).
+    static func moveSecond(in namespaces: NetworkNamespaces) throws {
         let moved = namespaces.names[1]
         let oldAddress = namespaces.address(of: 1)
         let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).200"
-        try Self.cut(moved, true)
         try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "del", "\(oldAddress)/24", "dev", "mp0")
         try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "add", "\(newAddress)/24", "dev", "mp0")
+    }
+
+    /// The issue's own scenario: 200 messages each way, one every 50 ms; 3 s in, the second peer
+    /// gets a new address and its traffic is dropped for 4 s.
+    @Test func aChatSurvivesAnAddressChangeAndFourSecondsOfSilence() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let (first, second) = try await Self.startChat(in: namespaces, count: 200)
+        defer {
+            first.kill()
+            second.kill()
+        }
+
+        // The script of the scenario, not evidence of anything: the outcome is read below.
+        try await Task.sleep(for: .seconds(3))
+        try Self.cut(namespaces.names[1], true)
+        try Self.moveSecond(in: namespaces)
         try await Task.sleep(for: .seconds(4))
-        try Self.cut(moved, false)
+        try Self.cut(namespaces.names[1], false)
 
         var outcomes: [String] = []
         for side in [first, second] {
@@ -79,29 +92,13 @@ struct LinkRecoveryProcessTests {
     @Test func aPeerThatMovesNoticesAtOnceAndComesBack() async throws {
         let namespaces = try NetworkNamespaces(count: 2)
         defer { namespaces.remove() }
-        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "100", "50"])
-        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "100", "50"])
+        let (first, second) = try await Self.startChat(in: namespaces, count: 100)
         defer {
             first.kill()
             second.kill()
         }
-        let firstPeer = try #require(await first.nextLine(within: 30))
-        let secondPeer = try #require(await second.nextLine(within: 30))
-        first.send(secondPeer)
-        second.send(firstPeer)
-        let data = try #require(await first.nextLine(within: 30))
-        second.send(data)
-        #expect(await first.nextLine(within: 30) == "CONNECTED")
-        #expect(await second.nextLine(within: 30) == "CONNECTED")
-        first.send("GO")
-        second.send("GO")
         try await Task.sleep(for: .seconds(1))  // the script: some messages flow first
-        let moved = namespaces.names[1]
-        let oldAddress = namespaces.address(of: 1)
-        let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).200"
-        // In this order: deleting a subnet's first address deletes the others in it.
-        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "del", "\(oldAddress)/24", "dev", "mp0")
-        try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "add", "\(newAddress)/24", "dev", "mp0")
+        try Self.moveSecond(in: namespaces)
         // Well inside the dead-peer deadline (9 s): the address watch, not the deadline.
         #expect(await second.nextLine(within: 3) == "INTERRUPTED")
         #expect(await second.nextLine(within: 5) == "RESTORED")

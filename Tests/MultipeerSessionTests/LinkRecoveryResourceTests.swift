@@ -55,42 +55,72 @@ struct LinkRecoveryResourceTests {
         try await withDeadline(seconds: 60) { await transfer.result() }
     }
 
+    /// Alice sends bob a file whose store stops at `gateAt` until the test opens the gate, so a
+    /// cut lands mid-transfer however fast the machine is; every write's position is noted.
+    final class GatedTransfer: Sendable {
+        let scratch: ResourceChannelTests.Scratch
+        let alice: EngineProbe
+        let bob: EngineProbe
+        let content: [UInt8]
+        let gate: WriteGate
+        let transfer: ResourceTransfer
+        /// Where each write began, in order.
+        private final class Positions: Sendable { let list = Mutex<[UInt64]>([]) }
+        private let positions = Positions()
+
+        init(size: Int, seed: UInt64, gateAt: UInt64, grace: TimeAmount = .seconds(10), freezable: String? = nil) async throws {
+            scratch = try ResourceChannelTests.Scratch()
+            (alice, bob) = try await LinkRecoveryResourceTests.pair(scratch, grace: grace, freezable: freezable)
+            content = seededContent(size, seed: seed)
+            let source = try scratch.file("source", content)
+            let gate = WriteGate(at: gateAt)
+            self.gate = gate
+            bob.engine.storageFault.withLockedValue { [positions] in
+                $0 = { position in
+                    positions.list.withLock { $0.append(position) }
+                    gate.pass(position)
+                }
+            }
+            transfer = try alice.engine.sendResource(atPath: source, named: "file", sourceIdentity: "file://" + source, to: bob.peer.identifier)
+            try #require(try await eventually { gate.reached })
+        }
+
+        func shutdown() async {
+            await alice.shutdown()
+            await bob.shutdown()
+        }
+
+        /// Whether the file was never written from the start again (resumed, not restarted).
+        var neverWentBack: Bool {
+            let written = positions.list.withLock { $0 }
+            return zip(written, written.dropFirst()).allSatisfy { $0 < $1 }
+        }
+
+        /// The send succeeded, and bob finished exactly the one transfer with the content.
+        func expectDelivered(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            guard case .success = try await LinkRecoveryResourceTests.outcome(transfer) else {
+                Issue.record("the send failed: \(String(describing: transfer.outcome))", sourceLocation: sourceLocation)
+                return
+            }
+            try #require(try await eventually { self.bob.finishedResources.count == 1 }, sourceLocation: sourceLocation)
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content), sourceLocation: sourceLocation)
+            #expect(bob.startedResources.count == 1, "a second transfer started", sourceLocation: sourceLocation)
+        }
+    }
+
     /// The issue's case: the link goes mid-transfer and comes back within the grace period. The
     /// transfer finishes on both sides as the one the apps started, byte-identical, and the
     /// receiver's file was never written from the start again.
     @Test func aResourceCutOffByALostLinkFinishesAsTheSameTransfer() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch)
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let size = 12 << 20
-        let content = seededContent(size, seed: 32)
-        let source = try scratch.file("source", content)
-        // The receiver's store stops at 4 MiB until the link has been reset, so the cut lands
-        // mid-transfer however fast the machine is; every write's position is noted.
-        let gate = WriteGate(at: 4 << 20)
-        let positions = Mutex<[UInt64]>([])
-        bob.engine.storageFault.withLockedValue {
-            $0 = { position in
-                positions.withLock { $0.append(position) }
-                gate.pass(position)
-            }
-        }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: 12 << 20, seed: 32, gateAt: 4 << 20)
+        let (alice, bob) = (run.alice, run.bob)
+        defer { Task { await run.shutdown() } }
         try await LinkRecoveryTests.resetLinks(alice, bob)
-        gate.open()
-        guard case .success = try await Self.outcome(transfer) else {
-            Issue.record("the transfer failed: \(String(describing: transfer.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 })
-        #expect(bob.startedResources.count == 1)
-        let path = try bob.finishedResources[0].1.get()
-        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(content))
-        #expect(bob.startedResources[0].completedBytes == UInt64(size))
-        // Resumed from the kept partial: no write went back below one made before the cut.
-        let written = positions.withLock { $0 }
-        #expect(zip(written, written.dropFirst()).allSatisfy { $0 < $1 }, "write positions went back: \(written.prefix(8))…")
+        run.gate.open()
+        try await run.expectDelivered()
+        #expect(bob.startedResources[0].completedBytes == UInt64(12 << 20))
+        #expect(run.neverWentBack, "the file was written from the start again")
         #expect(try await eventually { alice.linkEvents(of: bob) == [false, true] && bob.linkEvents(of: alice) == [false, true] })
         #expect(alice.states(of: bob) == [.connecting, .connected] && bob.states(of: alice) == [.connecting, .connected])
         #expect(bob.engine.resumeStore.withLock { $0.count } == 0)
@@ -101,14 +131,9 @@ struct LinkRecoveryResourceTests {
     /// The sender does not come back within the grace period: the receiver's transfer fails
     /// then (not at the loss), keeps its partial for a later resend, and frees its place.
     @Test func anInterruptedResourceFailsWhenTheMemberLeaves() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch, grace: .seconds(1), freezable: "alice")
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let source = try scratch.file("source", seededContent(12 << 20, seed: 33))
-        let gate = WriteGate(at: 4 << 20)
-        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: 12 << 20, seed: 33, gateAt: 4 << 20, grace: .seconds(1), freezable: "alice")
+        let (alice, bob, gate, transfer) = (run.alice, run.bob, run.gate, run.transfer)
+        defer { Task { await run.shutdown() } }
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()  // alice stops: she neither notices the loss nor redials
         try LinkRecoveryTests.resetLinks(ports: ports)
@@ -140,14 +165,9 @@ struct LinkRecoveryResourceTests {
     /// The sender's app cancels while the link is down: the send ends `cancelled` at once; the
     /// receiver, whose transfer is never offered again, fails it a grace period after the resumption.
     @Test func aSendCancelledDuringTheGapEndsAndTheReceiverGivesUpOnIt() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch, grace: .seconds(2), freezable: "bob")
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let source = try scratch.file("source", seededContent(12 << 20, seed: 34))
-        let gate = WriteGate(at: 4 << 20)
-        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: 12 << 20, seed: 34, gateAt: 4 << 20, grace: .seconds(2), freezable: "bob")
+        let (alice, bob, gate, transfer) = (run.alice, run.bob, run.gate, run.transfer)
+        defer { Task { await run.shutdown() } }
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()  // bob stops: alice's redials cannot get through yet
         try LinkRecoveryTests.resetLinks(ports: ports)
@@ -177,14 +197,9 @@ struct LinkRecoveryResourceTests {
     /// The receiver's app cancels while the link is down: its transfer ends `cancelled`, its
     /// partial goes, and the sender's offer on the resumed link is refused.
     @Test func aReceiveCancelledDuringTheGapRefusesTheResumingOffer() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch, freezable: "alice")
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let source = try scratch.file("source", seededContent(12 << 20, seed: 35))
-        let gate = WriteGate(at: 4 << 20)
-        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: 12 << 20, seed: 35, gateAt: 4 << 20, freezable: "alice")
+        let (alice, bob, gate, transfer) = (run.alice, run.bob, run.gate, run.transfer)
+        defer { Task { await run.shutdown() } }
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()
         try LinkRecoveryTests.resetLinks(ports: ports)
@@ -238,25 +253,14 @@ struct LinkRecoveryResourceTests {
     /// sender, which never heard it, offers the file again; the receiver answers that offer as
     /// done, so neither app sees a second transfer.
     @Test func aResourceVerifiedAsTheLinkWentIsNotReceivedTwice() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch)
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let size = 4 << 20
-        let content = seededContent(size, seed: 37)
-        let source = try scratch.file("source", content)
         // Every byte is written; the final sync waits for the gate (the writes pass below it).
-        let gate = WriteGate(at: UInt64(size))
-        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let size = 4 << 20
+        let run = try await GatedTransfer(size: size, seed: 37, gateAt: UInt64(size))
+        let (alice, bob) = (run.alice, run.bob)
+        defer { Task { await run.shutdown() } }
         try await LinkRecoveryTests.resetLinks(alice, bob)
-        gate.open()
-        guard case .success = try await Self.outcome(transfer) else {
-            Issue.record("the send failed: \(String(describing: transfer.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 }, "started \(bob.startedResources.count) finished \(bob.finishedResources.count) links \(bob.linkEvents(of: alice)) \(alice.linkEvents(of: bob)) outcome \(String(describing: bob.startedResources.first?.outcome))")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
+        run.gate.open()
+        try await run.expectDelivered()
         #expect(try await eventually { alice.linkEvents(of: bob) == [false, true] })
         // No second transfer started on the resumed link.
         #expect(bob.startedResources.count == 1 && bob.finishedResources.count == 1)
@@ -276,18 +280,12 @@ struct LinkRecoveryResourceTests {
     /// the transfer is not yet being verified, so it waits and resumes like any other rather than
     /// failing on both sides.
     @Test func aResourceWhoseLastWritesWereStillLandingResumes() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch)
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
         // Small enough that the window lets every chunk and the RESOURCE_COMPLETE through while
         // the writes from 512 KiB on wait.
         let size = (1 << 20) + (64 << 10)
-        let content = seededContent(size, seed: 38)
-        let source = try scratch.file("source", content)
-        let gate = WriteGate(at: 512 << 10)
-        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: size, seed: 38, gateAt: 512 << 10)
+        let (alice, bob, gate, transfer) = (run.alice, run.bob, run.gate, run.transfer)
+        defer { Task { await run.shutdown() } }
         var arrived = false
         for _ in 0..<500 where !arrived {
             arrived = try await Self.completeArrived(at: bob)
@@ -296,47 +294,21 @@ struct LinkRecoveryResourceTests {
         try #require(arrived, "RESOURCE_COMPLETE never arrived: sent \(transfer.completedBytes), stored \(bob.startedResources.first?.completedBytes ?? 0)")
         try await LinkRecoveryTests.resetLinks(alice, bob)
         gate.open()
-        guard case .success = try await Self.outcome(transfer) else {
-            Issue.record("the send failed: \(String(describing: transfer.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 })
-        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
-        #expect(bob.startedResources.count == 1)
+        try await run.expectDelivered()
     }
 
     /// The resumed link brings the offer again while the write the loss caught is still landing:
     /// the offer waits for the partial instead of starting the file over.
     @Test func aResumingOfferWaitsForThePartialItResumes() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch)
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let size = 12 << 20
-        let content = seededContent(size, seed: 39)
-        let source = try scratch.file("source", content)
-        let gate = WriteGate(at: 4 << 20)
-        let positions = Mutex<[UInt64]>([])
-        bob.engine.storageFault.withLockedValue {
-            $0 = { position in
-                positions.withLock { $0.append(position) }
-                gate.pass(position)
-            }
-        }
-        let transfer = try Self.send(source, from: alice, to: bob)
-        try #require(try await eventually { gate.reached })
+        let run = try await GatedTransfer(size: 12 << 20, seed: 39, gateAt: 4 << 20)
+        let (alice, bob, gate) = (run.alice, run.bob, run.gate)
+        defer { Task { await run.shutdown() } }
         try await LinkRecoveryTests.resetLinks(alice, bob)
         // The link is back (and the offer on its way) while the write is held.
         try #require(try await eventually { alice.linkEvents(of: bob) == [false, true] && bob.linkEvents(of: alice) == [false, true] })
         gate.open()
-        guard case .success = try await Self.outcome(transfer) else {
-            Issue.record("the send failed: \(String(describing: transfer.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 })
-        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content))
-        let written = positions.withLock { $0 }
-        #expect(zip(written, written.dropFirst()).allSatisfy { $0 < $1 }, "write positions went back: \(written.prefix(8))…")
-        #expect(bob.startedResources.count == 1)
+        try await run.expectDelivered()
+        #expect(run.neverWentBack, "the file was written from the start again")
         #expect(try await eventually { bob.engine.resumeStore.withLock { $0.count } == 0 })
     }
 
