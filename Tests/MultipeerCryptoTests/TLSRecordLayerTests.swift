@@ -360,6 +360,30 @@ struct TLSRecordLayerTests {
         #expect(peer.layer.recordsOpenedAside == 1)
     }
 
+    /// A KeyUpdate whose bytes exactly fill the caller's buffer is opened straight into it: it
+    /// must still be taken for a KeyUpdate (the read key moves on), never handed over as data.
+    @Test func aKeyUpdateThatFillsTheBufferIsNotData() throws {
+        let peer = try ForgingPeer()
+        peer.deliver(try peer.forgeKeyUpdate(requesting: false))
+        peer.deliver(try peer.forge(23, [9, 8, 7, 6, 5]))
+        #expect(try peer.readAll(capacity: 5).data == [9, 8, 7, 6, 5])
+        #expect(peer.layer.keyUpdatesReceived == 1)
+        #expect(peer.layer.recordsOpenedAside == 0)
+    }
+
+    /// Two bytes of padding after the type byte: the record fills the buffer with its content,
+    /// type byte and first padding byte (the last is set aside), still opens straight into it,
+    /// and only the content is handed over; the type is found behind the padding in the buffer.
+    @Test(arguments: [1, 100, 16_381])
+    func paddingOfTwoBytesIsFoundInTheBufferWhenTheRecordFillsIt(count: Int) throws {
+        let peer = try ForgingPeer()
+        let content = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 | 1) }
+        // forge appends one byte of padding to what it is given: the first is ours.
+        peer.deliver(try peer.forge(0, content + [23, 0]))
+        #expect(try peer.readAll(capacity: count + 2).data == content)
+        #expect(peer.layer.recordsOpenedAside == 0)
+    }
+
     /// An alert whose two bytes fill the buffer is read from it, its type byte set aside.
     @Test func anAlertThatFillsTheBufferIsRead() throws {
         let peer = try ForgingPeer()
