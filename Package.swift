@@ -203,6 +203,7 @@ let package = Package(
             name: "MultipeerTestSupport",
             dependencies: [
                 "MultipeerCrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/MultipeerTestSupport"
         ),

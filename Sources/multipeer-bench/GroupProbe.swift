@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import MultipeerConnectivity
 import MultipeerCrypto
+import MultipeerTestSupport
 import Synchronization
 
 extension Scenarios {
@@ -12,7 +13,13 @@ extension Scenarios {
         let heard = HeardGroups()
         func session(_ name: String, _ identity: SecurityIdentity) -> MCSession {
             var configuration = MCSessionConfiguration.loopbackOnly
-            var logger = Logger(label: "multipeer-bench") { _ in GroupListener(heard: heard) }
+            // Keeps the `group` of each "TLS handshake complete" line and drops every other line.
+            var logger = Logger(label: "multipeer-bench") { _ in
+                EventLogHandler { event in
+                    guard event.message.description == "TLS handshake complete", let group = event.metadata?["group"] else { return }
+                    heard.append(group.description)
+                }
+            }
             logger.logLevel = .debug
             configuration.logger = logger
             let session = MCSession(peer: MCPeerID(displayName: name), securityIdentity: [SecIdentity(identity)],
@@ -44,21 +51,4 @@ final class HeardGroups: Sendable {
     private let heard = Mutex<[String]>([])
     var groups: [String] { heard.withLock { $0 } }
     func append(_ group: String) { heard.withLock { $0.append(group) } }
-}
-
-/// Keeps the `group` of each "TLS handshake complete" line and drops every other line.
-struct GroupListener: LogHandler {
-    let heard: HeardGroups
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .debug
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        guard event.message.description == "TLS handshake complete", let group = event.metadata?["group"] else { return }
-        heard.append(group.description)
-    }
 }

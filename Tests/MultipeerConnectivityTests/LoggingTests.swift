@@ -11,7 +11,9 @@ final class LogCapture: Sendable {
     var all: [String] { lines.withLock { $0 } }
 
     func logger(_ label: String) -> Logger {
-        var logger = Logger(label: label) { _ in CapturingHandler(capture: self) }
+        var logger = Logger(label: label) { _ in
+            EventLogHandler { event in self.append("\(event.level) \(event.message) \(EventLogHandler.fields(of: event))") }
+        }
         logger.logLevel = .trace
         return logger
     }
@@ -19,21 +21,6 @@ final class LogCapture: Sendable {
     func append(_ line: String) { lines.withLock { $0.append(line) } }
 }
 
-struct CapturingHandler: LogHandler {
-    let capture: LogCapture
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        capture.append("\(event.level) \(event.message) \(fields.joined(separator: " "))")
-    }
-}
 
 @Suite("Diagnostics through swift-log", .serialized)
 struct LoggingTests {

@@ -13,25 +13,13 @@ final class LogLines: Sendable {
     var all: [(level: Logger.Level, text: String)] { lines.withLock { $0 } }
 
     var logger: Logger {
-        var logger = Logger(label: "test") { _ in Handler(lines: self) }
+        var logger = Logger(label: "test") { _ in
+            EventLogHandler { event in
+                self.lines.withLock { $0.append((event.level, "\(event.message) \(EventLogHandler.fields(of: event))")) }
+            }
+        }
         logger.logLevel = .trace
         return logger
-    }
-
-    private struct Handler: LogHandler {
-        let lines: LogLines
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-            lines.lines.withLock { $0.append((event.level, "\(event.message) \(fields.joined(separator: " "))")) }
-        }
     }
 }
 
