@@ -49,12 +49,12 @@ package struct DialPlan: Sendable, Hashable {
         handshakeTimeout = nil
     }
 
-    /// Resuming a suspended member where it last listened: the peer must show the same
-    /// certificate, and the HELLO names the session by its resumption ID.
+    /// Resuming a suspended member where it may listen now (in order): the peer must show the
+    /// same certificate, and the HELLO names the session by its resumption ID.
     /// Nil when the certificate's fingerprint is not a SHA-256 digest: no dial then, rather than
     /// one without the pin.
     package init?(
-        resuming peer: WirePeerID, id: Bytes16, at endpoint: WireEndpoint, linkScope: UInt32? = nil,
+        resuming peer: WirePeerID, id: Bytes16, at endpoints: [WireEndpoint], linkScope: UInt32? = nil,
         grant: ConnectionConfiguration.ResumptionGrant
     ) {
         if let certificate = grant.peerCertificateFingerprint {
@@ -66,7 +66,7 @@ package struct DialPlan: Sendable, Hashable {
         self.peer = peer
         purpose = .resumption
         token = id
-        endpoints = [endpoint]
+        self.endpoints = endpoints
         self.linkScope = linkScope
         resumption = grant
         connectTimeout = Self.resumptionConnectTimeout

@@ -494,15 +494,7 @@ package final class SessionCore {
             if next < suspension.since + configuration.recovery.grace {
                 schedule(.redialSuspended(peer, suspension: number, attempt: attempt + 1), at: next)
             }
-            // An attempt of the peer's (inbound) does not hold ours up: it may have stalled.
-            let dialing = linkIDs(for: peer.identifier).contains { links[$0]?.dialed == true }
-            guard !dialing, let endpoint = member.listenEndpoint, endpoint.isListening,
-                let plan = DialPlan(
-                    resuming: member.peer, id: member.resumptionID, at: endpoint, linkScope: member.linkScope, grant: member.grant())
-            else { return }
-            let link = Link(dialed: true, plan: plan)
-            let id = addLink(link)
-            actions.append(.dial(id, plan))
+            redial(member)
         case .recoveryExpired(let peer, let number):
             guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
             logger.info("link recovery gave up", metadata: ["peer": peer.logValue, "reason": "\(suspension.error)"])
@@ -650,6 +642,7 @@ package final class SessionCore {
         // The session keeps the keys of the connection that made it: a loss between the two
         // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
+        member.introducedEndpoint = nil
         if let endpoint = link.listenEndpoint {
             member.listenEndpoint = endpoint
             member.linkScope = link.remoteScope
@@ -662,6 +655,20 @@ package final class SessionCore {
     }
 
     private func isSuspended(_ peer: Bytes16) -> Bool { recoverable[peer]?.suspension != nil }
+
+    /// A resumption dial to a suspended member, unless one of ours is under way. An attempt of
+    /// the peer's (inbound) does not hold ours up: it may have stalled.
+    private func redial(_ member: RecoverableMember) {
+        let dialing = linkIDs(for: member.peer.identifier).contains { links[$0]?.dialed == true }
+        let endpoints = member.redialEndpoints
+        guard !dialing, !endpoints.isEmpty,
+            let plan = DialPlan(
+                resuming: member.peer, id: member.resumptionID, at: endpoints, linkScope: member.linkScope, grant: member.grant())
+        else { return }
+        let link = Link(dialed: true, plan: plan)
+        let id = addLink(link)
+        actions.append(.dial(id, plan))
+    }
 
     /// Peers that are members or becoming members: every peer with a link, and suspended members.
     private func memberPeers(besides peer: Bytes16) -> Set<Bytes16> {
@@ -712,8 +719,16 @@ package final class SessionCore {
             case (_, false): false
             }
             // A member whose link is recovering is a member still: a new connection to it would
-            // end the session it is resuming (§7.9).
-            if weDial && linkIDs(for: peer).isEmpty && !isSuspended(peer) && hasRoomForMember(besides: peer) {
+            // end the session it is resuming (§7.9). But where the introducer reaches it now is
+            // news: it may have moved, and its old address lead nowhere. Redialed there at once.
+            if let member = recoverable[peer], member.suspension != nil {
+                if entry.endpoint.isListening, entry.endpoint != member.listenEndpoint, entry.endpoint != member.introducedEndpoint {
+                    member.introducedEndpoint = entry.endpoint
+                    redial(member)
+                }
+                continue
+            }
+            if weDial && linkIDs(for: peer).isEmpty && hasRoomForMember(besides: peer) {
                 startDialing(DialPlan(introduced: entry.peerID, by: introducer.identifier, at: entry.endpoint))
             }
         }

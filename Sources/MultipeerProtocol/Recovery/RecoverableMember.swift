@@ -14,6 +14,18 @@ final class RecoverableMember {
     var listenEndpoint: WireEndpoint?
     /// The interface its listen endpoint is reached on, when that is an IPv6 link-local address.
     var linkScope: UInt32?
+    /// While suspended: where another member that reaches it now says it listens (it may have
+    /// moved, §7.9). Redials try it first, then `listenEndpoint`.
+    var introducedEndpoint: WireEndpoint?
+
+    /// Where a redial goes, in order; empty when the member accepts no connections.
+    var redialEndpoints: [WireEndpoint] {
+        var endpoints: [WireEndpoint] = []
+        for endpoint in [introducedEndpoint, listenEndpoint].compactMap({ $0 }) where endpoint.isListening && !endpoints.contains(endpoint) {
+            endpoints.append(endpoint)
+        }
+        return endpoints
+    }
     // Exclusivity unchecked: touched for every message, on the engine's loop, by code that does
     // not call back into the core.
     @exclusivity(unchecked) var ledger = DeliveryLedger()

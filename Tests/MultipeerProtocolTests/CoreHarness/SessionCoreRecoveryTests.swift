@@ -214,7 +214,7 @@ struct SessionCoreRecoveryTests {
         // Mallory, claiming alice's peer ID, offers the ID with its own certificate and keys.
         let stolen = ConnectionConfiguration.ResumptionGrant(
             keys: ResumptionKeys(id: id.bytes, key: SecureBytes(randomCount: 32)), delivered: 0, peerCertificateFingerprint: nil)
-        let plan = try #require(DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: stolen))
+        let plan = try #require(DialPlan(resuming: bob.peer, id: id, at: [bob.endpoint], grant: stolen))
         mallory.core.connect(plan)
         network.drain(mallory)
         network.run(for: .seconds(1))
@@ -269,7 +269,7 @@ struct SessionCoreRecoveryTests {
         let id = try #require(bob.core.resumptionID(of: alice.peer.identifier))
         let grant = ConnectionConfiguration.ResumptionGrant(
             keys: ResumptionKeys(id: id.bytes, key: SecureBytes(randomCount: 32)), delivered: 0, peerCertificateFingerprint: nil)
-        mallory.core.connect(try #require(DialPlan(resuming: bob.peer, id: id, at: bob.endpoint, grant: grant)))
+        mallory.core.connect(try #require(DialPlan(resuming: bob.peer, id: id, at: [bob.endpoint], grant: grant)))
         network.drain(mallory)
         network.run(for: .seconds(1))
         #expect(bob.core.activeLink(to: alice.peer.identifier) == live)
@@ -398,5 +398,36 @@ struct SessionCoreRecoveryTests {
         network.run(for: .seconds(1))
         #expect(alice.suspended.isEmpty && alice.resumptions.isEmpty)
         #expect(alice.isConnected(to: bob) && alice.openConnections == 1)
+    }
+
+    /// Two members move at once: neither finds the other at its old address, but a third member
+    /// that both reach again says where each is now (its introductions after each resumption),
+    /// and they resume there. Without that, their grace ran out (found by scripts/soak).
+    @Test(arguments: 0..<4)
+    func twoMembersThatBothMovedFindEachOtherThroughAThird(seed: UInt64) throws {
+        let network = VirtualNetwork(seed: 70 + seed)
+        let nodes = try ["alice", "bob", "carol"].map {
+            try network.addNode($0, identity: try Self.pki.peer($0), maxProtocolVersion: 2, recovery: Self.policy)
+        }
+        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
+        try network.connect(bob, to: alice)
+        #expect(network.run(until: { alice.isConnected(to: bob) }))
+        try network.connect(carol, to: alice)
+        #expect(network.run(until: { SessionCoreMeshTests.isFullMesh(nodes) }, limit: .seconds(10)))
+        SessionCoreMeshTests.randomizeLatencies(network, seed: seed)
+        for node in [alice, bob] {
+            node.move()
+            for other in nodes where other !== node { network.resetConnection(between: node, and: other) }
+        }
+        network.send("to bob", from: alice, to: bob)
+        network.send("to alice", from: bob, to: alice)
+        #expect(network.run(until: { nodes.allSatisfy { $0.suspended.isEmpty } }, limit: .seconds(9)))
+        network.run(for: .seconds(2))
+        for node in nodes {
+            for other in nodes where other !== node {
+                #expect(node.states(of: other) == [.connecting, .connected], "\(node.peer.displayName) saw \(other.peer.displayName): \(node.states(of: other))")
+            }
+        }
+        #expect(Self.texts(bob, from: alice) == ["to bob"] && Self.texts(alice, from: bob) == ["to alice"])
     }
 }

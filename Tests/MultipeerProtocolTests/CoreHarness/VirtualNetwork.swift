@@ -78,11 +78,17 @@ final class VirtualNetwork {
         /// The advertiser's listener has no session yet: an ephemeral certificate (§7.2).
         lazy var advertiserTLS = try! TLSContext(identity: nil)
 
-        var host: String { "10.0.0.\(index + 1)" }
+        /// 10.0.0.x until the node moves (`move`), then 10.0.m.x.
+        private(set) var address: UInt32
+        var host: String { "10.0.\((address >> 8) & 0xFF).\(address & 0xFF)" }
         var listenPort: UInt16 { acceptsConnections ? 7000 : 0 }
         var datagramPort: UInt16 { 9000 }
         /// Where the node listens, or would if it accepted connections.
-        var endpoint: WireEndpoint { try! WireEndpoint(address: .ipv4(0x0A00_0001 + UInt32(index)), port: 7000) }
+        var endpoint: WireEndpoint { try! WireEndpoint(address: .ipv4(address), port: 7000) }
+
+        /// The node gets a new address: dials to the old one find nothing, and its connections
+        /// are lost (call `resetConnections` too, or let the deadlines find out).
+        func move() { address += 0x100 }
 
         init(
             index: Int, peer: WirePeerID, core: SessionCore, tls: TLSContext, preference: WireEncryptionPreference,
@@ -90,6 +96,7 @@ final class VirtualNetwork {
         ) {
             self.acceptsConnections = acceptsConnections
             self.index = index
+            address = 0x0A00_0001 + UInt32(index)
             self.peer = peer
             self.core = core
             self.tls = tls
