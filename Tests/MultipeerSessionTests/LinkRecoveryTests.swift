@@ -76,9 +76,15 @@ struct LinkRecoveryTests {
         #expect(Self.indices(alice.messages(from: bob)) == Array(0..<sent))
         #expect(alice.states(of: bob) == [.connecting, .connected])
         #expect(bob.states(of: alice) == [.connecting, .connected])
-        // The async API heard of each gap: interrupted, then restored, five times.
-        let gaps = Array(repeating: [false, true], count: 5).flatMap { $0 }
-        #expect(try await eventually { alice.linkEvents(of: bob) == gaps && bob.linkEvents(of: alice) == gaps })
+        // The async API heard of each gap: interrupted, then restored, at least five times. A
+        // loaded machine may add a gap: when both sides redial at once, each may yield its dial
+        // to the other's (§7.5's exception for a dial whose TCP connection is not yet up), and
+        // the next redials resume the member.
+        func heardEachGap(_ events: [Bool]) -> Bool {
+            events.count >= 10 && events.count % 2 == 0 && events.enumerated().allSatisfy { $0.element == ($0.offset % 2 == 1) }
+        }
+        let heard = try await eventually { heardEachGap(alice.linkEvents(of: bob)) && heardEachGap(bob.linkEvents(of: alice)) }
+        #expect(heard, "alice heard \(alice.linkEvents(of: bob)), bob heard \(bob.linkEvents(of: alice))")
         // Every kept message was acknowledged: the send queues are empty again.
         #expect(try await eventually { alice.engine.queuedBytes(to: bob.peer.identifier) == 0 && bob.engine.queuedBytes(to: alice.peer.identifier) == 0 })
     }
