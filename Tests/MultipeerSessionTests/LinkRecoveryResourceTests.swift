@@ -102,7 +102,9 @@ struct LinkRecoveryResourceTests {
                 Issue.record("the send failed: \(String(describing: transfer.outcome))", sourceLocation: sourceLocation)
                 return
             }
-            try #require(try await eventually { self.bob.finishedResources.count == 1 }, sourceLocation: sourceLocation)
+            try #require(
+                try await eventually { self.bob.finishedResources.count == 1 },
+                "bob started \(bob.startedResources.count), finished \(bob.finishedResources.map(\.1))", sourceLocation: sourceLocation)
             #expect(
                 try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[0].1.get())) == Data(content), sourceLocation: sourceLocation)
             #expect(bob.startedResources.count == 1, "a second transfer started", sourceLocation: sourceLocation)

@@ -384,6 +384,12 @@ package final class SessionEngine: Sendable {
             case .sendFrame(let frame, let id):
                 state.links[id]?.socket?.writeAndFlush(frame, promise: nil)
             case .close(let id, let reason):
+                if let link = state.links[id], !state.core.isLive(id) {
+                    // The core let the link go (a resumption superseded it): its channels end or
+                    // wait for the member's next link now, not when the socket has closed, which
+                    // may be after that link brought their offers again.
+                    failChannels(of: link)
+                }
                 if let socket = state.links[id]?.socket {
                     socket.triggerUserOutboundEvent(ConnectionCommand.close(reason), promise: nil)
                 } else if !state.core.isLive(id) {
