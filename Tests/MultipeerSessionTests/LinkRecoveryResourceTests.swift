@@ -338,12 +338,18 @@ struct LinkRecoveryResourceTests {
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()  // alice sends no more: bob writes what it has, then waits
         defer { thaw() }
-        var idle = false
-        for _ in 0..<500 where !idle {
-            idle = try await Self.receiversIdle(at: bob)
-            if !idle { try await Task.sleep(for: .milliseconds(10)) }
+        // Idle, and nothing more arriving: what alice sent before she stopped may still be on
+        // its way (in the sockets, or not yet read by a loaded bob), so idle must hold while the
+        // stored count stays put, five looks in a row.
+        var quietLooks = 0
+        var stored = UInt64.max
+        for _ in 0..<500 where quietLooks < 5 {
+            let now = bob.startedResources.first?.completedBytes ?? 0
+            quietLooks = try await Self.receiversIdle(at: bob) && now == stored ? quietLooks + 1 : 0
+            stored = now
+            try await Task.sleep(for: .milliseconds(50))
         }
-        try #require(idle, "bob never stopped writing")
+        try #require(quietLooks == 5, "bob never stopped writing")
         try LinkRecoveryTests.resetLinks(ports: ports)
         try #require(try await eventually { bob.finishedResources.count == 1 && bob.states(of: alice).count == 3 })
         let order = bob.eventOrder.filter { $0 != "connecting" && $0 != "connected" }
