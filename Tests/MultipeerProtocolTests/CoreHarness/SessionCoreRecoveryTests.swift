@@ -29,6 +29,18 @@ struct SessionCoreRecoveryTests {
         return (network, alice, bob)
     }
 
+    /// Alice, bob and carol in a full mesh with recovery.
+    static func threeMembers(on network: VirtualNetwork) throws -> [VirtualNetwork.Node] {
+        let nodes = try ["alice", "bob", "carol"].map {
+            try network.addNode($0, identity: try Self.pki.peer($0), maxProtocolVersion: 2, recovery: Self.policy)
+        }
+        try network.connect(nodes[1], to: nodes[0])
+        #expect(network.run(until: { nodes[0].isConnected(to: nodes[1]) }))
+        try network.connect(nodes[2], to: nodes[0])
+        #expect(network.run(until: { SessionCoreMeshTests.isFullMesh(nodes) }, limit: .seconds(10)))
+        return nodes
+    }
+
     static func texts(_ node: VirtualNetwork.Node, from other: VirtualNetwork.Node) -> [String] {
         node.messages.filter { $0.from == other.peer.identifier }.map { String(buffer: $0.message) }
     }
@@ -327,14 +339,8 @@ struct SessionCoreRecoveryTests {
     @Test(arguments: 0..<4)
     func anIntroductionDoesNotEndASuspendedMember(seed: UInt64) throws {
         let network = VirtualNetwork(seed: 50 + seed)
-        let nodes = try ["alice", "bob", "carol"].map {
-            try network.addNode($0, identity: try Self.pki.peer($0), maxProtocolVersion: 2, recovery: Self.policy)
-        }
+        let nodes = try Self.threeMembers(on: network)
         let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
-        try network.connect(bob, to: alice)
-        #expect(network.run(until: { alice.isConnected(to: bob) }))
-        try network.connect(carol, to: alice)
-        #expect(network.run(until: { SessionCoreMeshTests.isFullMesh(nodes) }, limit: .seconds(10)))
         // Alice loses both links. Carol's comes back first (alice dials her); alice and bob cannot
         // reach each other's listener yet, so their own redials fail, and carol's introductions
         // arrive between two of them.
@@ -406,14 +412,8 @@ struct SessionCoreRecoveryTests {
     @Test(arguments: 0..<4)
     func twoMembersThatBothMovedFindEachOtherThroughAThird(seed: UInt64) throws {
         let network = VirtualNetwork(seed: 70 + seed)
-        let nodes = try ["alice", "bob", "carol"].map {
-            try network.addNode($0, identity: try Self.pki.peer($0), maxProtocolVersion: 2, recovery: Self.policy)
-        }
-        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
-        try network.connect(bob, to: alice)
-        #expect(network.run(until: { alice.isConnected(to: bob) }))
-        try network.connect(carol, to: alice)
-        #expect(network.run(until: { SessionCoreMeshTests.isFullMesh(nodes) }, limit: .seconds(10)))
+        let nodes = try Self.threeMembers(on: network)
+        let (alice, bob) = (nodes[0], nodes[1])
         SessionCoreMeshTests.randomizeLatencies(network, seed: seed)
         for node in [alice, bob] {
             node.move()
