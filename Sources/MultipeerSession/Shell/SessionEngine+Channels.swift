@@ -473,6 +473,7 @@ extension SessionEngine {
         for send in interrupted.takeOutgoing(for: peer) {
             openOutbound(resourceSender(send.source, for: send.transfer), to: peer, transfer: send.transfer)
         }
+        guard interrupted.incomingCount(from: peer) > 0 else { return }
         let resumedAt = eventLoop.now
         eventLoop.scheduleTask(deadline: resumedAt + configuration.recovery.grace) { [weak self] in
             guard let self else { return }

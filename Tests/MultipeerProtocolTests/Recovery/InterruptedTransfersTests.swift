@@ -91,14 +91,3 @@ struct InterruptedTransfersTests {
         #expect(table.takeOutgoing(for: Self.peer).isEmpty && table.isEmpty)
     }
 }
-
-extension InterruptedTransfers.Incoming: Equatable where CutOff: Equatable {
-    public static func == (lhs: Self, rhs: Self) -> Bool {
-        switch (lhs, rhs) {
-        case (.waiting(let a, let x), .waiting(let b, let y)): a === b && x == y
-        case (.cancelled, .cancelled): true
-        case (.completed(let a, let x), .completed(let b, let y)): a === b && x == y
-        default: false
-        }
-    }
-}
