@@ -461,7 +461,7 @@ package final class SessionCore {
             error == ConnectionError(.peerSaidGoodbye(.unknownToken))
         {
             // Our introduction may have overtaken the one the introducer sent the peer: try again.
-            schedule(.redialIntroduced(plan, attempt: link.attempt + 1), at: now + configuration.introducedDialRetryDelay)
+            schedule(.redialIntroduced(plan, attempt: link.attempt + 1), at: now + configuration.introducedDialDelay(beforeAttempt: link.attempt + 1))
             return
         }
         if error == ConnectionError(.peerSaidGoodbye(.duplicateConnection)) && !link.isConnected {

@@ -87,9 +87,15 @@ package struct SessionCoreConfiguration {
     /// dials every member it is introduced to (docs/PROTOCOL.md §7.4).
     var acceptsConnections = true
 
-    /// How often a dial to an introduced peer is retried after `unknownToken`, and how long apart.
-    var introducedDialRetries = 3
+    /// How often a dial to an introduced peer is retried after `unknownToken`, and the first
+    /// delay, doubled for each retry after it: the introduction the peer waits for may be held up
+    /// by TCP retransmissions on a lossy link (5 retries: 7.75 s in all).
+    var introducedDialRetries = 5
     var introducedDialRetryDelay = TimeAmount.milliseconds(250)
+
+    func introducedDialDelay(beforeAttempt attempt: Int) -> TimeAmount {
+        introducedDialRetryDelay * Int64(1 << min(max(attempt - 1, 0), 16))
+    }
     /// Link recovery for version 2 members over TLS (docs/PROTOCOL.md §7.9); `.off`: a lost link
     /// ends the member at once, as with version 1.
     var recovery: RecoveryPolicy

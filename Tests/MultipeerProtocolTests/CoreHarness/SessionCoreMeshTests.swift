@@ -143,8 +143,9 @@ struct SessionCoreMeshTests {
     }
 
     /// The introduced dial overtakes the introduction the host sent the other peer: the dial is
-    /// refused (unknown token) and retried every 250 ms, and succeeds once the introduction lands.
-    @Test(arguments: [TimeAmount.milliseconds(300), .milliseconds(600)])
+    /// refused (unknown token) and retried, waiting twice as long each time, and succeeds once
+    /// the introduction lands, even seconds late (TCP retransmissions on a lossy link).
+    @Test(arguments: [TimeAmount.milliseconds(300), .milliseconds(600), .milliseconds(1_500), .seconds(3)])
     func anIntroducedDialThatOvertakesItsIntroductionIsRetried(delay: TimeAmount) throws {
         let (network, nodes) = try Self.network(seed: 11, size: 3)
         // Of two peers introduced to each other, the smaller identifier waits to be dialed (§7.4):
@@ -174,9 +175,9 @@ struct SessionCoreMeshTests {
         let (listener, dialer) = nodes[1].peer.identifier < nodes[2].peer.identifier ? (nodes[1], nodes[2]) : (nodes[2], nodes[1])
         try network.connect(listener, to: host)
         #expect(network.run(until: { Self.isFullMesh([host, listener]) }))
-        network.latency[.init(from: host.index, to: listener.index)] = .seconds(5)
+        network.latency[.init(from: host.index, to: listener.index)] = .seconds(12)
         try network.connect(dialer, to: host)
-        network.run(for: .seconds(4))
+        network.run(for: .seconds(10))
         #expect(dialer.dials.filter { $0.peer == listener.peer }.count == 1 + network.nodes[0].core.configuration.introducedDialRetries)
         #expect(dialer.lastState(of: listener) == .notConnected(ConnectionError(.peerSaidGoodbye(.unknownToken))))
     }

@@ -125,7 +125,7 @@ struct SessionCoreRefusalTests {
         }
         stranger.core.connect(DialPlan(introduced: nodes[0].peer, by: nodes[1].peer.identifier, at: nodes[0].endpoint))
         network.drain(stranger)
-        network.run(for: .seconds(5))
+        network.run(for: .seconds(10))
         // An introduced dial is retried a bounded number of times (it may have overtaken its
         // introduction), each refused.
         let attempts = 1 + stranger.core.configuration.introducedDialRetries
