@@ -48,7 +48,8 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     package typealias Admission = (Hello, [UInt8]?) -> ConnectionConfiguration.Admission
 
     // Exclusivity is unchecked on the state each frame touches: a handler lives on its channel's
-    // event loop and is never entered re-entrantly, and the checks cost time on every frame.
+    // event loop, what NIO hands it re-entrantly waits (`deferredInbound`), and the checks cost
+    // time on every frame.
     // Admission calls into the session engine between two of the machine's steps (never inside
     // one); debug builds, the tests', keep checking the machine, so an action that came back to
     // this handler from there would trap rather than overlap.
@@ -81,6 +82,18 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// share records, so a burst of small frames costs a record or two rather than one each.
     @exclusivity(unchecked) private var writesSinceFlush = 0
     private var readsHeld: Bool { readsHeldForReplies || readsHeldForReceiver }
+    /// How deep in `perform` we are. NIO reads what the socket still holds from inside a write
+    /// that failed, then closes the channel (`BaseSocketChannel.flushNow`); the engine writes
+    /// while it handles a frame we deliver, so those reads and that close can come in the middle
+    /// of a delivery. They wait in `deferredInbound` until it is over, or the session would meet
+    /// the later frames first (and count them: the peer's RESUME would skip the earlier ones).
+    /// Bounded by what the socket held when the write failed.
+    @exclusivity(unchecked) private var performDepth = 0
+    @exclusivity(unchecked) private var deferredInbound = CircularBuffer<DeferredInbound>()
+    private enum DeferredInbound {
+        case read(ByteBuffer)
+        case inactive
+    }
     /// The handler's own context while it is in a pipeline, so the engine can hand it frames
     /// directly: through the pipeline each frame is boxed in an `NIOAny` and cast back.
     @exclusivity(unchecked) private var ownContext: ChannelHandlerContext?
@@ -126,10 +139,18 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard performDepth == 0 else {
+            deferredInbound.append(.read(unwrapInboundIn(data)))
+            return
+        }
+        read(unwrapInboundIn(data), context: context)
+    }
+
+    private func read(_ bytes: ByteBuffer, context: ChannelHandlerContext) {
         lastReceived = context.eventLoop.now
         keepaliveClock?.received(at: lastReceived)
         let repliedBefore = machine.replyByteCount
-        perform(machine.receive(unwrapInboundIn(data)), context: context)
+        perform(machine.receive(bytes), context: context)
         if !context.channel.isWritable {
             replyBacklog += machine.replyByteCount - repliedBefore
             if replyBacklog > Self.replyBacklogLimit { readsHeldForReplies = true }
@@ -161,6 +182,14 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     package func channelInactive(context: ChannelHandlerContext) {
+        guard performDepth == 0 else {
+            deferredInbound.append(.inactive)
+            return
+        }
+        inactive(context: context)
+    }
+
+    private func inactive(context: ChannelHandlerContext) {
         perform(machine.transportClosed(), context: context)
         cancelTimers()
         stopKeepalive()
@@ -298,6 +327,19 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     }
 
     private func perform(_ actions: [ConnectionAction], context: ChannelHandlerContext, closing: Bool = true) {
+        performDepth += 1
+        performNow(actions, context: context, closing: closing)
+        performDepth -= 1
+        // Each waiting event is handled as if it came now, in the order it came.
+        while performDepth == 0, let next = deferredInbound.popFirst() {
+            switch next {
+            case .read(let bytes): read(bytes, context: context)
+            case .inactive: inactive(context: context)
+            }
+        }
+    }
+
+    private func performNow(_ actions: [ConnectionAction], context: ChannelHandlerContext, closing: Bool) {
         var wrote = false
         // Bytes first: every record here was sealed before any event below is fired, and what
         // an event's handler writes at once is sealed after them, so it must follow them out
