@@ -1801,6 +1801,16 @@ def _burst_with_reset(h, s, conn, n=400, cut_at=150):
     return got_h, got_s, mh
 
 
+def _nc_origin(e):
+    """Which Python connection a notConnected event came from, for a failure message."""
+    c = e.data.get("conn")
+    if c is None:
+        return "%s: %s" % (e.peer, e.data.get("reason"))
+    return "%s %s purpose %s: %s" % (e.peer, "dialed" if c.dialer else "accepted",
+                                     c.purpose if c.dialer else getattr(c, "dialer_purpose", None),
+                                     e.data.get("reason"))
+
+
 @scenario("link recovery: python resets TCP mid-burst; resumed by either dialer, every message once, in order (§7.9)")
 def s_v2_recovery():
     n = 400
@@ -1829,8 +1839,8 @@ def s_v2_recovery():
                                                                             len(got_s) - len(set(got_s))))
                 lib_nc = h.all(is_state(s.peer_id.hex(), "notConnected"), since=mh)
                 py_nc = s.events.all(lambda e: e.kind == "state" and e.data["state"] == "notConnected")
-                check(not lib_nc and not py_nc, "%s: notConnected seen: library %d, python %d"
-                      % (label, len(lib_nc), len(py_nc)))
+                check(not lib_nc and not py_nc, "%s %s: notConnected seen: library %d, python %d %s"
+                      % (label, direction, len(lib_nc), len(py_nc), [_nc_origin(e) for e in py_nc]))
                 r = resumed[-1].data
                 out.append("%s %s: resumed by %s's dial, resent %d, peer had %d (%.1fs)"
                            % (label, direction, "python" if r["dialer"] else "library", r["resent"],

@@ -37,6 +37,8 @@ class Connection(ChannelsMixin):
         self.got_goodbye = None           # the peer's GOODBYE reason
         self.resetting = False            # test hook: we reset the TCP connection on purpose
         self.superseded = False           # closed for a newer connection to the same member (GOODBYE 7)
+        self.announced = False            # posted state connecting, so its end posts notConnected
+        self.dialer_purpose = None        # listener: the purpose of the dialer's HELLO, once read
         self.expected = expected          # PeerID a purpose-3 dial expects to reach
         self.sock = sock
         self.dialer = dialer
@@ -152,8 +154,11 @@ class Connection(ChannelsMixin):
     def _run(self):
         s = self.session
         deadline = time.monotonic() + s.handshake_deadline
-        if self.purpose != F.PURPOSE_RESUMPTION:
-            self._post("state", state="connecting")
+        # §7.9: a resumption is no peer state change. A listener cannot tell
+        # one until the dialer's HELLO (§4 rule 1: it reports no peer before),
+        # so while a member could be resumed it announces at that HELLO.
+        if self.purpose != F.PURPOSE_RESUMPTION and (self.dialer or not s.may_be_resumed()):
+            self._announce(self.peer_id)
         try:
             self._preambles(deadline)
             self._secure(deadline)
@@ -206,14 +211,22 @@ class Connection(ChannelsMixin):
             ch.done.set()
         self.session._forget(self)
         if self.member is not None:
-            # §7.9: the session decides: lost (resume), left, or nothing (a resumption dial)
-            self.session._connection_ended(self, lost=goodbye is None and self.got_goodbye is None
+            # §7.9: the session decides: lost (resume), left, or nothing (a resumption
+            # that never carried the member). GOODBYE 7 on a connection carrying the
+            # member means the peer took a resumption instead: a loss too.
+            self.session._connection_ended(self, lost=goodbye is None and self.got_goodbye in (None, 7)
                                            and not self.superseded and self.end_reason != "local disconnect")
             return
-        if F.PURPOSE_RESUMPTION in (self.purpose, self.peer_hello and self.peer_hello.purpose):
-            self._post("resume-ended", reason=self.end_reason)     # refused before it carried a member
+        if F.PURPOSE_RESUMPTION in (self.purpose, self.dialer_purpose) or not self.announced:
+            # refused or failed before it carried a member, or (listener) ended before
+            # the dialer's HELLO while a member could be resumed: no peer state (§7.9)
+            self._post("resume-ended", reason=self.end_reason, before_hello=self.dialer_purpose is None)
             return
         self._post("state", state="notConnected", reason=self.end_reason)
+
+    def _announce(self, peer):
+        self.announced = True
+        self.log.post("state", peer, conn=self, state="connecting")
 
     @property
     def recovers(self):
@@ -372,7 +385,9 @@ class Connection(ChannelsMixin):
         m = self.member
         role = R.ROLE_LISTENER if self.dialer else R.ROLE_DIALER
         if not R.check(m.resumption_key, role, R.binding(self.transport), r.proof):
-            raise Failed("wrong resumption proof", 9)
+            # §7.9: a listener answers GOODBYE 9; a dialer closes with GOODBYE 1 and
+            # may dial again (what answered at the old address may not be the peer)
+            raise Failed("wrong resumption proof", 1 if self.dialer else 9)
         self.session._resumed(self, r.delivered)
 
     def _loop(self, deadline):
@@ -456,6 +471,10 @@ class Connection(ChannelsMixin):
 
     def _on_hello(self, h: F.Hello):
         s = self.session
+        if not self.dialer:
+            self.dialer_purpose = h.purpose
+            if not self.announced and h.purpose != F.PURPOSE_RESUMPTION:
+                self._announce(h.peer_id)       # not a resumption: a peer state from now on
         if h.version != self.version:
             raise ProtocolViolation("HELLO version")
         if self.dialer and h.purpose != F.PURPOSE_ANSWER:

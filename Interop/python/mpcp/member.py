@@ -26,6 +26,7 @@ class Member:
         self.state = "connected"        # connected, suspended, left
         self.episode = 0                # counts losses, so a stale recovery thread stops
         self.dialing = None             # our resumption dial of this episode (Connection), if any
+        self.admitted = None            # the peer's resumption we admitted, until it carries the member
         self.dial_tcp_pending = False   # our dial's TCP connect is under way
         self.yield_dial = False         # the peer's dial came first: drop ours once TCP is up
         self.resumed = threading.Event()

@@ -286,29 +286,51 @@ class Session:
         with self.lock:
             return self.members.get(getattr(ident, "identifier", ident))
 
+    def may_be_resumed(self) -> bool:
+        """§7.9: a member (connected or suspended) whose peer may resume it on
+        a connection to our listener, which we cannot tell before its HELLO."""
+        with self.lock:
+            return any(m.state != "left" for m in self.members.values())
+
+    def _suspend(self, m, conn, reason):
+        """Under m.lock: the member's link is lost; recover for the grace period."""
+        m.state = "suspended"
+        m.episode += 1
+        m.resumed.clear()
+        self.events.post("lost", m.peer_id, conn=conn, reason=reason)
+        threading.Thread(target=self._recover, args=(m, m.episode), daemon=True, name="mpcp-recover").start()
+
     def _connection_ended(self, conn, lost):
         m = conn.member
         with m.lock:
             if m.conn is conn:
                 m.conn = None
                 if lost and m.state == "connected" and not self.closing.is_set():
-                    m.state = "suspended"
-                    m.episode += 1
-                    m.resumed.clear()
-                    episode = m.episode
-                    self.events.post("lost", m.peer_id, conn=conn, reason=conn.end_reason)
-                    threading.Thread(target=self._recover, args=(m, episode), daemon=True,
-                                     name="mpcp-recover").start()
+                    self._suspend(m, conn, conn.end_reason)
                     return
                 self._member_left(m, conn.end_reason, conn)
                 return
+            # a resumption connection (ours or the peer's) that never carried the
+            # member: it ends quietly and the member stays suspended (§7.9)
             if m.dialing is conn:
                 m.dialing = None
-            gave_up = (conn.dialer and conn.purpose == F.PURPOSE_RESUMPTION
+            if m.admitted is conn:
+                m.admitted = None
+                if m.state == "connected" and m.conn is None:
+                    # it had replaced the connection that carried the member (GOODBYE 7)
+                    # and failed before carrying it: the link is lost now
+                    if self.closing.is_set():
+                        self._member_left(m, conn.end_reason, conn)
+                    else:
+                        self._suspend(m, conn, "resumption failed after replacing the link: %s"
+                                      % conn.end_reason)
+            # §7.9: GOODBYE 9 (or any but 7) on our resumption dial gives the member up
+            # only from a listener whose certificate we pinned; without an identity a
+            # GOODBYE proves nothing about who sent it, and the grace period decides
+            gave_up = (conn.dialer and conn.purpose == F.PURPOSE_RESUMPTION and m.peer_fp is not None
                        and conn.got_goodbye is not None and conn.got_goodbye != 7)
         self.events.post("resume-ended", m.peer_id, conn=conn, reason=conn.end_reason)
         if gave_up and m.state == "suspended":
-            # §7.9: GOODBYE 9 (or any but 7) on our resumption: the member has left
             self._member_left(m, conn.end_reason, conn)
 
     def _member_left(self, m, reason, conn=None):
@@ -394,6 +416,11 @@ class Session:
                     ours.abort(7, "duplicateConnection (the peer's resumption dial stays)")
                 else:
                     raise Failed("duplicateConnection (our resumption dial stays)", 7)
+            earlier = m.admitted
+            if earlier is not None and earlier is not conn and not earlier.closed.is_set():
+                # a later resumption of the peer's replaces an earlier one (§7.9)
+                earlier.superseded = True
+                earlier.abort(7, "duplicateConnection (a later resumption of the peer's)")
             old = m.conn
             if old is not None and old is not conn and not old.closed.is_set():
                 # we had not noticed the loss: the new connection replaces it
@@ -401,6 +428,7 @@ class Session:
                 old.abort(7, "duplicateConnection (resumed on a new connection)")
                 m.conn = None
             conn.member = m
+            m.admitted = conn
 
     def _resumed(self, conn, peer_delivered):
         """Both proofs checked: the connection carries the member now."""
@@ -411,6 +439,8 @@ class Session:
                 raise Failed("member already left", 9)
             if m.dialing is conn:
                 m.dialing = None
+            if m.admitted is conn:
+                m.admitted = None
             again = m.resend_to(conn, peer_delivered)    # a bad count raises (GOODBYE 1)
             self._take_exports(m, conn)
             conn.phase = "connected"
