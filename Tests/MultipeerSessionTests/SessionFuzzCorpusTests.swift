@@ -96,6 +96,12 @@ struct SessionFuzzCorpusTests {
         #expect(try run("policy-short-record-header") == TLSDifferentialRun(delivered: 6, state: .failed, policies: [.shortRecordHeader]))
         #expect(try run("policy-header-after-key-update-answer") == TLSDifferentialRun(keyUpdatesRead: 1, state: .failed, policies: [.headerAfterKeyUpdateAnswer]))
         #expect(try run("policy-write-waits-for-ticket") == TLSDifferentialRun(written: 64, policies: [.writeWaitsForHandshakeMessage]))
+        // Two policies at once: a malformed ticket just after a KeyUpdate request fails OpenSSL
+        // only when the next record arrives (found by the fuzzer; the harness expected it sooner).
+        let lateTicket = try Data(contentsOf: repositoryRootURL.appendingPathComponent(
+            "Fuzz/Regressions/fuzz-tls-differential/client-ticket-judged-on-the-record-after-a-key-update-answer"))
+        #expect(lateTicket.withUnsafeBytes { SessionFuzzChecks.checkTLSDifferential($0) }
+            == TLSDifferentialRun(delivered: 13, keyUpdatesRead: 1, policies: [.headerAfterKeyUpdateAnswer, .ticketParsed]))
     }
 
     @Test func channelEndpointSeedsReachTheirStates() throws {

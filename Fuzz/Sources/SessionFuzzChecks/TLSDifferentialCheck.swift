@@ -483,11 +483,14 @@ final class TLSDifferentialHarness {
                 precondition(rerunLibrary(through: record.start) != .failed, "the library failed before the record its \(allowance.policy) policy fails")
                 precondition(rerunLibrary(through: record.end) == .failed, "the library did not fail at the record its \(allowance.policy) policy fails")
             case .openSSLMayFail:
-                // Only OpenSSL fails there: the library must get through the record.
-                guard subjectState == .failed, subject.observer.recordsOpened == allowance.record + 1, subjectRead.count == prefix,
+                // Only OpenSSL fails there: the library must get through the record. OpenSSL
+                // judges a header that came just after a KeyUpdate request on the next record.
+                let judgedLate = allowance.afterKeyUpdateRequest && subject.observer.recordsOpened == allowance.record + 2
+                guard subjectState == .failed, subject.observer.recordsOpened == allowance.record + 1 || judgedLate, subjectRead.count == prefix,
                     libraryRead.count >= prefix, libraryRead[..<prefix].elementsEqual(subjectRead),
                     rerunLibrary(through: record.end) != .failed
                 else { continue }
+                if judgedLate { usedPolicies.append(.headerAfterKeyUpdateAnswer) }
             case .alertsDiffer:
                 continue  // both fail there: explainAlert() judges it
             }

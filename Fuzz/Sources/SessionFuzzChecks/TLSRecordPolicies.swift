@@ -52,6 +52,9 @@ struct TLSPolicyAllowance {
     let kind: Kind
     /// Application data in the records before it.
     let dataBefore: Int
+    /// Its handshake message's header came just after a KeyUpdate request, so OpenSSL judges
+    /// it only when the next record arrives (`headerAfterKeyUpdateAnswer`).
+    var afterKeyUpdateRequest = false
 }
 
 /// Post-handshake messages reassembled from handshake records (RFC 8446 §5.1): any number of
@@ -134,8 +137,11 @@ struct TLSRecordPolicies {
         finish()
     }
 
-    private mutating func allow(_ policy: TLSDifferentialPolicy, _ kind: TLSPolicyAllowance.Kind, at record: Int) {
-        allowances.append(TLSPolicyAllowance(record: record, policy: policy, kind: kind, dataBefore: data))
+    private mutating func allow(
+        _ policy: TLSDifferentialPolicy, _ kind: TLSPolicyAllowance.Kind, at record: Int, afterKeyUpdateRequest: Bool = false
+    ) {
+        allowances.append(
+            TLSPolicyAllowance(record: record, policy: policy, kind: kind, dataBefore: data, afterKeyUpdateRequest: afterKeyUpdateRequest))
     }
 
     /// The library's count of records without application data; true when it cuts the peer off.
@@ -181,10 +187,11 @@ struct TLSRecordPolicies {
                 refusedHeader = (record, lastMessageWasKeyUpdateRequest)
                 return bothFail(at: record)
             }
+            let headerAfterKeyUpdateRequest = lastMessageWasKeyUpdateRequest
             guard let message = handshake.next() else { return }
             lastMessageWasKeyUpdateRequest = message.type == 24 && message.body[0] == 1
             if message.type == 4 {
-                allow(.ticketParsed, .openSSLMayFail, at: record)
+                allow(.ticketParsed, .openSSLMayFail, at: record, afterKeyUpdateRequest: headerAfterKeyUpdateRequest)
                 continue
             }
             // A KeyUpdate: a known request value, and the last thing in its record.
