@@ -426,6 +426,27 @@ package final class SessionCore {
         }
     }
 
+    /// Discovery saw `peer`'s host at `addresses` (found, or its addresses changed). A suspended
+    /// member that listens is redialed there at once, on the port it listens on: it may have
+    /// moved, and when we moved too, neither side's old address leads anywhere and no other
+    /// member may be left to introduce it (§7.9). IPv6 link-local addresses are left out (a
+    /// dial names one interface for all its endpoints), and so is what a redial tries anyway.
+    package func peerDiscovered(_ peer: Bytes16, at addresses: [WireEndpoint.Address]) {
+        guard let member = recoverable[peer], member.suspension != nil, let port = member.listenEndpoint?.port, port != 0 else { return }
+        var endpoints: [WireEndpoint] = []
+        for address in addresses {
+            guard let endpoint = try? WireEndpoint(address: address, port: port), !endpoint.isLinkLocal,
+                endpoint != member.listenEndpoint, endpoint != member.introducedEndpoint, !endpoints.contains(endpoint)
+            else { continue }
+            endpoints.append(endpoint)
+            if endpoints.count == RecoverableMember.maxDiscoveredEndpoints { break }
+        }
+        guard !endpoints.isEmpty, endpoints != member.discoveredEndpoints else { return }
+        member.discoveredEndpoints = endpoints
+        logger.info("discovery sees a recovering member elsewhere", metadata: ["peer": member.peer.logValue])
+        redial(member)
+    }
+
     /// The connection ended (after `established` or instead of it).
     package func closed(_ id: LinkID, _ error: ConnectionError, now: NIODeadline) {
         // A loss, or the peer's word that another connection carries the member now (GOODBYE 7:
@@ -643,6 +664,7 @@ package final class SessionCore {
         // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
         member.introducedEndpoint = nil
+        member.discoveredEndpoints = []
         if let endpoint = link.listenEndpoint {
             member.listenEndpoint = endpoint
             member.linkScope = link.remoteScope

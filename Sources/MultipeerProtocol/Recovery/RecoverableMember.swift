@@ -17,11 +17,19 @@ final class RecoverableMember {
     /// While suspended: where another member that reaches it now says it listens (it may have
     /// moved, §7.9). Redials try it first, then `listenEndpoint`.
     var introducedEndpoint: WireEndpoint?
+    /// While suspended: where discovery (a browser in this process) sees its host now, with the
+    /// port it listens on; when both sides moved, nobody else can say. Tried after the
+    /// introduced endpoint, before `listenEndpoint`.
+    var discoveredEndpoints: [WireEndpoint] = []
+
+    /// At most this many discovered addresses are kept for redials, each costing a connect.
+    static let maxDiscoveredEndpoints = 4
 
     /// Where a redial goes, in order; empty when the member accepts no connections.
     var redialEndpoints: [WireEndpoint] {
         var endpoints: [WireEndpoint] = []
-        for endpoint in [introducedEndpoint, listenEndpoint].compactMap({ $0 }) where endpoint.isListening && !endpoints.contains(endpoint) {
+        let candidates = [introducedEndpoint].compactMap { $0 } + discoveredEndpoints + [listenEndpoint].compactMap { $0 }
+        for endpoint in candidates where endpoint.isListening && !endpoints.contains(endpoint) {
             endpoints.append(endpoint)
         }
         return endpoints

@@ -431,3 +431,49 @@ struct SessionCoreRecoveryTests {
         #expect(Self.texts(bob, from: alice) == ["to bob"] && Self.texts(alice, from: bob) == ["to alice"])
     }
 }
+
+/// Two peers alone in their session both move: neither old address leads anywhere and no third
+/// member can introduce them, so only discovery can say where each is now (§7.9).
+@Suite("Session cores back to back: discovery feeds redials")
+struct SessionCoreDiscoveryRedialTests {
+    @Test(arguments: [true, false])
+    func twoPeersThatBothMovedResumeWhereDiscoverySeesThem(discovered: Bool) throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 80)
+        for node in [alice, bob] { node.move() }
+        network.resetConnection(between: alice, and: bob)
+        network.send("to bob", from: alice, to: bob)
+        network.run(for: .seconds(1))
+        #expect(!alice.suspended.isEmpty && !bob.suspended.isEmpty, "both lost the link and recover")
+        if discovered {
+            // What each side's browser hears: the other's host at its new address (and junk).
+            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address), .ipv6(Bytes16(high: 0xFE80 << 48, low: 1))])
+            network.drain(alice)
+            bob.core.peerDiscovered(alice.peer.identifier, at: [.ipv4(alice.address)])
+            network.drain(bob)
+        }
+        network.run(for: .seconds(12))
+        if discovered {
+            #expect(alice.states(of: bob) == [.connecting, .connected] && bob.states(of: alice) == [.connecting, .connected])
+            #expect(SessionCoreRecoveryTests.texts(bob, from: alice) == ["to bob"])
+        } else {
+            // Each redialed the other's old address only, until the grace ran out.
+            #expect(Self.left(alice.lastState(of: bob)) && Self.left(bob.lastState(of: alice)))
+        }
+    }
+
+    static func left(_ state: PeerConnectionState?) -> Bool {
+        if case .notConnected = state { return true }
+        return false
+    }
+
+    /// News of a peer that is connected, or of one we never met, dials nothing.
+    @Test func discoveryOfAConnectedPeerDialsNothing() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 81)
+        let dials = alice.dials.count
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0999)])
+        alice.core.peerDiscovered(Bytes16(high: 1, low: 2), at: [.ipv4(0x0A00_0999)])
+        network.drain(alice)
+        network.run(for: .seconds(1))
+        #expect(alice.dials.count == dials && alice.isConnected(to: bob))
+    }
+}
