@@ -182,10 +182,21 @@ open class MCNearbyServiceBrowser: NSObject, @unchecked Sendable {
                 state.endpoints[found.peer.identifier] = Self.dialable(found.endpoints)
                 return (peer, Array(state.streams.values))
             }
+            DiscoveryNews.peerSeen(found.peer.identifier, at: Self.dialable(found.endpoints))
             let endpoints = found.endpoints.map { Endpoint(host: $0.address.description, port: Int($0.port), interfaceIndex: $0.interfaceIndex) }
             for stream in streams { stream.yield(.found(peer, discoveryInfo: found.discoveryInfo, endpoints: endpoints)) }
             let info = found.discoveryInfo
             delegateQueue.async { self.delegate?.browser(self, foundPeer: peer, withDiscoveryInfo: info.isEmpty ? nil : info) }
+        case .moved(let moved):
+            // Invitations go to where it is now; a session recovering a link to it redials there.
+            // The application is not told: the peer is the same one it found.
+            let dialable = Self.dialable(moved.endpoints)
+            let known = state.withLock { state -> Bool in
+                guard state.peers[moved.peer.identifier] != nil else { return false }
+                state.endpoints[moved.peer.identifier] = dialable
+                return true
+            }
+            if known { DiscoveryNews.peerSeen(moved.peer.identifier, at: dialable) }
         case .lost(let lost):
             let (peer, streams) = state.withLock { state -> (MCPeerID?, [AsyncStream<Event>.Continuation]) in
                 state.endpoints[lost.identifier] = nil

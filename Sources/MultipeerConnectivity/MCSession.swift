@@ -156,6 +156,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         self.setupError = setupError
         super.init()
         events.session = self
+        if let engine { DiscoveryNews.subscribe(engine) }
         // Streams and resources are refused while nobody would take them.
         engine?.setChannelAcceptance { [weak self] in
             guard let self else { return false }
@@ -167,6 +168,7 @@ open class MCSession: NSObject, @unchecked Sendable {
         // A session dropped without disconnect() still says goodbye and frees its sockets, and
         // the partial files it kept for resuming go with it; so do those of transfers the
         // disconnect cuts off later on the loop, as the discard closes the store.
+        if let engine { DiscoveryNews.unsubscribe(engine) }
         _ = engine?.disconnect()
         engine?.discardResumableTransfers()
         // Loops over `events()` end with the session, as they did with AsyncStream continuations.

@@ -27,6 +27,8 @@ public struct MCSessionConfiguration: Sendable {
     /// session, with every reliable message delivered once and in order (docs/PROTOCOL.md §7.9;
     /// peers of this library from 0.2 on, over an encrypted connection). Apple's delegate hears
     /// nothing unless the grace passes; `events()` reports `linkInterrupted` and `linkRestored`.
+    /// A peer that moved is redialed where another member or, while an `MCNearbyServiceBrowser`
+    /// for its service runs in this process, discovery sees it now.
     /// `.zero` turns recovery off: a lost link ends the peer at once.
     public var linkRecoveryGrace: Duration = .seconds(10)
     /// Largest `.unreliable` message sent as one sealed datagram, at most 65,471 bytes. Larger

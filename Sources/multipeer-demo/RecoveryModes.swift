@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MultipeerConnectivity
+import MultipeerDiscovery
 import Synchronization
 
 /// `multipeer-demo chatter first|second COUNT INTERVAL-MS`: one side of a chat whose link a test
@@ -11,6 +12,8 @@ import Synchronization
 /// `DONE received=N inorder=yes|no duplicates=D notconnected=K` once it has received COUNT and
 /// sent all of its own; it disconnects at `QUIT` or when standard input ends. Meanwhile it prints
 /// `INTERRUPTED` and `RESTORED` as the async API reports the link lost and back.
+/// With `MULTIPEER_CHATTER_DISCOVERY=SERVICE` it also advertises and browses SERVICE on mp0 (the
+/// namespace's link), so its session learns where the other side is when both have moved.
 extension Demo {
     static func chatter(first: Bool, count: Int, interval: Int) async throws {
         var configuration = MCSessionConfiguration()
@@ -23,6 +26,18 @@ extension Demo {
             peer: MCPeerID(displayName: first ? "first" : "second"), securityIdentity: nil, encryptionPreference: .required,
             configuration: configuration)
         let events = session.events()
+        var discovery: (MCNearbyServiceAdvertiser, MCNearbyServiceBrowser)?
+        if let service = ProcessInfo.processInfo.environment["MULTIPEER_CHATTER_DISCOVERY"] {
+            // The embedded engine: the test's namespaces have no avahi-daemon.
+            let discoveryConfiguration = DiscoveryConfiguration(interfaceNames: ["mp0"], engine: .embedded)
+            let advertiser = try MCNearbyServiceAdvertiser(
+                peer: session.myPeerID, discoveryInfo: nil, serviceType: service, configuration: discoveryConfiguration)
+            let browser = try MCNearbyServiceBrowser(peer: session.myPeerID, serviceType: service, configuration: discoveryConfiguration)
+            try await advertiser.start()
+            try await browser.start()
+            discovery = (advertiser, browser)
+        }
+        defer { withExtendedLifetime(discovery) {} }
         func say(_ line: String) { try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8)) }
         func hex(_ data: Data) -> String { data.map { String(format: "%02x", $0) }.joined() }
         let input = LineReader()

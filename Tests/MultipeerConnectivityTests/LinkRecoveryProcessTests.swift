@@ -21,9 +21,11 @@ struct LinkRecoveryProcessTests {
 
     /// Two chatters, one per namespace, connected and told to start: `count` messages each way,
     /// one every 50 ms.
-    static func startChat(in namespaces: NetworkNamespaces, count: Int) async throws -> (NamespacedDemo, NamespacedDemo) {
-        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "\(count)", "50"])
-        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "\(count)", "50"])
+    static func startChat(
+        in namespaces: NetworkNamespaces, count: Int, environment: [String: String] = [:]
+    ) async throws -> (NamespacedDemo, NamespacedDemo) {
+        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "\(count)", "50"], environment: environment)
+        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "\(count)", "50"], environment: environment)
         let firstPeer = try #require(await first.nextLine(within: 30))
         let secondPeer = try #require(await second.nextLine(within: 30))
         #expect(firstPeer.hasPrefix("PEER ") && secondPeer.hasPrefix("PEER "))
@@ -41,10 +43,12 @@ struct LinkRecoveryProcessTests {
 
     /// Moves the second namespace's peer to a new address (the old one first: deleting a subnet's
     /// first address deletes the others in it).
-    static func moveSecond(in namespaces: NetworkNamespaces) throws {
-        let moved = namespaces.names[1]
-        let oldAddress = namespaces.address(of: 1)
-        let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).200"
+    static func moveSecond(in namespaces: NetworkNamespaces) throws { try move(1, in: namespaces) }
+
+    static func move(_ index: Int, in namespaces: NetworkNamespaces) throws {
+        let moved = namespaces.names[index]
+        let oldAddress = namespaces.address(of: index)
+        let newAddress = "169.254.\(oldAddress.split(separator: ".")[2]).\(200 + index)"
         try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "del", "\(oldAddress)/24", "dev", "mp0")
         try NetworkNamespaces.ip("netns", "exec", moved, "ip", "addr", "add", "\(newAddress)/24", "dev", "mp0")
     }
@@ -111,6 +115,40 @@ struct LinkRecoveryProcessTests {
                 }
             }
             #expect(done == "DONE received=100 inorder=yes duplicates=0 notconnected=0")
+        }
+        first.send("QUIT")
+        second.send("QUIT")
+        first.finish()
+        second.finish()
+    }
+
+    /// Both peers move at once, and no third member is left to say where either went: each side's
+    /// browser sees the other's new address (the advertisers announce it), and the session redials
+    /// there. Without discovery's news each would dial the other's old address until the grace ran out.
+    @Test func twoPeersThatBothMoveFindEachOtherThroughDiscovery() async throws {
+        let namespaces = try NetworkNamespaces(count: 2)
+        defer { namespaces.remove() }
+        let service = "mp-moves"
+        let (first, second) = try await Self.startChat(
+            in: namespaces, count: 120, environment: ["MULTIPEER_CHATTER_DISCOVERY": service])
+        defer {
+            first.kill()
+            second.kill()
+        }
+        try await Task.sleep(for: .seconds(1))  // the script: some messages flow first
+        try Self.move(0, in: namespaces)
+        try Self.move(1, in: namespaces)
+        for side in [first, second] {
+            var done: String?
+            var other: [String] = []
+            while let line = await side.nextLine(within: 30) {
+                if line.hasPrefix("DONE ") {
+                    done = line
+                    break
+                }
+                if line != "INTERRUPTED" && line != "RESTORED" { other.append(line) }
+            }
+            #expect(done == "DONE received=120 inorder=yes duplicates=0 notconnected=0", "\(other)")
         }
         first.send("QUIT")
         second.send("QUIT")

@@ -106,7 +106,7 @@ struct DiscoveryCoreTests {
         try lan.browse(on: b)
         lan.run(for: .seconds(5))
         #expect(b.found == [twin])
-        #expect(b.browserEvents.count == 1)
+        #expect(b.browserEvents.filter { !$0.isMove }.count == 1)
     }
 
     /// One peer on two interfaces of the browser's host: found once, with both endpoints.
@@ -118,7 +118,8 @@ struct DiscoveryCoreTests {
         try lan.advertise(on: a, peer: alice)
         try lan.browse(on: b)
         lan.run(for: .seconds(5))
-        #expect(b.browserEvents.count == 1)
+        // Found once; its second interface's address may come later, as a move.
+        #expect(b.browserEvents.filter { !$0.isMove }.count == 1)
         let endpoints = b.browsers[0].foundPeers.first?.endpoints ?? []
         #expect(Set(endpoints.map(\.interfaceIndex)) == [1, 2])
     }
@@ -205,6 +206,48 @@ struct DiscoveryCoreTests {
         #expect(b.browsers[0].cachedRecordCount <= limits.maxRecords)
         #expect(b.found.count <= limits.maxInstances)
         #expect(b.found.contains(alice))
+    }
+}
+
+/// A found peer's host announces another address (it moved): the browser says so once, without
+/// losing and finding the peer again, so sessions can redial it there (docs/PROTOCOL.md §7.9).
+@Suite("Discovery cores: a found peer that moves")
+struct DiscoveryCoreMoveTests {
+    @Test func aNewAddressForAFoundPeerIsReportedAsAMove() throws {
+        let lan = VirtualLAN(seed: 31)
+        let b = lan.addNode()
+        try lan.browse(on: b)
+        let service = try ServiceType("chat").serviceName
+        let mover = lan.peer("mover")
+        let instance = try service.prepending(DiscoveryTXT.hex(mover.identifier))
+        let host = try DNSName("mover.local")
+        func announce(_ address: UInt32) {
+            let records = [
+                DNSResourceRecord(name: service, ttl: 4_500, data: .ptr(instance)),
+                DNSResourceRecord(name: instance, ttl: 120, data: .srv(priority: 0, weight: 0, port: 9, target: host), cacheFlush: true),
+                DNSResourceRecord(name: instance, ttl: 4_500, data: .txt(try! DiscoveryTXT.encode(mover, info: [:])), cacheFlush: true),
+                DNSResourceRecord(name: host, ttl: 120, data: .a(address), cacheFlush: true),
+            ]
+            lan.inject(DNSMessage(isResponse: true, isAuthoritative: true, answers: records), segment: 0, from: .ipv4(address))
+        }
+        announce(0x0A00_0063)
+        #expect(lan.run(until: { b.found == [mover] }, limit: .seconds(5)))
+        lan.run(for: .seconds(2))
+        announce(0x0A00_0064)
+        // The cache flush retires the old address a second after the new one arrives.
+        lan.run(for: .seconds(3))
+        let moves = b.browserEvents.compactMap { event -> [MDNSAddress]? in
+            guard case .moved(let found) = event else { return nil }
+            return found.endpoints.map(\.address)
+        }
+        #expect(moves.last == [.ipv4(0x0A00_0064)], "\(b.browserEvents)")
+        #expect(b.browserEvents.filter { if case .found = $0 { true } else { false } }.count == 1)
+        #expect(!b.browserEvents.contains { if case .lost = $0 { true } else { false } })
+        // The same announcement again changes nothing.
+        let count = b.browserEvents.count
+        announce(0x0A00_0064)
+        lan.run(for: .seconds(3))
+        #expect(b.browserEvents.count == count)
     }
 }
 

@@ -49,6 +49,7 @@ final class VirtualLAN {
                 switch event {
                 case .found(let peer): current[peer.peer.identifier] = peer.peer
                 case .lost(let peer): current[peer.identifier] = nil
+                case .moved: break
                 }
             }
             return current.values.sorted { $0.identifier < $1.identifier }
@@ -198,5 +199,14 @@ final class VirtualLAN {
         for index in node.advertisers.indices { node.advertisers[index].received(decoded, from: source, now: now) }
         for index in node.browsers.indices { node.browsers[index].received(decoded, from: source, now: now) }
         flush(node)
+    }
+}
+
+extension MDNSBrowserCore.Event {
+    /// A found peer's addresses changed: for sessions, not one of the found and lost events an
+    /// application sees.
+    var isMove: Bool {
+        if case .moved = self { return true }
+        return false
     }
 }

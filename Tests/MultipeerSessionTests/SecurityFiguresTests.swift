@@ -61,6 +61,7 @@ import Testing
             "once the grace period (\(policy.grace.nanoseconds / 1_000_000_000) s by default)",
             "each connect attempt bounded at \(DialPlan.resumptionConnectTimeout.nanoseconds / 1_000_000_000) s and each handshake at \(DialPlan.resumptionHandshakeTimeout.nanoseconds / 1_000_000_000) s",
             "it dials at most once a second after its first \(policy.redialDelays.count) tries",
+            "at most \(RecoverableMember.maxDiscoveredEndpoints) addresses are kept from one report",
         ]
     }
 

@@ -26,7 +26,8 @@ package struct DiscoveredPeers {
     }
 
     /// Moves the reported peers to those `instances` describe, returning what changed: lost
-    /// before found, each in identifier order.
+    /// before found before moved (a reported peer whose addresses changed), each in identifier
+    /// order.
     mutating func update(_ instances: [DNSName: FoundPeer]) -> [MDNSBrowserCore.Event] {
         var current: [Bytes16: FoundPeer] = [:]
         // One peer under several instance names (a renamed twin): the name that sorts first wins.
@@ -40,6 +41,11 @@ package struct DiscoveredPeers {
         }
         for (identifier, found) in current.sorted(by: { $0.key < $1.key }) where reported[identifier] == nil {
             events.append(.found(found))
+        }
+        for (identifier, found) in current.sorted(by: { $0.key < $1.key }) {
+            if let before = reported[identifier], Set(before.endpoints.map(\.address)) != Set(found.endpoints.map(\.address)) {
+                events.append(.moved(found))
+            }
         }
         reported = current
         return events

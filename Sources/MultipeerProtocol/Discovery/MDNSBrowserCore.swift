@@ -5,7 +5,8 @@ import NIOCore
 /// One browser's mDNS querier and cache, sans-I/O (docs/PROTOCOL.md §12.3, RFC 6762 §5, §10):
 /// continuous PTR queries with backoff and known answers, resolution of SRV, TXT and addresses,
 /// a bounded cache with TTL expiry and refresh queries, goodbyes, and a liveness check for peers
-/// that vanish without one. Reports each peer found once and lost once.
+/// that vanish without one. Reports each peer found once and lost once, and in between each
+/// change of the addresses it is seen at (for link recovery, not for the application).
 public struct MDNSBrowserCore {
     public struct Endpoint: Hashable, Sendable {
         public let address: MDNSAddress
@@ -23,6 +24,9 @@ public struct MDNSBrowserCore {
     public enum Event: Equatable, Sendable {
         case found(FoundPeer)
         case lost(WirePeerID)
+        /// A found peer is seen at other addresses now: it may have moved. Sessions hear it (a
+        /// member recovering a lost link redials there, §7.9); an application's delegate does not.
+        case moved(FoundPeer)
     }
 
     public struct Limits: Sendable {

@@ -130,6 +130,17 @@ package final class SessionEngine: Sendable {
         }
     }
 
+    /// A browser in this process saw `peer`'s host at `addresses`: a member recovering a lost
+    /// link is redialed there (`SessionCore.peerDiscovered`).
+    package func peerDiscovered(_ peer: Bytes16, at addresses: [SocketAddress]) {
+        let seen = addresses.compactMap { try? WireEndpoint(socketAddress: $0).address }
+        guard !seen.isEmpty else { return }
+        eventLoop.execute { [self] in
+            core.peerDiscovered(peer, at: seen)
+            perform()
+        }
+    }
+
     // MARK: Messages
 
     /// Queues a reliable message to each peer; returns at once. Throws for an empty peer list, an
