@@ -13,7 +13,8 @@ import Synchronization
 /// sent all of its own; it disconnects at `QUIT` or when standard input ends. Meanwhile it prints
 /// `INTERRUPTED` and `RESTORED` as the async API reports the link lost and back.
 /// With `MULTIPEER_CHATTER_DISCOVERY=SERVICE` it also advertises and browses SERVICE on mp0 (the
-/// namespace's link), so its session learns where the other side is when both have moved.
+/// namespace's link), so its session learns where the other side is when both have moved; its
+/// session then has an identity (a throwaway one), without which discovery feeds no redials.
 extension Demo {
     static func chatter(first: Bool, count: Int, interval: Int) async throws {
         var configuration = MCSessionConfiguration()
@@ -22,12 +23,15 @@ extension Demo {
             configuration.logger = Logger(label: first ? "first" : "second") { StreamLogHandler.standardError(label: $0) }
             configuration.logger.logLevel = .info
         }
-        let session = MCSession(
-            peer: MCPeerID(displayName: first ? "first" : "second"), securityIdentity: nil, encryptionPreference: .required,
+        let discoveryService = ProcessInfo.processInfo.environment["MULTIPEER_CHATTER_DISCOVERY"]
+        // Discovery feeds only the redials of a member with an identity (they pin its certificate).
+        let identity = try discoveryService.map { _ in try DemoAuthority().issue(first ? "first" : "second") }
+        let session = try MCSession(
+            peer: MCPeerID(displayName: first ? "first" : "second"), identity: identity, encryptionPreference: .required,
             configuration: configuration)
         let events = session.events()
         var discovery: (MCNearbyServiceAdvertiser, MCNearbyServiceBrowser)?
-        if let service = ProcessInfo.processInfo.environment["MULTIPEER_CHATTER_DISCOVERY"] {
+        if let service = discoveryService {
             // The embedded engine: the test's namespaces have no avahi-daemon.
             let discoveryConfiguration = DiscoveryConfiguration(interfaceNames: ["mp0"], engine: .embedded)
             let advertiser = try MCNearbyServiceAdvertiser(

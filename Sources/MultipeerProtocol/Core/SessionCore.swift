@@ -431,8 +431,12 @@ package final class SessionCore {
     /// moved, and when we moved too, neither side's old address leads anywhere and no other
     /// member may be left to introduce it (§7.9). IPv6 link-local addresses are left out (a
     /// dial names one interface for all its endpoints), and so is what a redial tries anyway.
+    /// Only for a member with an identity: anyone on the link can answer mDNS for it, and a
+    /// redial that pins no certificate would hand such a host the session's resumption ID.
     package func peerDiscovered(_ peer: Bytes16, at addresses: [WireEndpoint.Address]) {
-        guard let member = recoverable[peer], member.suspension != nil, let port = member.listenEndpoint?.port, port != 0 else { return }
+        guard let member = recoverable[peer], member.suspension != nil, member.certificateFingerprint != nil,
+            let port = member.listenEndpoint?.port, port != 0
+        else { return }
         var endpoints: [WireEndpoint] = []
         for address in addresses {
             guard let endpoint = try? WireEndpoint(address: address, port: port), !endpoint.isLinkLocal,
@@ -687,6 +691,7 @@ package final class SessionCore {
             let plan = DialPlan(
                 resuming: member.peer, id: member.resumptionID, at: endpoints, linkScope: member.linkScope, grant: member.grant())
         else { return }
+        member.redials += 1
         let link = Link(dialed: true, plan: plan)
         let id = addLink(link)
         actions.append(.dial(id, plan))

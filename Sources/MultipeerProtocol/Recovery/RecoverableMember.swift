@@ -19,8 +19,12 @@ final class RecoverableMember {
     var introducedEndpoint: WireEndpoint?
     /// While suspended: where discovery (a browser in this process) sees its host now, with the
     /// port it listens on; when both sides moved, nobody else can say. Tried after the
-    /// introduced endpoint, before `listenEndpoint`.
+    /// introduced endpoint and `listenEndpoint`, each redial starting at the next one: anyone on
+    /// the link can answer mDNS for the member, and a host that stalls must keep neither the old
+    /// address nor the other discovered ones from being tried.
     var discoveredEndpoints: [WireEndpoint] = []
+    /// Redials made during this member's suspensions: where the discovered endpoints start.
+    var redials = 0
 
     /// At most this many discovered addresses are kept for redials, each costing a connect.
     static let maxDiscoveredEndpoints = 4
@@ -28,7 +32,9 @@ final class RecoverableMember {
     /// Where a redial goes, in order; empty when the member accepts no connections.
     var redialEndpoints: [WireEndpoint] {
         var endpoints: [WireEndpoint] = []
-        let candidates = [introducedEndpoint].compactMap { $0 } + discoveredEndpoints + [listenEndpoint].compactMap { $0 }
+        let start = discoveredEndpoints.isEmpty ? 0 : redials % discoveredEndpoints.count
+        let discovered = discoveredEndpoints[start...] + discoveredEndpoints[..<start]
+        let candidates = [introducedEndpoint, listenEndpoint].compactMap { $0 } + discovered
         for endpoint in candidates where endpoint.isListening && !endpoints.contains(endpoint) {
             endpoints.append(endpoint)
         }

@@ -89,6 +89,7 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
     /// the later frames first (and count them: the peer's RESUME would skip the earlier ones).
     /// Bounded by what the socket held when the write failed.
     @exclusivity(unchecked) private var performDepth = 0
+    @exclusivity(unchecked) private var drainingDeferred = false
     @exclusivity(unchecked) private var deferredInbound = CircularBuffer<DeferredInbound>()
     private enum DeferredInbound {
         case read(ByteBuffer)
@@ -330,13 +331,17 @@ package final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHan
         performDepth += 1
         performNow(actions, context: context, closing: closing)
         performDepth -= 1
-        // Each waiting event is handled as if it came now, in the order it came.
-        while performDepth == 0, let next = deferredInbound.popFirst() {
+        guard performDepth == 0, !drainingDeferred, !deferredInbound.isEmpty else { return }
+        // Each waiting event is handled as if it came now, in the order it came, from here
+        // only: what they defer in turn joins the queue rather than a deeper stack.
+        drainingDeferred = true
+        while let next = deferredInbound.popFirst() {
             switch next {
             case .read(let bytes): read(bytes, context: context)
             case .inactive: inactive(context: context)
             }
         }
+        drainingDeferred = false
     }
 
     private func performNow(_ actions: [ConnectionAction], context: ChannelHandlerContext, closing: Bool) {

@@ -461,6 +461,48 @@ struct SessionCoreDiscoveryRedialTests {
         }
     }
 
+    /// Anyone on the link can answer mDNS for a member, so its news cannot hold up the old
+    /// address: discovered addresses come after it, and each redial starts at the next of them
+    /// (one that stalls holds up no other).
+    @Test func discoveredAddressesComeAfterTheOldOneAndTakeTurns() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 82)
+        bob.isReachable = false
+        network.resetConnection(between: alice, and: bob)
+        network.run(for: .milliseconds(100))
+        #expect(!alice.suspended.isEmpty)
+        let before = alice.dials.count
+        let discovered: [WireEndpoint.Address] = [.ipv4(0x0A00_0901), .ipv4(0x0A00_0902), .ipv4(0x0A00_0903)]
+        alice.core.peerDiscovered(bob.peer.identifier, at: discovered)
+        network.drain(alice)
+        network.run(for: .seconds(8))
+        let plans = alice.dials[before...].filter { $0.purpose == .resumption }
+        // Each redial waits out its 2 s connect deadline (bob is unreachable) before the next.
+        #expect(plans.count >= 2, "\(plans.count) redials")
+        var starts: Set<WireEndpoint.Address> = []
+        for plan in plans {
+            #expect(plan.endpoints.first?.address == .ipv4(bob.address), "the old address first: \(plan.endpoints)")
+            let rest = plan.endpoints.dropFirst().map(\.address)
+            #expect(rest.count == 3 && Set(rest) == Set(discovered))
+            if let first = rest.first { starts.insert(first) }
+        }
+        #expect(starts.count == min(plans.count, 3), "each redial starts at the next discovered address")
+    }
+
+    /// Without an identity a redial pins no certificate: a host answering mDNS for the member
+    /// would learn the session's resumption ID. Its news is not used.
+    @Test func discoveryFeedsNoRedialsOfAMemberWithoutAnIdentity() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 83, identities: false)
+        for node in [alice, bob] { node.move() }
+        network.resetConnection(between: alice, and: bob)
+        network.run(for: .seconds(1))
+        #expect(!alice.suspended.isEmpty)
+        let before = alice.dials.count
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address)])
+        network.drain(alice)
+        network.run(for: .seconds(3))
+        #expect(alice.dials[before...].allSatisfy { plan in !plan.endpoints.contains { $0.address == .ipv4(bob.address) } })
+    }
+
     static func left(_ state: PeerConnectionState?) -> Bool {
         if case .notConnected = state { return true }
         return false
