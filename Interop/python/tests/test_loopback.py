@@ -11,14 +11,8 @@ HERE = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
 from mpcp.session import Session   # noqa: E402
-from mpcp.tls import Identity      # noqa: E402
 
-CERTS = HERE.parents[1] / "Certificates"
-PASSWORD = (CERTS / "password.txt").read_text().splitlines()[0].encode()
-
-
-def identity(name):
-    return Identity.load_p12(str(CERTS / "peers" / (name + ".p12")), PASSWORD) if name else None
+from peers import identity                          # noqa: E402
 
 
 def connected(ev):

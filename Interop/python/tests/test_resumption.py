@@ -20,14 +20,8 @@ from mpcp.connection_data import ConnectionData     # noqa: E402
 from mpcp.encodings import Endpoint, PeerID         # noqa: E402
 from mpcp.preamble import Preamble, REQUIRED        # noqa: E402
 from mpcp.session import Session                    # noqa: E402
-from mpcp.tls import Identity                       # noqa: E402
 
-CERTS = HERE.parents[1] / "Certificates"
-PASSWORD = (CERTS / "password.txt").read_text().splitlines()[0].encode()
-
-
-def identity(name):
-    return Identity.load_p12(str(CERTS / "peers" / (name + ".p12")), PASSWORD) if name else None
+from peers import identity                          # noqa: E402
 
 
 def rst(sock):
