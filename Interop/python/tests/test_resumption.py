@@ -77,8 +77,9 @@ class ResettingListener:
                 s, _ = self.sock.accept()
             except (socket.timeout, OSError):
                 continue
-            preamble_then_reset(s)
+            # Counted first: the dialer may see the reset before this thread runs on.
             self.resets += 1
+            preamble_then_reset(s)
 
     def close(self):
         self.stop.set()
