@@ -39,16 +39,16 @@ package struct DiscoveredPeers {
         for (identifier, found) in reported.sorted(by: { $0.key < $1.key }) where current[identifier] == nil {
             events.append(.lost(found.peer))
         }
-        for (identifier, found) in current.sorted(by: { $0.key < $1.key }) where reported[identifier] == nil {
-            events.append(.found(found))
-        }
+        var moves: [MDNSBrowserCore.Event] = []
         for (identifier, found) in current.sorted(by: { $0.key < $1.key }) {
-            if let before = reported[identifier], Set(before.endpoints.map(\.address)) != Set(found.endpoints.map(\.address)) {
-                events.append(.moved(found))
+            guard let before = reported[identifier] else {
+                events.append(.found(found))
+                continue
             }
+            if Set(before.endpoints.map(\.address)) != Set(found.endpoints.map(\.address)) { moves.append(.moved(found)) }
         }
         reported = current
-        return events
+        return events + moves
     }
 
     /// Forgets every peer without events (the browser stopped).
