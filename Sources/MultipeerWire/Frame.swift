@@ -25,6 +25,11 @@ public enum Frame: Hashable, Sendable {
     case streamClose(channel: UInt32)
     case streamReset(channel: UInt32, code: StreamResetCode)
     case windowUpdate(channel: UInt32, increment: UInt32)
+    /// Version 2 (docs/PROTOCOL.md §7.10): a stream continued by its ordinal on a resumed connection.
+    case streamResume(channel: UInt32, ordinal: UInt32, name: String)
+    /// Version 2: how many of the stream's bytes the receiver has received in the session; `closed`
+    /// once it has read the stream's end.
+    case streamAcknowledge(channel: UInt32, received: UInt64, closed: Bool)
     case resourceOffer(channel: UInt32, ResourceOffer)
     case resourceChunk(channel: UInt32, ByteBuffer)
     case resourceComplete(channel: UInt32, sha256: SHA256Digest)
@@ -52,6 +57,8 @@ public enum Frame: Hashable, Sendable {
         case .streamClose: .streamClose
         case .streamReset: .streamReset
         case .windowUpdate: .windowUpdate
+        case .streamResume: .streamResume
+        case .streamAcknowledge: .streamAcknowledge
         case .resourceOffer: .resourceOffer
         case .resourceChunk: .resourceChunk
         case .resourceComplete: .resourceComplete
@@ -69,14 +76,18 @@ public enum Frame: Hashable, Sendable {
         case .streamOpen(let channel, _), .streamData(let channel, _), .streamClose(let channel),
             .streamReset(let channel, _), .windowUpdate(let channel, _), .resourceOffer(let channel, _),
             .resourceChunk(let channel, _), .resourceComplete(let channel, _), .resourceCancel(let channel, _),
-            .resourceAccept(let channel, _), .resourceReceived(let channel):
+            .resourceAccept(let channel, _), .resourceReceived(let channel), .streamResume(let channel, _, _),
+            .streamAcknowledge(let channel, _, _):
             channel
         }
     }
 
     var flags: UInt8 {
-        if case .message(_, isEnd: true) = self { return FrameFlags.endOfMessage }
-        return 0
+        switch self {
+        case .message(_, isEnd: true): FrameFlags.endOfMessage
+        case .streamAcknowledge(_, _, closed: true): FrameFlags.streamClosed
+        default: 0
+        }
     }
 
     /// Bytes of payload the frame's encoding carries.
@@ -88,7 +99,8 @@ public enum Frame: Hashable, Sendable {
         case .invitation(let invitation): invitation.encodedLength
         case .meshIntroduction(let introduction): introduction.encodedLength
         case .goodbye, .streamReset, .resourceCancel: 2
-        case .ping, .pong, .resourceAccept, .acknowledge: 8
+        case .ping, .pong, .resourceAccept, .acknowledge, .streamAcknowledge: 8
+        case .streamResume(_, _, let name): 5 + name.utf8.count
         case .resume: ResumeProof.encodedLength
         case .message(let payload, _), .streamData(_, let payload), .resourceChunk(_, let payload): payload.readableBytes
         case .streamOpen(_, let name): 1 + name.utf8.count
@@ -117,6 +129,9 @@ public enum Frame: Hashable, Sendable {
         if case .streamOpen(_, let name) = self {
             try checkString8(name, "stream name", allowed: 0...WireLimits.maxChannelNameBytes)
         }
+        if case .streamResume(_, _, let name) = self {
+            try checkString8(name, "stream name", allowed: 0...WireLimits.maxChannelNameBytes)
+        }
         if case .windowUpdate(_, let increment) = self {
             try Self.checkIncrement(increment)
         }
@@ -143,6 +158,10 @@ public enum Frame: Hashable, Sendable {
         case .acknowledge(let delivered): buffer.writeInteger(delivered)
         case .message, .streamData, .resourceChunk: break  // the bulk payload goes last
         case .streamOpen(_, let name): buffer.writeString8(name)
+        case .streamResume(_, let ordinal, let name):
+            buffer.writeInteger(ordinal)
+            buffer.writeString8(name)
+        case .streamAcknowledge(_, let received, _): buffer.writeInteger(received)
         case .streamClose: break
         case .streamReset(_, let code): buffer.writeInteger(code.rawValue)
         case .windowUpdate(_, let increment): buffer.writeInteger(increment)
@@ -210,6 +229,14 @@ public enum Frame: Hashable, Sendable {
             frame = .message(payload.readSlice(length: payload.readableBytes)!, isEnd: header.flags & FrameFlags.endOfMessage != 0)
         case .streamOpen:
             frame = .streamOpen(channel: channel, name: try payload.readWireString8("stream name", allowed: 0...WireLimits.maxChannelNameBytes))
+        case .streamResume:
+            let ordinal = try payload.readWireInteger(as: UInt32.self, "STREAM_RESUME ordinal")
+            frame = .streamResume(
+                channel: channel, ordinal: ordinal, name: try payload.readWireString8("stream name", allowed: 0...WireLimits.maxChannelNameBytes))
+        case .streamAcknowledge:
+            frame = .streamAcknowledge(
+                channel: channel, received: try payload.readWireInteger("STREAM_ACK received"),
+                closed: header.flags & FrameFlags.streamClosed != 0)
         case .streamData:
             frame = .streamData(channel: channel, payload.readSlice(length: payload.readableBytes)!)
         case .streamClose:

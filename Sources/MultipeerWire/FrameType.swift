@@ -19,6 +19,9 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     case streamClose = 0x22
     case streamReset = 0x23
     case windowUpdate = 0x24
+    /// Version 2 (docs/PROTOCOL.md §7.10).
+    case streamResume = 0x25
+    case streamAcknowledge = 0x26
     case resourceOffer = 0x30
     case resourceChunk = 0x31
     case resourceComplete = 0x32
@@ -43,7 +46,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .hello, .trust, .invitation, .invitationResponse, .meshIntroduction, .goodbye, .ping, .pong, .message,
             .pairingCommit, .pairingNonce, .resume, .acknowledge:
             .connection
-        case .streamOpen, .streamData, .streamClose, .streamReset, .resourceOffer, .resourceChunk,
+        case .streamOpen, .streamData, .streamClose, .streamReset, .streamResume, .streamAcknowledge, .resourceOffer, .resourceChunk,
             .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
             .channel
         case .windowUpdate:
@@ -55,7 +58,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     /// treats it as a violation.
     public var sinceVersion: UInt8 {
         switch self {
-        case .resume, .acknowledge: 2
+        case .resume, .acknowledge, .streamResume, .streamAcknowledge: 2
         default: 1
         }
     }
@@ -64,7 +67,11 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
     public var isChannelFrame: Bool { channelRule != .connection }
 
     public var allowedFlags: UInt8 {
-        self == .message ? FrameFlags.endOfMessage : 0
+        switch self {
+        case .message: FrameFlags.endOfMessage
+        case .streamAcknowledge: FrameFlags.streamClosed
+        default: 0
+        }
     }
 
     /// Payload length bounds, checked from the header before the payload is buffered.
@@ -76,7 +83,8 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .invitation: 6...6 + WireLimits.maxInvitationContext
         case .meshIntroduction: MeshIntroduction.minEncodedLength...MeshIntroduction.maxEncodedLength
         case .goodbye, .streamReset, .resourceCancel: 2...2
-        case .ping, .pong, .resourceAccept, .acknowledge: 8...8
+        case .ping, .pong, .resourceAccept, .acknowledge, .streamAcknowledge: 8...8
+        case .streamResume: 5...5 + WireLimits.maxChannelNameBytes
         case .resume: ResumeProof.encodedLength...ResumeProof.encodedLength
         case .message: 0...WireLimits.maxFramePayload
         case .streamOpen: 1...1 + WireLimits.maxChannelNameBytes
@@ -92,4 +100,6 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
 public enum FrameFlags {
     /// MESSAGE: this fragment ends the message.
     public static let endOfMessage: UInt8 = 0x01
+    /// STREAM_ACK: the receiver has read the stream's end (docs/PROTOCOL.md §6.4.13b).
+    public static let streamClosed: UInt8 = 0x01
 }

@@ -79,7 +79,7 @@ struct RandomFrames {
     }
 
     mutating func frame() -> Frame {
-        switch int(0...21) {
+        switch int(0...23) {
         case 0: return .hello(hello())
         case 1: return .trust(TrustDecision.allCases[int(0...2)])
         case 2:
@@ -119,6 +119,8 @@ struct RandomFrames {
         case 18: return .resourceAccept(channel: channel(), offset: u64())
         case 19: return .pairingCommit(try! SHA256Digest(bytes: bytes(32).readableBytesView))
         case 20: return .pairingNonce(try! PairingNonce(bytes: bytes(32).readableBytesView))
+        case 21: return .streamResume(channel: channel(), ordinal: u32(), name: string(maxBytes: WireLimits.maxChannelNameBytes))
+        case 22: return .streamAcknowledge(channel: channel(), received: u64(), closed: bool())
         default: return .resourceReceived(channel: channel())
         }
     }

@@ -38,6 +38,8 @@ package struct ChannelTable {
         /// Resource bytes still to come once we accepted (size − offset); nil before RESOURCE_ACCEPT.
         var remaining: UInt64?
         var completed = false
+        /// Opened by STREAM_RESUME and not yet answered: no data or close may come (§7.10).
+        var awaitingAnswer = false
     }
 
     /// A channel we opened and still write (or, for a resource, await the verdict on).
@@ -48,6 +50,10 @@ package struct ChannelTable {
         /// Resource bytes still to send once the peer accepted (size − offset); nil before.
         var remaining: UInt64?
         var completed = false
+        /// Opened by STREAM_RESUME, whose answer has not come: we send nothing more yet (§7.10).
+        var awaitingAnswer = false
+        /// A stream we closed or reset that waits for the receiver's STREAM_ACK with CLOSED (§7.10).
+        var ending = false
     }
 
     /// A channel we ended that the peer may still name. Data the peer sent before it read our
@@ -79,6 +85,10 @@ package struct ChannelTable {
     /// Bytes of discarded data not yet given back to the peer's connection window.
     private var unreplenished: UInt32 = 0
 
+    /// Version 2 over TLS (docs/PROTOCOL.md §7.10): STREAM_RESUME and STREAM_ACK belong here,
+    /// and our streams stay open after their end until the receiver acknowledges it.
+    var acknowledgesStreams = false
+
     init(weAreDialer: Bool) {
         peerParity = weAreDialer ? 0 : 1
     }
@@ -97,6 +107,13 @@ package struct ChannelTable {
         switch frame {
         case .streamOpen:
             return peerOpens(channel, .stream)
+        case .streamResume:
+            guard acknowledgesStreams else { return violation(.invalidValue, "STREAM_RESUME on a connection without link recovery") }
+            let opened = peerOpens(channel, .stream)
+            if case .opened = opened { peerOpen[channel]?.awaitingAnswer = true }
+            return opened
+        case .streamAcknowledge where !acknowledgesStreams:
+            return violation(.invalidValue, "STREAM_ACK on a connection without link recovery")
         case .resourceOffer(_, let offer):
             return peerOpens(channel, .resource(size: offer.size))
         case .windowUpdate(0, let increment):
@@ -127,6 +144,9 @@ package struct ChannelTable {
         guard var open = peerOpen[channel] else {
             let why = channel > highestPeerChannel ? "the peer never opened channel \(channel)" : "channel \(channel) is neither open nor recently ended"
             return violation(.invalidChannel, "\(frame.type): \(why)")
+        }
+        if open.awaitingAnswer, frame.type == .streamData || frame.type == .streamClose {
+            return violation(.invalidValue, "\(frame.type) on channel \(channel) before we answered its STREAM_RESUME")
         }
         switch (frame, open.kind) {
         case (.streamData(_, let data), .stream):
@@ -159,7 +179,7 @@ package struct ChannelTable {
         case (.streamReset, _), (.resourceCancel, .resource):
             peerOpen[channel] = nil
             return .forOpenChannel(channel)
-        case (.windowUpdate, _), (.resourceAccept, _), (.resourceReceived, _):
+        case (.windowUpdate, _), (.resourceAccept, _), (.resourceReceived, _), (.streamAcknowledge, _):
             return violation(.invalidValue, "\(frame.type) from the opener of channel \(channel)")
         default:
             return violation(.invalidValue, "\(frame.type) on \(open.kind == .stream ? "stream" : "resource") channel \(channel)")
@@ -194,7 +214,7 @@ package struct ChannelTable {
             ended[index].window = 0
             ended[index].completed = true
             return .handled
-        case .windowUpdate, .resourceAccept, .resourceReceived:
+        case .windowUpdate, .resourceAccept, .resourceReceived, .streamAcknowledge:
             return violation(.invalidValue, "\(frame.type) from the opener of channel \(frame.channel)")
         default: break
         }
@@ -220,7 +240,7 @@ package struct ChannelTable {
             return violation(.invalidChannel, "\(frame.type): we opened no channel \(channel)")
         }
         switch frame.type {
-        case .streamOpen, .resourceOffer, .streamData, .streamClose, .resourceChunk, .resourceComplete:
+        case .streamOpen, .streamResume, .resourceOffer, .streamData, .streamClose, .resourceChunk, .resourceComplete:
             return violation(.invalidValue, "\(frame.type) from the receiver of channel \(channel)")
         default:
             break
@@ -246,6 +266,16 @@ package struct ChannelTable {
             guard open.completed else { return violation(.invalidValue, "RESOURCE_RECEIVED on channel \(channel) before RESOURCE_COMPLETE") }
             localOpen[channel] = nil
             return .forOpenChannel(channel)
+        case (.streamAcknowledge(_, _, let closed), .stream):
+            // The counts are the session's to judge (`StreamLedger`); the table knows only the end.
+            if closed {
+                guard open.ending else { return violation(.invalidValue, "STREAM_ACK with CLOSED on channel \(channel) before we ended it") }
+                localOpen[channel] = nil
+            } else {
+                open.awaitingAnswer = false
+                localOpen[channel] = open
+            }
+            return .forOpenChannel(channel)
         case (.streamReset, _), (.resourceCancel, .resource):
             localOpen[channel] = nil
             return .forOpenChannel(channel)
@@ -261,17 +291,19 @@ package struct ChannelTable {
     mutating func sending(_ frame: Frame) throws(SendRefusal) {
         let channel = frame.channel
         switch frame {
-        case .streamOpen, .resourceOffer:
+        case .streamOpen, .resourceOffer, .streamResume:
+            if case .streamResume = frame, !acknowledgesStreams { throw .channelRule("STREAM_RESUME without link recovery") }
             guard channel % 2 != peerParity, channel > highestLocalChannel else { throw .channelRule("opening channel \(channel) after \(highestLocalChannel)") }
             guard localOpen.count < WireLimits.maxChannelsOpenedPerSide else { throw .channelRule("a 65th channel") }
             highestLocalChannel = channel
-            if case .resourceOffer(_, let offer) = frame {
-                localOpen[channel] = LocalChannel(kind: .resource(size: offer.size))
-            } else {
-                localOpen[channel] = LocalChannel(kind: .stream)
+            switch frame {
+            case .resourceOffer(_, let offer): localOpen[channel] = LocalChannel(kind: .resource(size: offer.size))
+            case .streamResume: localOpen[channel] = LocalChannel(kind: .stream, awaitingAnswer: true)
+            default: localOpen[channel] = LocalChannel(kind: .stream)
             }
         case .streamData(_, let data), .resourceChunk(_, let data):
             guard var open = localOpen[channel] else { throw notOpen(frame) }
+            guard !open.awaitingAnswer, !open.ending else { throw .channelRule("\(frame.type) on channel \(channel) before its STREAM_RESUME's answer or after its end") }
             let bytes = UInt32(data.readableBytes)
             guard bytes <= open.sendWindow, bytes <= connectionSendWindow else {
                 throw .channelRule("\(frame.type) of \(bytes) bytes beyond the window of channel \(channel) or of the connection")
@@ -290,7 +322,9 @@ package struct ChannelTable {
         case .streamClose:
             guard let open = localOpen[channel] else { throw notOpen(frame) }
             guard open.kind == .stream else { throw .channelRule("STREAM_CLOSE on resource channel \(channel)") }
-            localOpen[channel] = nil
+            guard !open.awaitingAnswer, !open.ending else { throw .channelRule("STREAM_CLOSE on channel \(channel) before its STREAM_RESUME's answer or after its end") }
+            // With link recovery the stream stays ours until the receiver acknowledges its end.
+            if acknowledgesStreams { localOpen[channel]?.ending = true } else { localOpen[channel] = nil }
         case .resourceComplete:
             guard let open = localOpen[channel] else { throw notOpen(frame) }
             guard open.remaining != nil, !open.completed else {
@@ -310,6 +344,15 @@ package struct ChannelTable {
                 throw .channelRule("channel \(channel) window above the largest")
             }
             open.receiveWindow += increment
+            peerOpen[channel] = open
+        case .streamAcknowledge:
+            guard acknowledgesStreams else { throw .channelRule("STREAM_ACK without link recovery") }
+            guard channel % 2 == peerParity, channel <= highestPeerChannel else {
+                throw .channelRule("STREAM_ACK on channel \(channel), which the peer never opened")
+            }
+            guard var open = peerOpen[channel] else { return }  // its end, acknowledged
+            guard open.kind == .stream else { throw .channelRule("STREAM_ACK on resource channel \(channel)") }
+            open.awaitingAnswer = false
             peerOpen[channel] = open
         case .resourceAccept(_, let offset):
             guard var open = peerOpen[channel], case .resource(let size) = open.kind, open.remaining == nil, offset <= size else {
@@ -338,6 +381,9 @@ package struct ChannelTable {
                 case (.resourceCancel, .stream): throw .channelRule("RESOURCE_CANCEL on stream channel \(channel)")
                 case (.streamReset, .resource) where open.completed:
                     throw .channelRule("STREAM_RESET on channel \(channel) after RESOURCE_COMPLETE (only RESOURCE_CANCEL may follow)")
+                case (.streamReset, .stream) where acknowledgesStreams:
+                    // Ours until the receiver acknowledges the end, or resets it too (§7.10).
+                    localOpen[channel]?.ending = true
                 default: localOpen[channel] = nil
                 }
             }

@@ -345,7 +345,7 @@ package struct ConnectionStateMachine {
         case .goodbye, .ping, .message, .meshIntroduction, .acknowledge:
             break
         case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
-            .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
+            .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived, .streamResume, .streamAcknowledge:
             try channels.sending(frame)
         }
         let isRefusal: Bool
@@ -609,7 +609,7 @@ package struct ConnectionStateMachine {
             case .message, .meshIntroduction, .pong, .acknowledge:
                 return [.deliver(frame)]
             case .streamOpen, .streamData, .streamClose, .streamReset, .windowUpdate, .resourceOffer, .resourceChunk,
-                .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived:
+                .resourceComplete, .resourceCancel, .resourceAccept, .resourceReceived, .streamResume, .streamAcknowledge:
                 return channelFrame(frame)
             }
         case .admitting, .idle, .awaitingPreamble, .tlsHandshake, .closed, .modifying:
@@ -722,6 +722,7 @@ package struct ConnectionStateMachine {
         guard let connection = established(session, peerHello: resuming.peerHello, resumedPeerDelivered: peerResume.delivered) else {
             return fail(ConnectionError(.tls(SecurityError(.internalError, "the resumption values could not be exported"))))
         }
+        channels.acknowledgesStreams = Self.recoversLinks(session)
         state = .connected(session, peerHello: resuming.peerHello)
         return [.established(connection)]
     }
@@ -783,8 +784,14 @@ package struct ConnectionStateMachine {
             // Without them one side would keep every message and the other acknowledge none.
             return fail(ConnectionError(.tls(SecurityError(.internalError, "the resumption values could not be exported"))))
         }
+        channels.acknowledgesStreams = Self.recoversLinks(trust.session)
         state = .connected(trust.session, peerHello: trust.peerHello)
         return [.established(connection)]
+    }
+
+    /// Version 2 over TLS: the session can outlive the connection (§7.9), and so can its streams (§7.10).
+    private static func recoversLinks(_ session: Session) -> Bool {
+        session.negotiated.version >= Hello.Purpose.resumption.sinceVersion && session.transport.isEncrypted
     }
 
     /// Nil when version 2 over TLS could not export its resumption values.
