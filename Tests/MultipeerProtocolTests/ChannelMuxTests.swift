@@ -31,7 +31,7 @@ struct ChannelMuxTests {
     @Test func aStreamIsTakenWithAWiderWindowOrRefusedWhenNobodyReads() {
         var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
         #expect(mux.peerSent(.streamOpen(channel: 2, name: "s"), accepting: true, incomingResourcesInSession: 0) == .takeStream(
-            channel: 2, name: "s", reply: [.windowUpdate(channel: 2, increment: (1 << 20) - WireLimits.initialChannelWindow)]))
+            channel: 2, name: "s", ordinal: nil, reply: [.windowUpdate(channel: 2, increment: (1 << 20) - WireLimits.initialChannelWindow)]))
         #expect(mux.isOpen(2))
         guard case .refuse(4, _, let reply) = mux.peerSent(.streamOpen(channel: 4, name: "t"), accepting: false, incomingResourcesInSession: 0)
         else { Issue.record("not refused"); return }

@@ -56,6 +56,10 @@ struct StreamAcknowledgementTableTests {
         #expect(table.received(.streamAcknowledge(channel: 2, received: 0, closed: false)) == .forOpenChannel(2))
         try table.sending(.streamData(channel: 2, Self.byte))
 
+        var early = Self.table()
+        try early.sending(.streamResume(channel: 2, ordinal: 0, name: "s"))
+        #expect(Self.reason(early.received(.windowUpdate(channel: 2, increment: 100))) == .protocolError)
+
         var resetting = Self.table()
         try resetting.sending(.streamResume(channel: 2, ordinal: 0, name: "s"))
         try resetting.sending(.streamReset(channel: 2, code: .cancelled))

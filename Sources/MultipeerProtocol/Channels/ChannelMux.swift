@@ -37,8 +37,15 @@ package struct ChannelMux {
     package enum Decision: Equatable {
         /// A window grew: serve our channels.
         case serve
-        /// Take the peer's stream: make its reader, then send `reply` (our wider window).
-        case takeStream(channel: UInt32, name: String, reply: [Frame])
+        /// Take the peer's stream: make its reader, then send `reply` (our wider window, and the
+        /// answer to a STREAM_RESUME). `ordinal`: its number in the session, when the connection
+        /// acknowledges streams (§7.10).
+        case takeStream(channel: UInt32, name: String, ordinal: UInt32?, reply: [Frame])
+        /// The peer continues its stream `ordinal`, which we kept across a lost link (§7.10): its
+        /// reader goes on with this channel, after `reply` (how much we have, our wider window).
+        case resumeStream(channel: UInt32, ordinal: UInt32, reply: [Frame])
+        /// The peer acknowledged bytes of our stream (§7.10); `over` when it acknowledged the end.
+        case acknowledged(UInt32, StreamLedger.Acknowledgement)
         /// Within the limits: look for a kept partial and a file to store it in, then answer
         /// with `resourceTaken` or `resourceRefused`.
         case considerResource(channel: UInt32, ResourceOffer)
@@ -47,10 +54,13 @@ package struct ChannelMux {
         /// For the endpoint of our channel, or of the peer's channel we took; `ended` when the
         /// frame ended the channel here (its endpoint then goes with it).
         case toOutbound(UInt32, ended: Bool)
-        case toInbound(UInt32, ended: Bool)
+        /// `reply`: a STREAM_ACK now due (§7.10).
+        case toInbound(UInt32, ended: Bool, reply: Frame? = nil)
         /// Data for a channel we refused or ended, sent before the peer knew: its connection
         /// window comes back.
         case giveBack([Frame])
+        /// The frame breaks a rule of the session's (§7.10): GOODBYE 1 and close.
+        case violation(ConnectionError)
     }
 
     package let limits: Limits
@@ -61,10 +71,18 @@ package struct ChannelMux {
     private var inbound: [UInt32: Kind] = [:]
     /// The peer's resource offers we are still deciding on (looking for a file).
     private var considering: Set<UInt32> = []
+    /// The member's streams across its connections (§7.10); nil on a connection without link
+    /// recovery, whose streams end with it.
+    package var streams: MemberStreams?
+    private var outboundOrdinals: [UInt32: UInt32] = [:]
+    private var inboundOrdinals: [UInt32: UInt32] = [:]
+    /// Our resumed streams whose answer has not come: served only once it has.
+    private var awaitingAnswer: Set<UInt32> = []
 
-    package init(weAreDialer: Bool, limits: Limits) {
+    package init(weAreDialer: Bool, limits: Limits, streams: MemberStreams? = nil) {
         self.weAreDialer = weAreDialer
         self.limits = limits
+        self.streams = streams
         scheduler = ChannelScheduler(weAreDialer: weAreDialer)
         returns = WindowReturns(channelWindow: limits.channelReceiveWindow, connectionWindow: limits.connectionReceiveWindow)
     }
@@ -98,12 +116,39 @@ package struct ChannelMux {
         return channel
     }
 
+    /// A new stream of ours: its channel, and its ordinal in the session when the connection
+    /// acknowledges streams (§7.10). Nil when 64 of ours are open.
+    package mutating func openStream() -> (channel: UInt32, ordinal: UInt32?)? {
+        guard let channel = open(.stream) else { return nil }
+        guard let streams else { return (channel, nil) }
+        guard let ordinal = streams.ledger.opened() else {
+            endOutbound(channel)
+            return nil
+        }
+        outboundOrdinals[channel] = ordinal
+        return (channel, ordinal)
+    }
+
+    /// Continues our stream `ordinal` on a new channel of this connection (§7.10): the frames to
+    /// send (STREAM_RESUME, and STREAM_RESET 1 after it for a stream we reset). The channel is
+    /// served once the peer answers. Nil when 64 of ours are open or the stream is not kept.
+    package mutating func resumeStream(_ ordinal: UInt32, name: String) -> (channel: UInt32, frames: [Frame])? {
+        guard let streams, streams.ledger.keptOrdinals.contains(ordinal), let channel = open(.stream) else { return nil }
+        outboundOrdinals[channel] = ordinal
+        awaitingAnswer.insert(channel)
+        var frames: [Frame] = [.streamResume(channel: channel, ordinal: ordinal, name: name)]
+        if streams.ledger.end(of: ordinal) == .reset { frames.append(.streamReset(channel: channel, code: .cancelled)) }
+        return (channel, frames)
+    }
+
     /// Our channel ended (closed, reset, cancelled, its resource answered), or was opened and
     /// then not used. False when it was not open.
     @discardableResult
     package mutating func endOutbound(_ channel: UInt32) -> Bool {
         guard outbound.removeValue(forKey: channel) != nil else { return false }
         scheduler.ended(channel)
+        outboundOrdinals[channel] = nil
+        awaitingAnswer.remove(channel)
         return true
     }
 
@@ -112,6 +157,7 @@ package struct ChannelMux {
     package mutating func endInbound(_ channel: UInt32) -> Bool {
         guard inbound.removeValue(forKey: channel) != nil else { return false }
         returns.forget(channel)
+        if let ordinal = inboundOrdinals.removeValue(forKey: channel) { streams?.ledger.peerStreamEnded(ordinal) }
         return true
     }
 
@@ -122,6 +168,15 @@ package struct ChannelMux {
         let channel = frame.channel
         if isOurs(channel) {
             guard let kind = outbound[channel] else { return nil }
+            if let ordinal = outboundOrdinals[channel], let streams {
+                // With link recovery our stream lasts until the peer acknowledges its end (§7.10).
+                switch frame {
+                case .streamClose: streams.ledger.ended(ordinal, .closed)
+                case .streamReset: streams.ledger.ended(ordinal, .reset)
+                default: break
+                }
+                return false
+            }
             let ends = Self.ends(frame, of: kind, sentByOpener: true)
             if ends { endOutbound(channel) }
             return ends
@@ -146,12 +201,26 @@ package struct ChannelMux {
         }
     }
 
-    package mutating func markReady(_ channel: UInt32) { scheduler.markReady(channel) }
+    package mutating func markReady(_ channel: UInt32) {
+        guard !awaitingAnswer.contains(channel) else { return }
+        scheduler.markReady(channel)
+    }
 
-    /// The next of our channels to serve and its allowance (§7.6: one frame each in turn).
-    package mutating func next() -> (channel: UInt32, allowance: Int)? { scheduler.next() }
+    /// The next of our channels to serve and its allowance (§7.6: one frame each in turn; a
+    /// stream also within what may go unacknowledged, §7.10).
+    package mutating func next() -> (channel: UInt32, allowance: Int)? {
+        guard let (channel, allowance) = scheduler.next() else { return nil }
+        guard let streams, let ordinal = outboundOrdinals[channel] else { return (channel, allowance) }
+        return (channel, min(allowance, streams.ledger.allowance(ordinal)))
+    }
 
-    package mutating func served(_ channel: UInt32, _ served: ChannelScheduler.Served) { scheduler.served(channel, served) }
+    package mutating func served(_ channel: UInt32, _ served: ChannelScheduler.Served) {
+        if case .data(let bytes) = served, let ordinal = outboundOrdinals[channel] { streams?.ledger.sent(bytes, on: ordinal) }
+        scheduler.served(channel, served)
+    }
+
+    /// The session ordinal of our stream on `channel`, when the connection acknowledges streams.
+    package func ordinal(ofOutbound channel: UInt32) -> UInt32? { outboundOrdinals[channel] }
 
     // MARK: The peer's frames
 
@@ -190,10 +259,54 @@ package struct ChannelMux {
             scheduler.windowUpdate(channel, increment: increment)
             return .serve
         case .streamOpen(_, let name):
-            // Nobody would read it: refused at once rather than left to hold the window.
-            guard accepting() else { return refuse(channel, "nobody takes streams (no delegate, no event stream)") }
-            inbound[channel] = .stream
-            return .takeStream(channel: channel, name: name, reply: channelWidening(channel))
+            var ordinal: UInt32?
+            if let streams {
+                ordinal = streams.ledger.peerOpened()
+                guard ordinal != nil else { return violation("the peer opened more than 2^32 streams in the session") }
+            }
+            return take(channel, name: name, ordinal: ordinal, accepting: accepting(), answer: [])
+        case .streamResume(_, let ordinal, let name):
+            guard let streams else { return .giveBack([]) }  // the connection refuses it without link recovery
+            let resumption: StreamLedger.PeerResumption
+            do {
+                resumption = try streams.ledger.peerResumes(ordinal)
+            } catch {
+                return violation("\(error)")
+            }
+            switch resumption {
+            case .new:
+                return take(
+                    channel, name: name, ordinal: ordinal, accepting: accepting(),
+                    answer: [.streamAcknowledge(channel: channel, received: 0, closed: false)])
+            case .kept(let received):
+                guard !inboundOrdinals.values.contains(ordinal) else {
+                    return violation("STREAM_RESUME of stream \(ordinal), which an open channel of this connection carries")
+                }
+                inbound[channel] = .stream
+                inboundOrdinals[channel] = ordinal
+                return .resumeStream(
+                    channel: channel, ordinal: ordinal,
+                    reply: [.streamAcknowledge(channel: channel, received: received, closed: false)] + channelWidening(channel))
+            case .ended:
+                return .refuse(channel: channel, reason: "stream \(ordinal) ended here", reply: [.streamReset(channel: channel, code: .cancelled)])
+            }
+        case .streamAcknowledge(_, let received, let closed):
+            guard let streams, let ordinal = outboundOrdinals[channel] else { return .giveBack([]) }
+            let answering = awaitingAnswer.remove(channel) != nil
+            let acknowledgement: StreamLedger.Acknowledgement
+            do {
+                acknowledgement = try streams.ledger.acknowledged(ordinal, received: received, closed: closed, answering: answering)
+            } catch {
+                return violation("\(error)")
+            }
+            if acknowledgement.over {
+                endOutbound(channel)
+            } else if answering {
+                scheduler.markReady(channel)
+            } else if acknowledgement.released > 0 {
+                scheduler.unblock(channel)
+            }
+            return .acknowledged(channel, acknowledgement)
         case .resourceOffer(_, let offer):
             guard accepting() else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
             guard offer.size <= limits.maximumIncomingResourceSize else { return refuse(channel, "\(offer.size) bytes, over the limit") }
@@ -211,13 +324,32 @@ package struct ChannelMux {
             if isOurs(channel) {
                 guard let kind = outbound[channel] else { return .giveBack([]) }
                 let ends = Self.ends(frame, of: kind, sentByOpener: false)
-                if ends { endOutbound(channel) }
+                if ends {
+                    // The peer reset our stream (or answered its resume so): nothing to keep.
+                    if let ordinal = outboundOrdinals[channel] { streams?.ledger.forget(ordinal) }
+                    endOutbound(channel)
+                }
                 return .toOutbound(channel, ended: ends)
             }
             if let kind = inbound[channel] {
                 let ends = Self.ends(frame, of: kind, sentByOpener: true)
+                var acknowledgement: Frame?
+                if let streams, let ordinal = inboundOrdinals[channel] {
+                    switch frame {
+                    case .streamData(_, let data):
+                        if let count = streams.ledger.received(data.readableBytes, on: ordinal) {
+                            acknowledgement = .streamAcknowledge(channel: channel, received: count, closed: false)
+                        }
+                    case .streamClose, .streamReset:
+                        if let count = streams.ledger.peerStreamEnded(ordinal) {
+                            acknowledgement = .streamAcknowledge(channel: channel, received: count, closed: true)
+                        }
+                    default:
+                        break
+                    }
+                }
                 if ends { endInbound(channel) }
-                return .toInbound(channel, ended: ends)
+                return .toInbound(channel, ended: ends, reply: acknowledgement)
             }
             switch frame {
             case .streamData(_, let data), .resourceChunk(_, let data): return .giveBack(taken([channel: data.readableBytes]))
@@ -261,6 +393,22 @@ package struct ChannelMux {
     private func channelWidening(_ channel: UInt32) -> [Frame] {
         guard limits.channelReceiveWindow > WireLimits.initialChannelWindow else { return [] }
         return [.windowUpdate(channel: channel, increment: limits.channelReceiveWindow - WireLimits.initialChannelWindow)]
+    }
+
+    /// The peer's stream, opened by STREAM_OPEN or by a STREAM_RESUME of one we never saw.
+    private mutating func take(_ channel: UInt32, name: String, ordinal: UInt32?, accepting: Bool, answer: [Frame]) -> Decision {
+        // Nobody would read it: refused at once rather than left to hold the window.
+        guard accepting else {
+            if let ordinal { streams?.ledger.peerStreamEnded(ordinal) }
+            return refuse(channel, "nobody takes streams (no delegate, no event stream)")
+        }
+        inbound[channel] = .stream
+        if let ordinal { inboundOrdinals[channel] = ordinal }
+        return .takeStream(channel: channel, name: name, ordinal: ordinal, reply: answer + channelWidening(channel))
+    }
+
+    private func violation(_ rule: String) -> Decision {
+        .violation(ConnectionError(.protocolViolation(WireError(.invalidValue, rule))))
     }
 
     private func refuse(_ channel: UInt32, _ reason: String) -> Decision {

@@ -59,6 +59,15 @@ package struct ChannelScheduler {
         entries[channel] = entry
     }
 
+    /// Something other than a window held the channel back (what may go unacknowledged, §7.10)
+    /// and has let go: it is served again.
+    package mutating func unblock(_ channel: UInt32) {
+        guard var entry = entries[channel], entry.blocked else { return }
+        entry.blocked = false
+        enqueueIfServable(channel, &entry)
+        entries[channel] = entry
+    }
+
     package mutating func connectionWindowUpdate(increment: UInt32) {
         connectionWindow = UInt32(min(UInt64(connectionWindow) + UInt64(increment), UInt64(WireLimits.maxWindow)))
         for channel in entries.keys where entries[channel]!.blocked && entries[channel]!.window > 0 {

@@ -248,6 +248,8 @@ package struct ChannelTable {
         // Ended on our side: the peer's frame crossed our close, reset or cancel.
         guard var open = localOpen[channel] else { return .handled }
         switch (frame, open.kind) {
+        case (.windowUpdate, _) where open.awaitingAnswer:
+            return violation(.invalidValue, "WINDOW_UPDATE on channel \(channel) before the answer to its STREAM_RESUME")
         case (.windowUpdate(_, let increment), _):
             guard UInt64(open.sendWindow) + UInt64(increment) <= UInt64(WireLimits.maxWindow) else {
                 return .violation(ConnectionError(.flowControlViolation("WINDOW_UPDATE of \(increment) takes channel \(channel)'s window past \(WireLimits.maxWindow)")))

@@ -287,6 +287,7 @@ package final class SessionCore {
             recoverable[peer.identifier] = member
             resumptionIDs[member.resumptionID] = peer.identifier
             link.member = member
+            link.channels?.streams = member.streams
         }
         actions.append(.memberJoined(peer, id, acceptsDatagrams: link.datagram != nil))
         logger.info("connected", metadata: [
@@ -556,6 +557,10 @@ package final class SessionCore {
     /// another link): what its lost link carried waits for the resumed one rather than failing.
     package func isRecoverableMember(_ peer: Bytes16) -> Bool { recoverable[peer] != nil }
 
+    /// The member's streams across its connections (§7.10); nil for a peer that is not a member
+    /// of version 2 over TLS.
+    package func streams(of peer: Bytes16) -> MemberStreams? { recoverable[peer]?.streams }
+
     private func delivered(_ message: ByteBuffer, by member: RecoverableMember, on id: LinkID, now: NIODeadline) {
         if let count = member.ledger.deliveredMessage(bytes: message.readableBytes) {
             actions.append(.sendFrame(.acknowledge(delivered: count), on: id))
@@ -674,6 +679,7 @@ package final class SessionCore {
             member.linkScope = link.remoteScope
         }
         link.member = member
+        link.channels?.streams = member.streams
         logger.info("link recovered", metadata: ["peer": peer.logValue, "resent": "\(resend.count)", "dialed": "\(link.dialed)"])
         actions.append(.memberResumed(peer, id, acceptsDatagrams: link.datagram != nil, resend: resend))
         // Members that joined meanwhile were introduced to the others only.

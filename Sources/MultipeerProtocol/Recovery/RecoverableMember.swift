@@ -43,6 +43,8 @@ final class RecoverableMember {
     // Exclusivity unchecked: touched for every message, on the engine's loop, by code that does
     // not call back into the core.
     @exclusivity(unchecked) var ledger = DeliveryLedger()
+    /// Its streams and ours, which outlive the connection too (§7.10).
+    let streams = MemberStreams()
     /// Set while no connection carries the member: since when, why, and which suspension this is
     /// (so a late timer of an earlier one does nothing).
     var suspension: (since: NIODeadline, error: ConnectionError, number: Int)?

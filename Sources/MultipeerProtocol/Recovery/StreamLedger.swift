@@ -1,5 +1,13 @@
 import MultipeerWire
 
+/// A member's `StreamLedger`, which the channel muxes of its connections use in turn (one at a
+/// time, on the engine's loop).
+package final class MemberStreams {
+    package var ledger = StreamLedger()
+
+    package init() {}
+}
+
 /// One member's streams across its connections (docs/PROTOCOL.md §7.10), sans-I/O: the ordinals
 /// both sides give the streams each opens, how many bytes of each of the peer's streams we have
 /// received (and when to say so with STREAM_ACK), and how many of ours the peer has, which bounds
@@ -66,6 +74,8 @@ package struct StreamLedger {
         package var rewound: UInt64
         /// The peer acknowledged the stream's end: it is over.
         package var over: Bool
+        /// It answered our STREAM_RESUME: the stream goes on from its count.
+        package var answered: Bool
     }
 
     package private(set) var streamsOpened: UInt32 = 0
@@ -87,6 +97,9 @@ package struct StreamLedger {
 
     /// Ours that the peer has not finished with, in order: what a resumed connection continues.
     package var keptOrdinals: [UInt32] { outgoing.keys.sorted() }
+
+    /// Whether the peer may not have finished with our stream `ordinal`.
+    package func keeps(_ ordinal: UInt32) -> Bool { outgoing[ordinal] != nil }
 
     package func end(of ordinal: UInt32) -> End? { outgoing[ordinal]?.end }
 
@@ -110,7 +123,7 @@ package struct StreamLedger {
     package mutating func acknowledged(
         _ ordinal: UInt32, received: UInt64, closed: Bool, answering: Bool
     ) throws(Violation) -> Acknowledgement {
-        guard var stream = outgoing[ordinal] else { return Acknowledgement(released: 0, rewound: 0, over: closed) }
+        guard var stream = outgoing[ordinal] else { return Acknowledgement(released: 0, rewound: 0, over: closed, answered: answering) }
         guard received <= stream.sent else { throw .acknowledgedUnsent(ordinal: ordinal, acknowledged: received, sent: stream.sent) }
         guard received >= stream.acknowledged else {
             throw .acknowledgementWentBack(ordinal: ordinal, acknowledged: received, before: stream.acknowledged)
@@ -119,7 +132,7 @@ package struct StreamLedger {
             throw .closedShort(ordinal: ordinal, acknowledged: received, length: stream.sent)
         }
         let result = Acknowledgement(
-            released: received - stream.acknowledged, rewound: answering ? stream.sent - received : 0, over: closed)
+            released: received - stream.acknowledged, rewound: answering ? stream.sent - received : 0, over: closed, answered: answering)
         stream.acknowledged = received
         if answering { stream.sent = received }
         if closed { outgoing[ordinal] = nil } else { outgoing[ordinal] = stream }

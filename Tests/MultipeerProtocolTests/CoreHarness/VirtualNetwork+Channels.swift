@@ -161,7 +161,7 @@ final class ChannelDriver {
             return  // no longer a member's link
         case .serve:
             pump()
-        case .takeStream(let channel, let name, let reply):
+        case .takeStream(let channel, let name, _, let reply):
             let sink = ChannelSink(kind: .stream, name: name, channel: channel, driver: self, offset: 0, file: nil, hasher: nil)
             inbound[channel] = sink
             node.channels.arrived(sink)
@@ -170,10 +170,19 @@ final class ChannelDriver {
             consider(offer, on: channel)
         case .refuse(_, _, let reply):
             reply.forEach(send)
+        case .resumeStream(let channel, _, let reply):
+            // The harness keeps no stream across a lost link: the peer hears it ended.
+            reply.forEach(send)
+            channelSend(.streamReset(channel: channel, code: .cancelled))
+        case .acknowledged(let channel, let acknowledgement):
+            if acknowledgement.over { outbound[channel] = nil } else { pump() }
+        case .violation(let error):
+            connection.command { $0.abort(error) }
         case .toOutbound(let channel, let ended):
             (ended ? outbound.removeValue(forKey: channel) : outbound[channel])?.peerSent(frame)
-        case .toInbound(let channel, let ended):
+        case .toInbound(let channel, let ended, let reply):
             (ended ? inbound.removeValue(forKey: channel) : inbound[channel])?.peerSent(frame)
+            if let reply { send(reply) }
         case .giveBack(let frames):
             frames.forEach(send)
         }
