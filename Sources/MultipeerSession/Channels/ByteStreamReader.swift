@@ -24,27 +24,61 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         var waiter: UnsafeContinuation<Void, Never>?
         var observer: (@Sendable (Event) -> Void)?
         var cancelled = false
+        var channel: UInt32
+        var linkage: any ChannelLinkage
+        /// Bytes still buffered from an earlier connection (§7.10): taking them gives no window
+        /// back on the present one, which never counted them.
+        var stale = 0
+
+        /// The window to give back for `count` bytes taken now, oldest first.
+        mutating func fresh(_ count: Int) -> Int {
+            let old = Swift.min(stale, count)
+            stale -= old
+            return count - old
+        }
     }
 
     package let name: String
     package let peer: WirePeerID
-    let channel: UInt32
+    /// Its number among the peer's streams in the session, when the connection acknowledges
+    /// streams (docs/PROTOCOL.md §7.10): a reader kept across a lost link is found by it.
+    package let ordinal: UInt32?
 
     deinit {
         // Bytes nobody will read: their window goes back to the peer.
-        let dropped = state.withLock { $0.chunks.removeAll() }
-        if dropped > 0 { linkage.channelTaken(dropped, on: channel) }
+        let (fresh, channel, linkage) = state.withLock { state in
+            (state.fresh(state.chunks.removeAll()), state.channel, state.linkage)
+        }
+        if fresh > 0 { linkage.channelTaken(fresh, on: channel) }
     }
 
-    private let linkage: any ChannelLinkage
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    package init(name: String, peer: WirePeerID, channel: UInt32, linkage: any ChannelLinkage) {
+    package init(name: String, peer: WirePeerID, channel: UInt32, linkage: any ChannelLinkage, ordinal: UInt32? = nil) {
         self.name = name
         self.peer = peer
-        self.channel = channel
-        self.linkage = linkage
+        self.ordinal = ordinal
+        state = Mutex(State(channel: channel, linkage: linkage))
     }
+
+    /// The channel it is read from now (the peer may carry it on to another connection).
+    var channel: UInt32 { state.withLock { $0.channel } }
+
+    /// On the loop: the peer continues the stream on `channel` of a new connection (§7.10).
+    /// False when the reader has ended meanwhile (the application cancelled it while the link
+    /// was down): the caller resets the stream instead.
+    package func rebind(channel: UInt32, linkage: any ChannelLinkage) -> Bool {
+        state.withLock { state in
+            guard !state.ended, state.failure == nil, !state.cancelled else { return false }
+            state.channel = channel
+            state.linkage = linkage
+            state.stale = state.chunks.byteCount
+            return true
+        }
+    }
+
+    /// Whether the stream is still being read: not at its end, failed or cancelled.
+    package var isReading: Bool { state.withLock { !$0.ended && $0.failure == nil && !$0.cancelled } }
 
     /// Called with events from the engine's thread (and once at once for what is already there).
     package func setObserver(_ observer: (@Sendable (Event) -> Void)?) {
@@ -68,22 +102,25 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
 
     /// Copies up to `buffer.count` bytes; 0 when none are available now (see `isAtEnd`).
     package func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        let copied = state.withLock { $0.chunks.read(into: buffer) }
-        if copied > 0 { linkage.channelTaken(copied, on: channel) }
+        let (copied, fresh, channel, linkage) = state.withLock { state in
+            let copied = state.chunks.read(into: buffer)
+            return (copied, state.fresh(copied), state.channel, state.linkage)
+        }
+        if fresh > 0 { linkage.channelTaken(fresh, on: channel) }
         return copied
     }
 
     /// The next chunk, waiting for one; nil at the end of the stream.
     package func next() async throws(TransferError) -> ByteBuffer? {
         while true {
-            let outcome = state.withLock { state -> Result<ByteBuffer?, TransferError>? in
-                if let chunk = state.chunks.popFirst() { return .success(chunk) }
-                if let failure = state.failure { return .failure(failure) }
-                return state.ended ? .success(nil) : nil
+            let outcome = state.withLock { state -> (Result<ByteBuffer?, TransferError>, Int, UInt32, any ChannelLinkage)? in
+                if let chunk = state.chunks.popFirst() { return (.success(chunk), state.fresh(chunk.readableBytes), state.channel, state.linkage) }
+                if let failure = state.failure { return (.failure(failure), 0, state.channel, state.linkage) }
+                return state.ended ? (.success(nil), 0, state.channel, state.linkage) : nil
             }
-            switch outcome {
+            switch outcome?.0 {
             case .success(let chunk?):
-                linkage.channelTaken(chunk.readableBytes, on: channel)
+                if let (_, fresh, channel, linkage) = outcome, fresh > 0 { linkage.channelTaken(fresh, on: channel) }
                 return chunk
             case .success(nil):
                 return nil
@@ -106,12 +143,12 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     /// writer still writing is told (STREAM_RESET 1). Also after the end or a failure, to let
     /// go of what was never read.
     package func cancel() {
-        let (send, dropped) = state.withLock { state -> (Bool, Int) in
-            let dropped = state.chunks.removeAll()
+        let (send, dropped, channel, linkage) = state.withLock { state -> (Bool, Int, UInt32, any ChannelLinkage) in
+            let dropped = state.fresh(state.chunks.removeAll())
             state.cancelled = true
-            guard !state.ended, state.failure == nil else { return (false, dropped) }
+            guard !state.ended, state.failure == nil else { return (false, dropped, state.channel, state.linkage) }
             state.failure = TransferError(.cancelled)
-            return (true, dropped)
+            return (true, dropped, state.channel, state.linkage)
         }
         // The reset goes first: returning the dropped bytes' window while the channel is still
         // open would let the writer send the rest, close, and take the stream as delivered. Once
@@ -135,15 +172,15 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     package func peerSent(_ frame: Frame) {
         switch frame {
         case .streamData(_, let data):
-            let accepted = state.withLock { state -> Bool in
-                guard !state.cancelled else { return false }
+            let accepted = state.withLock { state -> (any ChannelLinkage)? in
+                guard !state.cancelled else { return state.linkage }
                 state.chunks.append(data)
-                return true
+                return nil
             }
-            if accepted {
-                notify(.bytesAvailable)
+            if let linkage = accepted {
+                linkage.channelTaken(data.readableBytes, on: frame.channel)  // dropped: the connection's share goes back
             } else {
-                linkage.channelTaken(data.readableBytes, on: channel)  // dropped: the connection's share goes back
+                notify(.bytesAvailable)
             }
         case .streamClose:
             state.withLock { $0.ended = true }

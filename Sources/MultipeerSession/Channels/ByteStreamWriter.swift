@@ -29,6 +29,12 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         var finishWaiters: [UnsafeContinuation<Void, any Error>] = []
         var wantsSpaceEvent = false
         var observer: (@Sendable (Event) -> Void)?
+        /// Sent and not yet acknowledged, oldest first, on a connection that acknowledges streams
+        /// (docs/PROTOCOL.md §7.10): what goes again when the stream resumes.
+        var retained = CircularBuffer<ByteBuffer>()
+        var retainedBytes = 0
+        var retaining = false
+        var ordinal: UInt32?
     }
 
     package let name: String
@@ -146,6 +152,8 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
             state.failure = TransferError(.cancelled)
             state.chunks.removeAll()
             state.buffered = 0
+            state.retained.removeAll()
+            state.retainedBytes = 0
             return (state.linkage, state.channel)
         }
         failWaiters(TransferError(.cancelled), notify: false)
@@ -170,6 +178,54 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
 
     package func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
 
+    // MARK: Across a lost link (docs/PROTOCOL.md §7.10; on the loop)
+
+    /// Its number among our streams in the session, once it has one.
+    package var ordinal: UInt32? { state.withLock { $0.ordinal } }
+
+    /// From now on the stream is the member's, numbered `ordinal`: what is sent is kept until
+    /// the peer acknowledges it.
+    package func retain(as ordinal: UInt32) {
+        state.withLock { state in
+            state.ordinal = ordinal
+            state.retaining = true
+        }
+    }
+
+    /// The link went and the member recovers: the stream waits, unbound, for its next link.
+    /// Writes go on into the buffer meanwhile.
+    package func interrupt() {
+        state.withLock { state in
+            state.channel = nil
+            state.linkage = nil
+        }
+    }
+
+    /// Whether the stream still matters to the peer: not failed, or cancelled with a reset that
+    /// the peer has not acknowledged (the ledger says which).
+    package var hasFailed: Bool { state.withLock { $0.failure != nil } }
+
+    /// The peer acknowledged `released` more bytes; on the answer to our STREAM_RESUME the rest
+    /// of what we had sent (`rewound` bytes) goes again, ahead of what was never sent, and so
+    /// does STREAM_CLOSE if we had closed.
+    package func acknowledged(released: UInt64, rewound: UInt64, answering: Bool) {
+        state.withLock { state in
+            var drop = Int(clamping: released)
+            while drop > 0, var first = state.retained.first {
+                let cut = min(drop, first.readableBytes)
+                first.moveReaderIndex(forwardBy: cut)
+                drop -= cut
+                state.retainedBytes -= cut
+                if first.readableBytes == 0 { state.retained.removeFirst() } else { state.retained[state.retained.startIndex] = first }
+            }
+            guard answering, state.failure == nil else { return }
+            while let last = state.retained.popLast() { state.chunks.prepend(last) }
+            state.buffered += state.retainedBytes
+            state.retainedBytes = 0
+            if state.closeRequested { state.finishSent = false }
+        }
+    }
+
     package func nextOutput(allowance: Int) -> ChannelOutput {
         var finished: [UnsafeContinuation<Void, any Error>] = []
         defer { for waiter in finished { waiter.resume() } }
@@ -181,6 +237,10 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
                 let slice = first.readSlice(length: min(allowance, first.readableBytes))!
                 if first.readableBytes == 0 { state.chunks.removeFirst() } else { state.chunks[state.chunks.startIndex] = first }
                 state.buffered -= slice.readableBytes
+                if state.retaining {
+                    state.retained.append(slice)
+                    state.retainedBytes += slice.readableBytes
+                }
                 return (.data(slice), wasFull)
             }
             if state.closeRequested {
@@ -219,6 +279,8 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
             state.failure = error
             state.chunks.removeAll()
             state.buffered = 0
+            state.retained.removeAll()
+            state.retainedBytes = 0
             return true
         }
         if first { failWaiters(error, notify: true) }

@@ -28,6 +28,10 @@ extension SessionEngine {
 
     var acceptsChannels: Bool { channelAcceptance.withLockedValue { $0 }?() ?? true }
 
+    /// Our streams and resources to `peer` that hold one of our 64 places (docs/PROTOCOL.md §7.6):
+    /// open, waiting for a resumed link, or waiting for the peer to acknowledge their end.
+    package func channelCount(to peer: Bytes16) -> Int { channelCounts.count(for: peer) }
+
     /// Opens a named byte stream to a connected peer. Returns at once; bytes written before the
     /// channel opens wait in the writer. Throws `notConnected`, `tooManyChannels` (64 of ours
     /// open to the peer) or `invalidParameter` (a name over 255 bytes).
@@ -84,10 +88,16 @@ extension SessionEngine {
     // MARK: Our channels (on the loop)
 
     private func openOutbound(_ source: any OutboundChannel, to peer: Bytes16, transfer: ResourceTransfer? = nil) {
-        if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer), let sender = source as? ResourceSender, let transfer {
-            // The member is recovering: the resource waits for its resumed link, as one cut off would.
-            parkInterrupted(sender, transfer: transfer, to: peer)
-            return
+        if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer) {
+            // The member is recovering: the channel waits for its resumed link, as one cut off would.
+            if let sender = source as? ResourceSender, let transfer {
+                parkInterrupted(sender, transfer: transfer, to: peer)
+                return
+            }
+            if let writer = source as? ByteStreamWriter {
+                parkNewStream(writer, to: peer)
+                return
+            }
         }
         guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
             let connection = link.socket
@@ -96,12 +106,20 @@ extension SessionEngine {
             source.failed(TransferError(.notConnected))
             return
         }
-        guard let channel = channels(of: mux, { $0.open(source.carriesResource ? .resource : .stream) }) ?? nil else {
+        let opened: (channel: UInt32, ordinal: UInt32?)? =
+            source.carriesResource ? channels(of: mux, { $0.open(.resource) }).flatMap { $0.map { ($0, nil) } } : channels(of: mux, { $0.openStream() }) ?? nil
+        guard let (channel, ordinal) = opened else {
             channelCounts.release(peer)
             source.failed(TransferError(.tooManyChannels))
             return
         }
-        guard source.bind(channel: channel, linkage: mux) else {
+        if let ordinal, let writer = source as? ByteStreamWriter {
+            // The member's from now on: it outlives this connection (docs/PROTOCOL.md §7.10).
+            writer.retain(as: ordinal)
+            streamEndpoints(of: peer).writers[ordinal] = writer
+        }
+        let wanted = source.bind(channel: channel, linkage: mux)
+        guard wanted || ordinal != nil else {
             // Cancelled before it opened: nothing was sent.
             channels(of: mux) { $0.endOutbound(channel) }
             channelCounts.release(peer)
@@ -110,6 +128,8 @@ extension SessionEngine {
         mux.outbound[channel] = source
         mux.transfers[channel] = transfer
         writeChannelFrame(source.openingFrame(channel: channel), on: connection, flush: true)
+        // Cancelled as it opened: its ordinal is taken, so the peer must see it open and end.
+        if !wanted { channelSend(.streamReset(channel: channel, code: .cancelled), on: id) }
     }
 
     /// Serves ready channels one frame each while the socket takes more. On the loop, from `pump`.
@@ -146,7 +166,10 @@ extension SessionEngine {
     private func dropOutbound(_ channel: UInt32, of link: EngineState.Link) -> (any OutboundChannel)? {
         guard let source = link.mux?.outbound.removeValue(forKey: channel) else { return nil }
         link.mux?.transfers[channel] = nil
-        if let peer = link.member?.identifier { channelCounts.release(peer) }
+        if let peer = link.member?.identifier {
+            channelCounts.release(peer)
+            if let ordinal = (source as? ByteStreamWriter)?.ordinal { forgetStreamEndpoint(writer: ordinal, of: peer) }
+        }
         return source
     }
 
@@ -158,6 +181,9 @@ extension SessionEngine {
         link.mux?.transfers[channel] = nil
         link.mux?.incomingKeys[channel] = nil
         if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
+        if let ordinal = (sink as? ByteStreamReader)?.ordinal, let peer = link.member?.identifier {
+            forgetStreamEndpoint(reader: ordinal, of: peer)
+        }
         return sink
     }
 
@@ -221,11 +247,21 @@ extension SessionEngine {
             return  // the link is no longer a member's
         case .serve:
             pump(link, peer: id)
-        case .takeStream(let channel, let name, let reply):
-            let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux)
+        case .takeStream(let channel, let name, let ordinal, let reply):
+            let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux, ordinal: ordinal)
             mux.inbound[channel] = reader
+            if let ordinal { streamEndpoints(of: peer.identifier).readers[ordinal] = (reader, nil) }
             writeChannelFrames(reply, on: connection)
             onEvent(.streamOpened(reader))
+        case .resumeStream(let channel, let ordinal, let reply):
+            writeChannelFrames(reply, on: connection)
+            carryOn(ordinal, of: peer.identifier, on: channel, link: link, mux: mux)
+        case .acknowledged(let channel, let acknowledgement):
+            (mux.outbound[channel] as? ByteStreamWriter)?.acknowledged(
+                released: acknowledgement.released, rewound: acknowledgement.rewound, answering: acknowledgement.answered)
+            if acknowledgement.over { dropOutbound(channel, of: link) } else { pump(link, peer: id) }
+        case .violation(let error):
+            connection.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
         case .considerResource(let channel, let offer):
             take(offer, on: channel, link: link, mux: mux, peer: peer, connection: connection)
         case .refuse(_, let reason, let reply):
@@ -235,8 +271,9 @@ extension SessionEngine {
             writeChannelFrames(reply, on: connection)
         case .toOutbound(let channel, let ended):
             (ended ? dropOutbound(channel, of: link) : mux.outbound[channel])?.peerSent(frame)
-        case .toInbound(let channel, let ended):
+        case .toInbound(let channel, let ended, let reply):
             (ended ? dropInbound(channel, of: link) : mux.inbound[channel])?.peerSent(frame)
+            if let reply { writeChannelFrame(reply, on: connection, flush: true) }
         case .giveBack(let frames):
             writeChannelFrames(frames, on: connection)
         }
@@ -416,16 +453,37 @@ extension SessionEngine {
         let interrupted = state.value.interruptedResources
         let error = TransferError(.connectionLost)
         var parked = false
+        let streams = peer.flatMap { core.streams(of: $0) }
         for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
             if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
                 parkInterrupted(sender, transfer: transfer, to: peer)
                 parked = true
                 continue
             }
+            if let writer = source as? ByteStreamWriter, let ordinal = writer.ordinal, let peer {
+                // The peer may not have all of it yet: it waits for the resumed link (§7.10).
+                if recovering, let streams, streams.ledger.keeps(ordinal) {
+                    writer.interrupt()
+                    continue
+                }
+                streams?.ledger.forget(ordinal)
+                forgetStreamEndpoint(writer: ordinal, of: peer)
+            }
             if let peer { channelCounts.release(peer) }
             source.failed(error)
         }
+        for (_, sink) in inbound {
+            guard let reader = sink as? ByteStreamReader, let ordinal = reader.ordinal, let peer else { continue }
+            if recovering, let streams, streams.ledger.isReading(ordinal), reader.isReading {
+                state.value.memberStreams[peer]?.readers[ordinal]?.unboundSince = eventLoop.now
+                continue
+            }
+            streams?.ledger.peerStreamEnded(ordinal)
+            forgetStreamEndpoint(reader: ordinal, of: peer)
+            reader.failed(error)
+        }
         for (channel, sink) in inbound {
+            if let reader = sink as? ByteStreamReader, reader.ordinal != nil { continue }  // above
             if recovering, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel],
                 let digest = receiver.verifyingDigest
             {

@@ -431,6 +431,7 @@ package final class SessionEngine: Sendable {
             case .memberLeft(let peer):
                 sendBudget.remove(peer)
                 failInterruptedResources(of: peer)
+                failKeptStreams(of: peer)
             case .memberSuspended(let peer):
                 // The budget stays: the app may go on sending, and the member keeps the messages.
                 onEvent(.linkInterrupted(peer))
@@ -446,6 +447,7 @@ package final class SessionEngine: Sendable {
                 pump(link, peer: id)
                 watchHostAddresses()
                 resumeInterruptedResources(of: peer.identifier)
+                resumeStreams(of: peer.identifier, on: id)
                 // After the resent messages are queued: whatever the app sends on hearing it goes behind them.
                 onEvent(.linkRestored(peer))
             case .acknowledged(let peer, let charge):
@@ -960,6 +962,8 @@ final class EngineState {
     var resumeExpiry: (deadline: NIODeadline, task: Scheduled<Void>)?
     /// Resources cut off by a lost link of a member that recovers, until it is resumed or leaves.
     let interruptedResources: InterruptedResources
+    /// Each member's streams that can outlive its connection (docs/PROTOCOL.md §7.10).
+    var memberStreams: [Bytes16: MemberStreamEndpoints] = [:]
     /// The look at the host's addresses, repeated while members are connected.
     var addressWatch: RepeatedTask?
 
