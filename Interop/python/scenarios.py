@@ -1920,6 +1920,295 @@ def s_v2_wrong_proof():
             s.close()
 
 
+# ------------------------------------ version 2: streams across a lost link (§7.10)
+def _stream_file(tmp, name, size):
+    data = os.urandom(size)
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path, hashlib.sha256(data).hexdigest(), data
+
+
+def _py_received(s, peer, ordinal=0):
+    ins = s.incoming_streams(peer).get(ordinal)
+    return ins.received if ins is not None else -1
+
+
+def _py_writer(st, data, piece=65536, pause=0.002):
+    """A Python stream that keeps writing while the link goes and comes back."""
+    import threading as _threading
+
+    def run():
+        for i in range(0, len(data), piece):
+            if not st.write(data[i:i + piece], 30):
+                return
+            time.sleep(pause)
+        st.close()
+    t = _threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _no_state_change(h, s, mh, ms, label):
+    lib_nc = h.all(is_state(s.peer_id.hex(), "notConnected"), since=mh)
+    py_nc = s.events.all(lambda e: e.kind == "state" and e.data["state"] == "notConnected", since=ms)
+    check(not lib_nc and not py_nc, "%s: notConnected seen: library %d, python %s"
+          % (label, len(lib_nc), [_nc_origin(e) for e in py_nc]))
+
+
+def _resumed(s, ms, label, timeout=10):
+    ev = s.events.wait(lambda e: e.kind == "resumed", timeout, since=ms)
+    check(ev is not None, "%s: never resumed; %s" % (label, [e for e in s.events.all(
+        lambda e: e.kind in ("lost", "resume-ended", "state"), since=ms)][-4:]))
+    return ev
+
+
+def _stream_sessions(direction, **kw):
+    kw.setdefault("listen", True)
+    kw.setdefault("redial", True)
+    return Session("py", "required", identity=ident("bob"), **kw)
+
+
+@scenario("streams across a lost link: 16 MiB each way, python resets TCP mid-stream; every byte once, in order (§7.10)")
+def s_v2_stream_reset_midway():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            # library writes, python reads and cuts after 1 MiB
+            s = _stream_sessions(direction)
+            try:
+                conn = connected_pair(h, s, direction)
+                path, digest, data = _stream_file(tmp, "lib16.bin", 16 << 20)
+                mh, ms = h.mark(), s.events.mark()
+                h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib across"), path))
+                check(_wait_until(lambda: _py_received(s, h.peer_id) >= 1 << 20, 15, 0.005),
+                      "%s: library stream never reached 1 MiB (%d)" % (direction, _py_received(s, h.peer_id)))
+                conn.reset()
+                at_cut = _py_received(s, h.peer_id)
+                check(not s.events.all(lambda e: e.kind == "stream", since=ms),
+                      "%s: the stream ended before the cut: nothing tested" % direction)
+                _resumed(s, ms, direction)
+                ev = s.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 40, since=ms)
+                check(ev is not None and ev.kind == "stream" and ev.data["length"] == len(data)
+                      and ev.data["sha256"] == digest, "%s: python got %s" % (direction, ev))
+                w = h.wait(lambda w: w[0] == "STREAM-SENT", 15, since=mh)
+                check(w is not None and w[2] == "ok", "%s: STREAM-SENT %s" % (direction, w))
+                check(len(s.events.all(lambda e: e.kind == "stream", since=ms)) == 1
+                      and not s.events.all(lambda e: e.kind == "stream-failed", since=ms),
+                      "%s: python saw the library's stream end more than once or fail" % direction)
+                rs = s.events.all(lambda e: e.kind == "stream-resumed", since=ms)
+                check(len(rs) == 1 and not rs[0].data["new"], "%s: STREAM_RESUMEs read: %s" % (direction, rs))
+                _no_state_change(h, s, mh, ms, direction)
+                out.append("%s lib->py cut at %d, resumed at %d" % (direction, at_cut, rs[0].data["received"]))
+                # python writes, the library reads; python cuts once 1 MiB is acknowledged
+                mh, ms = h.mark(), s.events.mark()
+                data = os.urandom(16 << 20)
+                st = s.open_stream(h.peer_id, "py across")
+                t = _py_writer(st, data)
+                check(_wait_until(lambda: st.acked >= 1 << 20, 15, 0.005),
+                      "%s: the library acknowledged %d bytes (STREAM_ACK every 262,144)" % (direction, st.acked))
+                cur = s.member(h.peer_id).conn
+                check(cur is not None, "%s: no connection carries the member" % direction)
+                cur.reset()
+                at_cut = (st.acked, st.sent_max)
+                check(not st.done.is_set(), "%s: the stream ended before the cut" % direction)
+                _resumed(s, ms, direction)
+                out_py = st.wait(40)
+                t.join(5)
+                check(out_py == ("closed", len(data)), "%s: python stream %s" % (direction, out_py))
+                w = h.wait(lambda w: w[0] in ("STREAM", "STREAM-FAILED") and w[2] == pct("py across"), 10, since=mh)
+                check(w is not None and w[0] == "STREAM" and int(w[3]) == len(data)
+                      and w[4] == hashlib.sha256(data).hexdigest(), "%s: library %s" % (direction, w))
+                time.sleep(0.3)                  # a second STREAM line would come right after
+                check(len(h.all(lambda w: w[0] in ("STREAM", "STREAM-FAILED") and w[2] == pct("py across"),
+                                since=mh)) == 1, "%s: the library ended the stream twice" % direction)
+                _no_state_change(h, s, mh, ms, direction)
+                out.append("%s py->lib cut at acked %d / sent %d, resumes %d" % (direction, at_cut[0], at_cut[1],
+                                                                               st.resumes))
+            finally:
+                s.close()
+    return "; ".join(out)
+
+
+@scenario("streams across a lost link: a STREAM_OPEN lost with the link arrives as a new stream, both ways (§7.10)")
+def s_v2_stream_open_lost():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        s = _stream_sessions("py>lib")
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            # python opens: the STREAM_OPEN goes to a connection already reset
+            mh, ms = h.mark(), s.events.mark()
+            data = os.urandom(300_000)
+            m = s.member(h.peer_id)
+            with m.lock:
+                conn.reset()
+                st = s.open_stream(h.peer_id, "py lost open")
+            _py_writer(st, data)
+            _resumed(s, ms, "python opens")
+            res = st.wait(20)
+            check(res == ("closed", len(data)), "python stream %s" % (res,))
+            w = h.wait(lambda w: w[0] in ("STREAM", "STREAM-FAILED") and w[2] == pct("py lost open"), 10, since=mh)
+            check(w is not None and w[0] == "STREAM" and w[4] == hashlib.sha256(data).hexdigest(), "library %s" % (w,))
+            _no_state_change(h, s, mh, ms, "python opens")
+            out.append("python's open lost: library STREAM %s bytes" % w[3])
+            # the library opens: python cuts the link on reading its STREAM_OPEN
+            mh, ms = h.mark(), s.events.mark()
+            path, digest, data = _stream_file(tmp, "open.bin", 300_000)
+            s.hooks["cut_on_stream_open"] = True
+            h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib lost open"), path))
+            _resumed(s, ms, "library opens")
+            ev = s.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 20, since=ms)
+            check(ev is not None and ev.kind == "stream" and ev.data["sha256"] == digest, "python got %s" % (ev,))
+            rs = s.events.all(lambda e: e.kind == "stream-resumed", since=ms)
+            check(len(rs) == 1 and rs[0].data["new"] and rs[0].data["received"] == 0,
+                  "the library did not resume the stream as new (ordinal = python's count): %s" % rs)
+            check(not s.events.all(lambda e: e.kind == "stream-opened", since=ms), "python read a STREAM_OPEN")
+            w = h.wait(lambda w: w[0] == "STREAM-SENT", 10, since=mh)
+            check(w is not None and w[2] == "ok", "STREAM-SENT %s" % (w,))
+            _no_state_change(h, s, mh, ms, "library opens")
+            out.append("library's open lost: STREAM_RESUME ordinal %d (new), python got it whole"
+                       % rs[0].data["ordinal"])
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+@scenario("streams across a lost link: closed just before the cut, its CLOSED ack lost; ends once, ok, both ways (§7.10)")
+def s_v2_stream_closed_ack_lost():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        s = _stream_sessions("lib>py")
+        try:
+            connected_pair(h, s, "lib>py")
+            # python writes: python cuts the link on reading the library's STREAM_ACK CLOSED
+            mh, ms = h.mark(), s.events.mark()
+            data = os.urandom(100_000)
+            s.hooks["cut_on_closed_ack"] = True
+            st = s.send_stream(h.peer_id, "py closed", data)
+            _resumed(s, ms, "python writes")
+            check("cut_on_closed_ack" not in s.hooks, "python never read STREAM_ACK CLOSED")
+            res = st.wait(15)
+            check(res == ("closed", len(data)), "python stream %s (the library must answer STREAM_RESET 1)" % (res,))
+            time.sleep(0.3)
+            lines = h.all(lambda w: w[0] in ("STREAM", "STREAM-FAILED") and w[2] == pct("py closed"), since=mh)
+            check(len(lines) == 1 and lines[0][0] == "STREAM" and lines[0][4] == hashlib.sha256(data).hexdigest(),
+                  "library: %s" % lines)
+            _no_state_change(h, s, mh, ms, "python writes")
+            out.append("python writes: ended once, resumed and answered STREAM_RESET 1")
+            # the library writes: python's STREAM_ACK CLOSED is lost, then python cuts
+            mh, ms = h.mark(), s.events.mark()
+            path, digest, _ = _stream_file(tmp, "closed.bin", 100_000)
+            s.hooks["no_closed_ack"] = True
+            h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib closed"), path))
+            ev = s.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 10, since=ms)
+            check(ev is not None and ev.kind == "stream" and ev.data["sha256"] == digest, "python got %s" % (ev,))
+            del s.hooks["no_closed_ack"]
+            s.member(h.peer_id).conn.reset()
+            _resumed(s, ms, "library writes")
+            ended = s.events.wait(lambda e: e.kind == "stream-resume-ended", 10, since=ms)
+            check(ended is not None, "the library did not resume the stream it kept (no STREAM_RESUME for it)")
+            w = h.wait(lambda w: w[0] == "STREAM-SENT", 10, since=mh)
+            check(w is not None and w[2] == "ok", "STREAM-SENT %s" % (w,))
+            time.sleep(0.3)
+            check(len(s.events.all(lambda e: e.kind == "stream", since=ms)) == 1
+                  and not s.events.all(lambda e: e.kind == "stream-failed", since=ms)
+                  and len(h.all(lambda w: w[0] == "STREAM-SENT", since=mh)) == 1, "ended more than once")
+            _no_state_change(h, s, mh, ms, "library writes")
+            out.append("library writes: STREAM_RESUME answered STREAM_RESET 1, STREAM-SENT ok once")
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+@scenario("streams across a lost link: the reader cancels in the gap; the writer fails after the resumption, both ways (§7.10)")
+def s_v2_stream_cancel_in_gap():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        # python does not listen and redials only when told: the gap is ours to hold open
+        s = _stream_sessions("py>lib", listen=False, redial=False)
+        try:
+            conn = connected_pair(h, s, "py>lib")
+            # python reads and cancels
+            mh, ms = h.mark(), s.events.mark()
+            path, _, _ = _stream_file(tmp, "cancel.bin", 4 << 20)
+            s.hooks["hold_window"] = True
+            h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib cancelled"), path))
+            check(_wait_until(lambda: _py_received(s, h.peer_id) >= 262_144, 10),
+                  "library stream: %d bytes" % _py_received(s, h.peer_id))
+            conn.reset()
+            check(s.events.wait(lambda e: e.kind == "lost", 5, since=ms) is not None, "python saw no loss")
+            check(s.cancel_stream(h.peer_id, 0), "python had no stream 0 to cancel")
+            s.hooks.pop("hold_window")
+            s.redial = True
+            _resumed(s, ms, "python cancels")
+            w = h.wait(lambda w: w[0] == "STREAM-SENT", 15, since=mh)
+            check(w is not None and w[2] == "failed", "STREAM-SENT %s (expected failed: STREAM_RESET 1)" % (w,))
+            check(s.events.wait(lambda e: e.kind == "stream-resume-ended", 3, since=ms) is not None,
+                  "the library never resumed the stream")
+            _no_state_change(h, s, mh, ms, "python cancels")
+            out.append("python cancels: STREAM-SENT failed %s" % (w[3] if len(w) > 3 else ""))
+            # the library reads and cancels (CANCEL-STREAM while suspended)
+            s.redial = False
+            mh, ms = h.mark(), s.events.mark()
+            st = s.open_stream(h.peer_id, "py cancelled")
+            check(st.write(os.urandom(300_000), 10), "python write")
+            check(_wait_until(lambda: st.acked >= 262_144, 10), "the library acknowledged %d" % st.acked)
+            s.member(h.peer_id).conn.reset()
+            check(s.events.wait(lambda e: e.kind == "lost", 5, since=ms) is not None, "python saw no loss")
+            w = h.command("CANCEL-STREAM %s %s" % (s.peer_id.hex(), pct("py cancelled")),
+                          lambda w: w[0] in ("OK", "ERROR") and w[1] == "CANCEL-STREAM")
+            check(w is not None and w[0] == "OK", "CANCEL-STREAM answered %s" % (w,))
+            s.redial = True
+            _resumed(s, ms, "library cancels")
+            res = st.wait(10)
+            check(res == ("reset", 1), "python stream %s (expected the library's STREAM_RESET 1)" % (res,))
+            lines = h.all(lambda w: w[0] in ("STREAM", "STREAM-FAILED") and w[2] == pct("py cancelled"), since=mh)
+            check(len(lines) == 1 and lines[0][0] == "STREAM-FAILED", "library: %s" % lines)
+            _no_state_change(h, s, mh, ms, "library cancels")
+            out.append("library cancels: python reset 1, library STREAM-FAILED %s" % lines[0][3])
+        finally:
+            s.close()
+    return "; ".join(out)
+
+
+@scenario("stream resumption violations: STREAM_RESUME ordinal above the count, bad STREAM_ACKs -> GOODBYE 1 (§10)")
+def s_v2_stream_violations():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        path, _, _ = _stream_file(tmp, "v.bin", 1 << 20)
+        cases = ["ordinal above the count", "STREAM_ACK above sent", "STREAM_ACK backwards", "CLOSED early"]
+        for case in cases:
+            s = _stream_sessions("py>lib", redial=False)
+            try:
+                conn = connected_pair(h, s, "py>lib")
+                ms = s.events.mark()
+                if case == "ordinal above the count":
+                    with conn.chan_lock:
+                        n = conn.next_channel
+                        conn.next_channel += 2
+                    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(1, "x").encode_payload(), n))
+                else:
+                    s.hooks["hold_window"] = True          # the library stops at 262,144 bytes
+                    s.hooks["no_stream_ack"] = True
+                    h.send("STREAM %s %s %s" % (s.peer_id.hex(), "v", path))
+                    check(_wait_until(lambda: _py_received(s, h.peer_id) >= 262_144, 10), "%s: no data" % case)
+                    ch = s.incoming_streams(h.peer_id)[0].channel.number
+                    if case == "STREAM_ACK above sent":
+                        conn.send_raw(F.frame(F.STREAM_ACK, (262_144 * 64).to_bytes(8, "big"), ch))
+                    elif case == "STREAM_ACK backwards":
+                        conn.send_raw(F.frame(F.STREAM_ACK, (1000).to_bytes(8, "big"), ch)
+                                      + F.frame(F.STREAM_ACK, (999).to_bytes(8, "big"), ch))
+                    else:
+                        conn.send_raw(F.frame(F.STREAM_ACK, (1000).to_bytes(8, "big"), ch, F.FLAG_CLOSED))
+                bye = s.events.wait(lambda e: e.kind == "goodbye", 5, since=ms)
+                check(bye is not None and bye.data["reason"] == 1, "%s: %s" % (case, bye))
+                out.append("%s -> GOODBYE 1" % case)
+            finally:
+                s.close()
+    return "; ".join(out)
+
+
 def needs_multicast():
     if not MULTICAST:
         raise ScenarioSkipped("needs INTEROP_MULTICAST=1 (multicast DNS inside a network namespace)")

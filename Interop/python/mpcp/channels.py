@@ -1,13 +1,16 @@
 """§7.6 channels and flow control, §7.8 resources: the stream and resource
 side of a Connection (a mixin; it uses the connection's queue, lock and
-event log)."""
+event log). §7.10 stream resumption: the receiver's answers and
+acknowledgements here, what outlives the connection in streams.py."""
 import hashlib
 import os
 import threading
 import time
 
 from . import frames as F
-from .wire import ProtocolViolation, u32, string8
+from .streams import InStream, OutStream, open_frame
+from .transport import TransportClosed
+from .wire import ProtocolViolation, u32, u64, string8
 
 INITIAL_CHANNEL_WINDOW = 262_144
 INITIAL_CONNECTION_WINDOW = 1_048_576
@@ -33,6 +36,12 @@ class _Channel:
         self.accepted = None       # offset, once RESOURCE_ACCEPT is sent/read
         self.answer = None         # final outcome for an opener
         self.done = threading.Event()
+        self.ins = None            # receiver: the InStream this channel carries
+        self.out = None            # opener with link recovery: the OutStream
+        self.awaiting = False      # opener: STREAM_RESUME sent, its answer not read (§7.10)
+        self.answer_pending = False  # receiver: STREAM_RESUME read, its answer not sent
+        self.close_sent = False    # opener: STREAM_CLOSE / STREAM_RESET sent on this channel
+        self.reset_sent = False
 
 
 class ChannelsMixin:
@@ -54,6 +63,9 @@ class ChannelsMixin:
                     raise ProtocolViolation("WINDOW_UPDATE for unknown channel")
                 if not ch.mine:
                     raise ProtocolViolation("WINDOW_UPDATE from the opener")
+                if ch.awaiting:
+                    # §7.10: the answer to STREAM_RESUME comes before anything else on the channel
+                    raise ProtocolViolation("WINDOW_UPDATE before the answer to STREAM_RESUME")
                 ch.send_window += inc
                 if ch.send_window > MAX_WINDOW:
                     raise _failed("flowControlError: channel window overflow", 3)
@@ -63,20 +75,30 @@ class ChannelsMixin:
         t, n = fr.type, fr.channel
         with self.chan_lock:
             ch = self.channels.get(n)
-            if t in (F.STREAM_OPEN, F.RESOURCE_OFFER):
+            if t in (F.STREAM_OPEN, F.STREAM_RESUME, F.RESOURCE_OFFER):
+                if t == F.STREAM_OPEN and self.session.hooks.pop("cut_on_stream_open", None):
+                    self._cut("cut on STREAM_OPEN (test hook)")   # the open goes with the link
                 if not self._peer_parity_ok(n) or n <= self.peer_highest:
                     raise ProtocolViolation("new channel parity/order")
                 if sum(1 for c in self.channels.values() if not c.mine) >= MAX_OPEN_CHANNELS:
                     raise ProtocolViolation("too many channels", 2)
                 self.peer_highest = n
+                if t == F.STREAM_RESUME:
+                    return self._on_stream_resume(n, fr.value)
                 if t == F.STREAM_OPEN:
+                    ordinal = None
+                    if self.book is not None:
+                        with self.book.cond:       # §7.10: refused ones count too
+                            ordinal = self.book.peer_opened
+                            self.book.peer_opened += 1
                     if self.session.refuse_streams:
                         self.enqueue(F.frame(F.STREAM_RESET, (3).to_bytes(2, "big"), n))
-                        self._post("stream-refused", name=fr.value, channel=n)
+                        self._post("stream-refused", name=fr.value, channel=n, ordinal=ordinal)
                         self.refused[n] = 0
                         return
                     ch = self.channels[n] = _Channel(n, "stream", fr.value, mine=False)
-                    self._post("stream-opened", name=fr.value, channel=n)
+                    self._attach_in(ch, InStream(self.session, self.peer_id, ordinal, fr.value))
+                    self._post("stream-opened", name=fr.value, channel=n, ordinal=ordinal)
                 else:
                     ch = self.channels[n] = _Channel(n, "resource", fr.value.name, mine=False)
                     ch.offer = fr.value
@@ -106,6 +128,8 @@ class ChannelsMixin:
             if ch.mine:
                 return self._on_my_channel(ch, fr)
             # frames on a channel the peer opened
+            if ch.answer_pending and t in (F.STREAM_DATA, F.STREAM_CLOSE):
+                raise ProtocolViolation("%s before the answer to STREAM_RESUME" % fr.name)
             if t in (F.STREAM_DATA, F.RESOURCE_CHUNK):
                 if (t == F.STREAM_DATA) != (ch.kind == "stream"):
                     raise ProtocolViolation("wrong kind for channel")
@@ -116,23 +140,31 @@ class ChannelsMixin:
                     raise _failed("flowControlError: window exceeded", 3)
                 ch.recv_window -= n_bytes
                 self.conn_recv_window -= n_bytes
-                ch.hash.update(fr.value)
                 ch.length += n_bytes
-                if self.session.keep_channel_data:
-                    ch.data += fr.value
+                if ch.ins is not None:
+                    ch.ins.take(fr.value, self.session.keep_channel_data)
+                    self._stream_ack(ch)
+                else:
+                    ch.hash.update(fr.value)
+                    if self.session.keep_channel_data:
+                        ch.data += fr.value
                 # the application takes the bytes at once
                 ch.taken += n_bytes
                 self.conn_taken += n_bytes
                 return
             if t == F.STREAM_CLOSE and ch.kind == "stream":
                 del self.channels[n]
-                self._post("stream", name=ch.name, length=ch.length, sha256=ch.hash.hexdigest(),
-                           payload=bytes(ch.data))
+                ins = self._end_in(ch)
+                ins.state = "ended"
+                self._post("stream", name=ch.name, length=ins.received, sha256=ins.hash.hexdigest(),
+                           payload=bytes(ins.data), ordinal=ins.ordinal)
                 return
             if t == F.STREAM_RESET:
                 del self.channels[n]
-                self._post("stream-failed" if ch.kind == "stream" else "resource-failed",
-                           name=ch.name, code=fr.value)
+                if ch.kind == "stream":
+                    self._end_in(ch).fail(code=fr.value)
+                else:
+                    self._post("resource-failed", name=ch.name, code=fr.value)
                 return
             if ch.kind == "resource" and t == F.RESOURCE_COMPLETE:
                 ok = ch.length == ch.offer.size - ch.accepted and ch.hash.digest() == fr.value
@@ -153,6 +185,23 @@ class ChannelsMixin:
 
     def _on_my_channel(self, ch, fr):
         t = fr.type
+        if ch.out is not None:
+            # §7.10: a stream with link recovery is kept until STREAM_ACK CLOSED or a reset
+            if t == F.STREAM_ACK:
+                closed = bool(fr.flags & F.FLAG_CLOSED)
+                if closed and self.session.hooks.pop("cut_on_closed_ack", None):
+                    self._cut("cut on STREAM_ACK CLOSED (test hook)")   # the ack goes with the link
+                ended = ch.out.on_ack(ch, fr.value, closed)
+            elif t == F.STREAM_RESET:
+                ch.out.on_reset(ch, fr.value)
+                ended = True
+            else:
+                raise ProtocolViolation("%s from the receiver" % fr.name)
+            if ended:
+                self.channels.pop(ch.number, None)
+                ch.done.set()
+            self.chan_lock.notify_all()
+            return
         if t == F.STREAM_RESET:
             ch.answer = ("reset", fr.value)
         elif ch.kind == "resource" and t == F.RESOURCE_ACCEPT:
@@ -171,7 +220,105 @@ class ChannelsMixin:
         ch.done.set()
         self.chan_lock.notify_all()
 
+    # ------------------------------------------------ §7.10 receiver side
+    def _attach_in(self, ch, ins):
+        """Under chan_lock: `ch` carries `ins` from now on."""
+        ch.ins = ins
+        ins.conn, ins.channel = self, ch
+        ins.since_ack = 0          # counted from the frame that opened it here
+        if self.book is not None and ins.ordinal is not None:
+            with self.book.cond:
+                self.book.incoming[ins.ordinal] = ins
+
+    def _end_in(self, ch):
+        """Under chan_lock: the opener ended the stream on `ch` (STREAM_CLOSE or
+        STREAM_RESET); STREAM_ACK with CLOSED at once (§7.10)."""
+        ins = ch.ins
+        if self.book is not None:
+            with self.book.cond:
+                if self.book.incoming.get(ins.ordinal) is ins:
+                    del self.book.incoming[ins.ordinal]
+            if not (self.session.hooks.get("no_stream_ack") or self.session.hooks.get("no_closed_ack")):
+                self.enqueue(F.frame(F.STREAM_ACK, u64(ins.received), ch.number, F.FLAG_CLOSED))
+        ins.conn = ins.channel = None
+        return ins
+
+    def _stream_ack(self, ch):
+        if self.book is None or self.session.hooks.get("no_stream_ack") or ch.answer_pending:
+            return
+        ack = ch.ins.ack_due()
+        if ack is not None:
+            self.enqueue(ack)
+
+    def _on_stream_resume(self, n, sr):
+        """Under chan_lock: STREAM_RESUME opens channel `n` (§7.10)."""
+        book = self.book
+        with book.cond:
+            if sr.ordinal > book.peer_opened:
+                raise ProtocolViolation("STREAM_RESUME ordinal %d above our count %d" % (sr.ordinal, book.peer_opened))
+            if sr.ordinal == book.peer_opened:
+                # its STREAM_OPEN went with the lost connection: a new stream
+                book.peer_opened += 1
+                if self.session.refuse_streams:
+                    self.enqueue(F.frame(F.STREAM_RESET, (3).to_bytes(2, "big"), n))
+                    self._post("stream-refused", name=sr.name, channel=n, ordinal=sr.ordinal)
+                    self.refused[n] = 0
+                    return
+                ins, new = InStream(self.session, self.peer_id, sr.ordinal, sr.name), True
+            else:
+                ins, new = book.incoming.get(sr.ordinal), False
+                if ins is None or ins.state != "reading":
+                    # it ended here (we read its end, or reset it ourselves)
+                    self.enqueue(F.frame(F.STREAM_RESET, (1).to_bytes(2, "big"), n))
+                    self.refused[n] = 0
+                    self._post("stream-resume-ended", name=sr.name, channel=n, ordinal=sr.ordinal)
+                    return
+                if ins.conn is self:
+                    # not in §7.10: a stream still open on this very connection (SPEC-GAPS 31)
+                    raise ProtocolViolation("STREAM_RESUME for a stream open on channel %d" % ins.channel.number)
+        ch = self.channels[n] = _Channel(n, "stream", ins.name, mine=False)
+        self._attach_in(ch, ins)
+        answer = F.frame(F.STREAM_ACK, u64(ins.received), n)
+        delay = self.session.hooks.get("hold_resume_answer")
+        if delay:
+            # test hook: a receiver slow to answer, so data before the answer can be seen
+            ch.answer_pending = True
+            threading.Timer(delay, self._send_resume_answer, (ch, answer)).start()
+        else:
+            self.enqueue(answer)
+        self._post("stream-resumed", name=ins.name, channel=n, ordinal=sr.ordinal, received=ins.received, new=new)
+
+    def _send_resume_answer(self, ch, answer):
+        with self.chan_lock:
+            if self.channels.get(ch.number) is ch and not self.closed.is_set():
+                self.enqueue(answer)
+                ch.answer_pending = False
+
+    def _cut(self, why):
+        """Test hook: the link goes now, the frame being read with it."""
+        self.reset()
+        self.end_reason = why
+        raise TransportClosed(why)
+
+    def _detach_streams(self):
+        """The connection ended: streams with link recovery wait for a
+        resumption; the others fail (§7.10)."""
+        with self.chan_lock:
+            chans = list(self.channels.values())
+        for ch in chans:
+            if ch.out is not None:
+                ch.out.detach(self)
+            elif ch.ins is not None and ch.ins.conn is self:
+                ch.ins.conn = ch.ins.channel = None
+                if self.book is None:
+                    ch.ins.fail(reason="connectionLost")
+
     def _flush_window_updates(self):
+        if self.book is not None and not self.session.hooks.get("no_stream_ack"):
+            with self.chan_lock:
+                for ch in self.channels.values():
+                    if ch.ins is not None:
+                        self._stream_ack(ch)
         if self.session.hooks.get("hold_window"):
             return      # test hook: a reader that stops reading
         out = []
@@ -216,8 +363,30 @@ class ChannelsMixin:
             view = view[n:]
         return True
 
+    def open_out(self, st):
+        """Opens OutStream `st` here: its ordinal and STREAM_OPEN (§7.10)."""
+        book = st.book
+        with self.chan_lock:
+            with book.cond:
+                ch = self._open_channel("stream", st.name)
+                st.ordinal = book.opened
+                book.opened += 1
+                book.outgoing[st.ordinal] = st
+                st.attach(self, ch, answered=True)
+                self.enqueue(open_frame(st, ch))
+
     def send_stream(self, name: str, data: bytes, timeout=60.0):
-        """Opens a stream, writes `data`, closes it. True when all was sent."""
+        """Opens a stream, writes `data`, closes it. True when all was sent
+        (with link recovery: and the close, through any resumption)."""
+        if self.book is not None:
+            if self.member is not None:
+                st = self.session.open_stream(self.peer_id, name)
+            else:
+                st = OutStream(self.session, self.book, self.peer_id, name)
+                self.open_out(st)
+            ok = st.write(data, timeout)
+            st.close()
+            return ok and st.wait_close_sent(timeout)
         ch = self._open_channel("stream", name)
         self.enqueue(F.frame(F.STREAM_OPEN, string8(name), ch.number))
         if not self._send_flow_controlled(ch, F.STREAM_DATA, data, timeout):

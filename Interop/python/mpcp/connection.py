@@ -18,6 +18,7 @@ from . import resumption as R
 from .tls import make_context, peer_chain, fingerprint
 from .transport import PlainTransport, TlsTransport, TransportClosed
 from .channels import ChannelsMixin, INITIAL_CONNECTION_WINDOW
+from .streams import StreamBook
 from .wire import ProtocolViolation, u32
 
 class Failed(Exception):
@@ -81,6 +82,7 @@ class Connection(ChannelsMixin):
         self.conn_send_window = INITIAL_CONNECTION_WINDOW
         self.conn_recv_window = INITIAL_CONNECTION_WINDOW
         self.conn_taken = 0
+        self.book = None                  # §7.10 StreamBook, on a connection with link recovery
         self.my_nonce = os.urandom(32)
         self.peer_commit = None
         # invitations (§6.4.3, §6.4.4, §7.2)
@@ -209,6 +211,9 @@ class Connection(ChannelsMixin):
             self.chan_lock.notify_all()
         for ch in list(self.channels.values()):
             ch.done.set()
+        self._detach_streams()
+        if self.member is None and self.book is not None:
+            self.book.fail_all("connectionLost")     # no recovery: its streams end with it
         self.session._forget(self)
         if self.member is not None:
             # §7.9: the session decides: lost (resume), left, or nothing (a resumption
@@ -227,6 +232,11 @@ class Connection(ChannelsMixin):
     def _announce(self, peer):
         self.announced = True
         self.log.post("state", peer, conn=self, state="connecting")
+
+    @property
+    def link_recovery(self):
+        """§7.10: STREAM_RESUME and STREAM_ACK belong to version 2 TLS connections."""
+        return self.version >= 2 and self.outcome == TLS
 
     @property
     def recovers(self):
@@ -391,7 +401,7 @@ class Connection(ChannelsMixin):
         self.session._resumed(self, r.delivered)
 
     def _loop(self, deadline):
-        parser = F.FrameParser(self.version)
+        parser = F.FrameParser(self.version, recovery=self.outcome == TLS)
         s = self.session
         while not self.closed.is_set():
             now = time.monotonic()
@@ -640,6 +650,9 @@ class Connection(ChannelsMixin):
             self.last_rx = time.monotonic()
             if self.recovers:
                 self.session._establish(self)
+            if self.link_recovery:
+                # §7.10: acknowledged streams; kept across losses only with a member
+                self.book = self.member.streams if self.member is not None else StreamBook()
             self.session._register_connected(self)
             self._post("state", state="connected")
 

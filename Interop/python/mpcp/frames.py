@@ -17,10 +17,12 @@ GOODBYE, PING, PONG, PAIRING_COMMIT, PAIRING_NONCE = 0x06, 0x07, 0x08, 0x09, 0x0
 RESUME, ACK = 0x0B, 0x0C                 # version 2 only (§6.3)
 MESSAGE = 0x10
 STREAM_OPEN, STREAM_DATA, STREAM_CLOSE, STREAM_RESET, WINDOW_UPDATE = 0x20, 0x21, 0x22, 0x23, 0x24
+STREAM_RESUME, STREAM_ACK = 0x25, 0x26  # version 2 with link recovery only (§6.3, §7.10)
 RESOURCE_OFFER, RESOURCE_CHUNK, RESOURCE_COMPLETE = 0x30, 0x31, 0x32
 RESOURCE_CANCEL, RESOURCE_ACCEPT, RESOURCE_RECEIVED = 0x33, 0x34, 0x35
 
 FLAG_END = 0x01
+FLAG_CLOSED = 0x01                       # STREAM_ACK: the stream ended at the receiver (§6.4.13b)
 
 # type: (name, channel rule ("zero", "nonzero", "any"), allowed flags, min len, max len)
 FRAME_TYPES = {
@@ -42,6 +44,8 @@ FRAME_TYPES = {
     STREAM_CLOSE: ("STREAM_CLOSE", "nonzero", 0, 0, 0),
     STREAM_RESET: ("STREAM_RESET", "nonzero", 0, 2, 2),
     WINDOW_UPDATE: ("WINDOW_UPDATE", "any", 0, 4, 4),
+    STREAM_RESUME: ("STREAM_RESUME", "nonzero", 0, 5, 260),
+    STREAM_ACK: ("STREAM_ACK", "nonzero", FLAG_CLOSED, 8, 8),
     RESOURCE_OFFER: ("RESOURCE_OFFER", "nonzero", 0, 25, 280),
     RESOURCE_CHUNK: ("RESOURCE_CHUNK", "nonzero", 0, 1, 65536),
     RESOURCE_COMPLETE: ("RESOURCE_COMPLETE", "nonzero", 0, 32, 32),
@@ -60,7 +64,9 @@ PURPOSE_ANSWER, PURPOSE_CONNECTION_DATA, PURPOSE_INVITATION, PURPOSE_MESH = 0, 1
 PURPOSE_RESUMPTION = 4                   # version 2 only (§7.9)
 
 # frame types and HELLO purposes a version 1 connection must not carry (§6.3, §6.4.1)
-V2_TYPES = (RESUME, ACK)
+V2_TYPES = (RESUME, ACK, STREAM_RESUME, STREAM_ACK)
+# ... and these a connection without link recovery (plaintext) must not carry (§6.3, §7.10)
+RECOVERY_TYPES = (STREAM_RESUME, STREAM_ACK)
 LATEST_VERSION = 2
 
 
@@ -80,14 +86,17 @@ def encode_header(ftype, length, channel=0, flags=0) -> bytes:
     return struct.pack(">BBHII", ftype, flags, 0, channel, length)
 
 
-def decode_header(data: bytes, version: int = LATEST_VERSION) -> FrameHeader:
+def decode_header(data: bytes, version: int = LATEST_VERSION, recovery: bool = True) -> FrameHeader:
     """Validates a header as §6.1 says, before any payload is buffered.
-    `version` is the connection's negotiated version: RESUME and ACK are
-    violations on version 1 (§6.3)."""
+    `version` is the connection's negotiated version: RESUME, ACK,
+    STREAM_RESUME and STREAM_ACK are violations on version 1 (§6.3), and the
+    last two also where `recovery` is False (no link recovery: plaintext)."""
     ftype, flags, reserved, channel, length = struct.unpack(">BBHII", data)
     spec = FRAME_TYPES.get(ftype)
     if spec is None or (version < 2 and ftype in V2_TYPES):
         raise ProtocolViolation("unknown frame type 0x%02x for version %d" % (ftype, version))
+    if not recovery and ftype in RECOVERY_TYPES:
+        raise ProtocolViolation("%s without link recovery" % spec[0])
     _, rule, allowed, lo, hi = spec
     if flags & ~allowed:
         raise ProtocolViolation("disallowed flags")
@@ -233,6 +242,20 @@ class Resume:
 
 
 @dataclass
+class StreamResume:
+    """§6.4.13a: the stream's ordinal in the sender's session and its name."""
+    ordinal: int
+    name: str
+
+    def encode_payload(self):
+        return u32(self.ordinal) + string8(self.name)
+
+    @staticmethod
+    def decode(r):
+        return StreamResume(r.u32(), r.string8())
+
+
+@dataclass
 class Frame:
     """A decoded frame. `value` is the typed payload (or raw bytes / int)."""
     type: int
@@ -253,8 +276,10 @@ def decode_payload(h: FrameHeader, payload: bytes, version: int = LATEST_VERSION
         v = Hello.decode(r, version)
     elif t == RESUME:
         v = Resume.decode(r)
-    elif t == ACK:
+    elif t in (ACK, STREAM_ACK):
         v = r.u64()
+    elif t == STREAM_RESUME:
+        v = StreamResume.decode(r)
     elif t == TRUST:
         v = r.u8()
         if v not in (1, 2, 3):
@@ -289,11 +314,11 @@ def decode_payload(h: FrameHeader, payload: bytes, version: int = LATEST_VERSION
     return Frame(t, h.flags, h.channel, v, payload)
 
 
-def decode_frame(data: bytes, version: int = LATEST_VERSION) -> Frame:
+def decode_frame(data: bytes, version: int = LATEST_VERSION, recovery: bool = True) -> Frame:
     """Decode exactly one whole frame (used by the tests)."""
     if len(data) < HEADER_LEN:
         raise ProtocolViolation("short frame")
-    h = decode_header(data[:HEADER_LEN], version)
+    h = decode_header(data[:HEADER_LEN], version, recovery)
     if len(data) != HEADER_LEN + h.length:
         raise ProtocolViolation("frame length mismatch")
     return decode_payload(h, data[HEADER_LEN:], version)
@@ -302,7 +327,7 @@ def decode_frame(data: bytes, version: int = LATEST_VERSION) -> Frame:
 def encode_frame(f: Frame) -> bytes:
     """Inverse of decode_payload."""
     t, v = f.type, f.value
-    if t in (HELLO, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION, RESOURCE_OFFER, RESUME):
+    if t in (HELLO, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION, RESOURCE_OFFER, RESUME, STREAM_RESUME):
         p = v.encode_payload()
     elif t == TRUST:
         p = u8(v)
@@ -310,7 +335,7 @@ def encode_frame(f: Frame) -> bytes:
         p = u16(v)
     elif t == WINDOW_UPDATE:
         p = u32(v)
-    elif t in (RESOURCE_ACCEPT, ACK):
+    elif t in (RESOURCE_ACCEPT, ACK, STREAM_ACK):
         p = u64(v)
     elif t == STREAM_OPEN:
         p = string8(v)
@@ -325,8 +350,9 @@ class FrameParser:
     """Incremental parser: feed bytes, get whole frames. Validates each header
     before buffering its payload (§6.1)."""
 
-    def __init__(self, version: int = LATEST_VERSION):
+    def __init__(self, version: int = LATEST_VERSION, recovery: bool = True):
         self.version = version
+        self.recovery = recovery
         self.buf = bytearray()
         self.header = None
 
@@ -337,7 +363,7 @@ class FrameParser:
             if self.header is None:
                 if len(self.buf) < HEADER_LEN:
                     break
-                self.header = decode_header(bytes(self.buf[:HEADER_LEN]), self.version)
+                self.header = decode_header(bytes(self.buf[:HEADER_LEN]), self.version, self.recovery)
                 del self.buf[:HEADER_LEN]
             if len(self.buf) < self.header.length:
                 break

@@ -6,6 +6,7 @@ import threading
 import time
 
 from . import frames as F
+from .streams import StreamBook
 from .wire import ProtocolViolation, u64
 
 # This peer's ACK schedule, the same figures §7.9 gives for the library.
@@ -30,6 +31,7 @@ class Member:
         self.dial_tcp_pending = False   # our dial's TCP connect is under way
         self.yield_dial = False         # the peer's dial came first: drop ours once TCP is up
         self.resumed = threading.Event()
+        self.streams = StreamBook()     # §7.10 ordinals and the streams kept across losses
         # sending
         self.sent = 0                   # messages sent in the session
         self.acked = 0                  # highest count an ACK or RESUME gave

@@ -15,6 +15,7 @@ from .encodings import PeerID, Endpoint
 from .events import EventLog
 from .preamble import PREFERENCE_NAMES, TLS
 from .member import Member
+from .streams import OutStream, resume_frames, open_frame
 from .tls import Identity, verify_chain, fingerprint
 
 TOKEN_LIFETIME = 120.0
@@ -256,6 +257,7 @@ class Session:
             with old.lock:
                 old.state = "left"
                 old.episode += 1
+            old.streams.fail_all("the peer started a new session")
 
     @staticmethod
     def _take_exports(m, conn):
@@ -343,6 +345,7 @@ class Session:
         with self.lock:
             if self.members.get(m.peer_id.identifier) is m:
                 del self.members[m.peer_id.identifier]
+        m.streams.fail_all(reason)
         self.events.post("state", m.peer_id, conn=conn, state="notConnected", reason=reason)
 
     def _recover(self, m, episode):
@@ -446,10 +449,118 @@ class Session:
             conn.phase = "connected"
             conn.connected = True
             conn.last_rx = time.monotonic()
+            conn.book = m.streams
+            resumed_streams = self._resume_streams(m, conn)
+            episode = m.episode
             m.resumed.set()
         self._register_connected(conn)
         self.events.post("resumed", m.peer_id, conn=conn, resent=again, peer_delivered=peer_delivered,
-                         dialer=conn.dialer)
+                         dialer=conn.dialer, streams=resumed_streams)
+        t = threading.Timer(self.grace, self._streams_not_resumed, (m, episode))
+        t.daemon = True
+        t.start()
+
+    # -------------------------------------------- streams across a loss (§7.10)
+    def _resume_streams(self, m, conn):
+        """Under m.lock, at once after the resumption: STREAM_RESUME for every
+        stream we keep, in ordinal order, then the streams the application
+        opened meanwhile (STREAM_OPEN). Returns the ordinals resumed."""
+        book = m.streams
+        frames, ordinals = [], []
+        with conn.chan_lock:
+            with book.cond:
+                skip = self.hooks.get("skip_stream_resume", ())
+                for st in sorted(book.outgoing.values(), key=lambda st: st.ordinal):
+                    if st.ordinal in skip:
+                        continue        # test hook: an opener that does not resume this one
+                    ch = conn._open_channel("stream", st.name)
+                    frames += resume_frames(st, ch)
+                    st.attach(conn, ch, answered=False)
+                    st.resumes += 1
+                    ordinals.append(st.ordinal)
+                for st in list(book.waiting):
+                    book.waiting.remove(st)
+                    ch = conn._open_channel("stream", st.name)
+                    st.ordinal = book.opened
+                    book.opened += 1
+                    book.outgoing[st.ordinal] = st
+                    st.attach(conn, ch, answered=True)
+                    frames.append(open_frame(st, ch))
+                if frames:
+                    conn.enqueue(*frames)
+        return ordinals
+
+    def _streams_not_resumed(self, m, episode):
+        """A grace period after a resumption: a receiver fails the streams it
+        kept that the opener did not resume (§7.10)."""
+        with m.lock:
+            if m.episode != episode or m.state != "connected":
+                return          # lost again (or left): that episode decides
+            with m.streams.cond:
+                stale = [ins for ins in m.streams.incoming.values() if ins.conn is None or ins.conn is not m.conn]
+                for ins in stale:
+                    del m.streams.incoming[ins.ordinal]
+        for ins in stale:
+            ins.fail(reason="not resumed")
+
+    def open_stream(self, peer, name) -> OutStream:
+        """Opens a stream to a peer (§7.10 with link recovery): write(),
+        close(), reset(), wait(). While the member is suspended the stream
+        waits for the resumption."""
+        ident = getattr(peer, "identifier", peer)
+        m = self.member(ident)
+        if m is not None and m.state != "left":
+            with m.lock:
+                st = OutStream(self, m.streams, m.peer_id, name)
+                if m.conn is None:
+                    with m.streams.cond:
+                        m.streams.waiting.append(st)
+                    return st
+                m.conn.open_out(st)
+                return st
+        conn = self.connection_to(ident)
+        if conn is None or conn.book is None:
+            raise RuntimeError("no connection with link recovery to that peer (use Connection.send_stream)")
+        st = OutStream(self, conn.book, conn.peer_id, name)
+        conn.open_out(st)
+        return st
+
+    def send_stream(self, peer, name, data, timeout=60.0) -> OutStream:
+        """open_stream, write, close; returns the stream (wait() for its end)."""
+        st = self.open_stream(peer, name)
+        if st.write(data, timeout):
+            st.close()
+        return st
+
+    def incoming_streams(self, peer):
+        m = self.member(peer)
+        if m is None:
+            return {}
+        with m.streams.cond:
+            return dict(m.streams.incoming)
+
+    def cancel_stream(self, peer, ordinal, code=1):
+        """The reader abandons an incoming stream (STREAM_RESET; while the
+        member is suspended, at once here and by the answer to its
+        STREAM_RESUME there, §7.10). False if it is not being read."""
+        m = self.member(peer)
+        if m is None:
+            return False
+        with m.lock:
+            conn = m.conn
+            with (conn.chan_lock if conn is not None else threading.Lock()):
+                with m.streams.cond:
+                    ins = m.streams.incoming.pop(ordinal, None)
+                    if ins is None:
+                        return False
+                    if conn is not None and ins.conn is conn and not conn.closed.is_set():
+                        n = ins.channel.number
+                        conn.channels.pop(n, None)
+                        conn.refused[n] = 0
+                        conn.enqueue(F.frame(F.STREAM_RESET, code.to_bytes(2, "big"), n))
+                    ins.conn = ins.channel = None
+        ins.fail(reason="cancelled")
+        return True
 
     # ------------------------------------------------------ datagrams
     def seal_datagram(self, conn, payload: bytes, epoch=None, counter=None) -> bytes:

@@ -101,6 +101,9 @@ FRAME_VALUES = {
     "frame-message-fragment": F.Frame(F.MESSAGE, 0, 0, b"hel"),
     "frame-message-empty": F.Frame(F.MESSAGE, 1, 0, b""),
     "frame-stream-open": F.Frame(F.STREAM_OPEN, 0, 1, "chat"),
+    "frame-stream-resume": F.Frame(F.STREAM_RESUME, 0, 3, F.StreamResume(2, "chat")),
+    "frame-stream-ack": F.Frame(F.STREAM_ACK, 0, 1, 262144),
+    "frame-stream-ack-closed": F.Frame(F.STREAM_ACK, F.FLAG_CLOSED, 1, 3),
     "frame-stream-data": F.Frame(F.STREAM_DATA, 0, 1, b"abc"),
     "frame-stream-close": F.Frame(F.STREAM_CLOSE, 0, 1, None),
     "frame-stream-reset": F.Frame(F.STREAM_RESET, 0, 2, 1),
@@ -163,14 +166,53 @@ def test_every_vector_is_tested():
     assert set(V) <= tested, set(V) - tested
 
 
-@pytest.mark.parametrize("name", ["frame-hello-resumption", "frame-resume", "frame-acknowledge"])
+@pytest.mark.parametrize("name", ["frame-hello-resumption", "frame-resume", "frame-acknowledge",
+                                  "frame-stream-resume", "frame-stream-ack", "frame-stream-ack-closed"])
 def test_version_2_only_on_version_1(name):
-    """§6.3, §6.4.1: RESUME, ACK and HELLO purpose 4 are violations on version 1."""
+    """§6.3, §6.4.1: RESUME, ACK, STREAM_RESUME, STREAM_ACK and HELLO purpose 4
+    are violations on version 1."""
     F.decode_frame(V[name], version=2)
     with pytest.raises(ProtocolViolation):
         F.decode_frame(V[name], version=1)
     with pytest.raises(ProtocolViolation):
+        F.decode_frame(V[name], version=1, recovery=False)
+    with pytest.raises(ProtocolViolation):
         F.FrameParser(version=1).feed(V[name])
+
+
+@pytest.mark.parametrize("name", ["frame-stream-resume", "frame-stream-ack", "frame-stream-ack-closed"])
+def test_stream_resumption_frames_need_link_recovery(name):
+    """§6.3, §7.10: STREAM_RESUME and STREAM_ACK on a connection without link
+    recovery (plaintext version 2) are violations, from the header alone."""
+    F.decode_frame(V[name], version=2, recovery=True)
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(V[name], version=2, recovery=False)
+    with pytest.raises(ProtocolViolation):
+        F.FrameParser(version=2, recovery=False).feed(V[name][:12])
+
+
+def test_stream_resume_names():
+    """§6.4.13a: a name of 0 and 255 bytes (payload 5 and 260) are the bounds."""
+    for name in ("", "x" * 255):
+        raw = F.frame(F.STREAM_RESUME, F.StreamResume(7, name).encode_payload(), channel=5)
+        assert F.decode_frame(raw).value == F.StreamResume(7, name)
+
+
+@pytest.mark.parametrize("bad", [
+    bytes.fromhex("250000000000000300000004" "00000002"),                     # STREAM_RESUME length 4
+    bytes.fromhex("250000000000000300000005" "0000000201"),                   # string8 longer than payload
+    bytes.fromhex("250000000000000300000006" "000000020061"),                 # trailing byte after the name
+    bytes.fromhex("250100000000000300000005" "0000000200"),                   # STREAM_RESUME with a flag
+    bytes.fromhex("250000000000000000000005" "0000000200"),                   # STREAM_RESUME on channel 0
+    bytes.fromhex("250000000000000300000006" "0000000201ff"),                 # name not UTF-8
+    bytes.fromhex("260200000000000100000008" + "00" * 8),                     # STREAM_ACK flag 0x02
+    bytes.fromhex("260000000000000000000008" + "00" * 8),                     # STREAM_ACK on channel 0
+    bytes.fromhex("260000000000000100000007" + "00" * 7),                     # STREAM_ACK length 7
+    bytes.fromhex("260000000000000100000009" + "00" * 9),                     # STREAM_ACK length 9
+])
+def test_rejects_stream_resumption_frames(bad):
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bad, version=2)
 
 
 @pytest.mark.parametrize("bad", [

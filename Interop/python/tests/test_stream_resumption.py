@@ -1,0 +1,365 @@
+"""§7.10 streams across a lost link, Python to Python on 127.0.0.1: a stream
+outlives a reset TCP connection (every byte once, in order), a STREAM_OPEN
+or a CLOSED acknowledgement lost with the link, a reader that cancels in the
+gap, the 1 MiB hold, the violations of §10, and the receiver's grace. Every
+wait is bounded."""
+import os
+import pathlib
+import sys
+import threading
+import time
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from mpcp import frames as F                        # noqa: E402
+from mpcp.session import Session                    # noqa: E402
+from mpcp.streams import HOLD                       # noqa: E402
+from mpcp.wire import u64                           # noqa: E402
+
+from peers import identity                          # noqa: E402
+
+
+@pytest.fixture
+def sessions():
+    made = []
+
+    def make(name, **kw):
+        kw.setdefault("identity", identity({"a": "alice", "b": "bob"}[name]))
+        kw.setdefault("grace", 30)
+        s = Session(name, "required", **kw)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
+
+
+def pair(a, b):
+    """a dials b (version 2, TLS); returns (a's, b's) connection."""
+    conn = a.connect(b.make_connection_data(a.peer_id))
+    ev_a = a.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
+    ev_b = b.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
+    assert ev_a and ev_a.data["state"] == "connected", ev_a
+    assert ev_b and ev_b.data["state"] == "connected", ev_b
+    assert conn.member is not None and conn.book is not None
+    return conn, ev_b.data["conn"]
+
+
+def until(fn, timeout, step=0.005):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(step)
+    return fn()
+
+
+def kinds(s, *names, since=0):
+    return s.events.all(lambda e: e.kind in names, since=since)
+
+
+def received(s, peer, ordinal=0):
+    ins = s.incoming_streams(peer).get(ordinal)
+    return ins.received if ins is not None else -1
+
+
+def writer(st, data, piece=65536, pause=0.002):
+    """A stream that keeps writing (while the link goes and comes back)."""
+    def run():
+        for i in range(0, len(data), piece):
+            if not st.write(data[i:i + piece], 30):
+                return
+            time.sleep(pause)
+        st.close()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def raw_channel(conn):
+    """A new channel number of ours that no stream of ours uses."""
+    with conn.chan_lock:
+        n = conn.next_channel
+        conn.next_channel += 2
+        return n
+
+
+def test_stream_written_across_a_reset_arrives_once_in_order(sessions):
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    data = os.urandom(8 << 20)
+    st = a.open_stream(b.peer_id, "big")
+    t = writer(st, data)
+    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+    conn.reset()
+    assert not kinds(b, "stream"), "the stream ended before the cut: nothing tested"
+    resumed = a.events.wait(lambda e: e.kind == "resumed", 10, since=ms_a)
+    assert resumed is not None and resumed.data["streams"] == [0], resumed
+    ev = b.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 30, since=ms_b)
+    assert ev is not None and ev.kind == "stream", ev
+    assert ev.data["length"] == len(data) and ev.data["payload"] == data
+    assert st.wait(10) == ("closed", len(data))
+    t.join(5)
+    assert st.resumes == 1
+    assert len(kinds(b, "stream")) == 1 and not kinds(b, "stream-failed")
+    assert [e.data["outcome"] for e in kinds(a, "stream-sent")] == [("closed", len(data))]
+    rs = kinds(b, "stream-resumed")
+    assert len(rs) == 1 and rs[0].data["ordinal"] == 0 and not rs[0].data["new"]
+    assert not kinds(a, "state", since=ms_a) and not kinds(b, "state", since=ms_b)
+
+
+def test_stream_whose_open_went_with_the_link_arrives_as_new(sessions):
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    data = os.urandom(300_000)
+    m = a.member(b.peer_id)
+    with m.lock:                     # the connection still carries the member: the open goes to it
+        conn.reset()
+        st = a.open_stream(b.peer_id, "lost open")
+    assert st.ordinal == 0
+    t = writer(st, data)
+    ev = b.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 20)
+    assert ev is not None and ev.kind == "stream" and ev.data["payload"] == data, ev
+    assert not kinds(b, "stream-opened"), "b read the STREAM_OPEN: nothing tested"
+    rs = kinds(b, "stream-resumed")
+    assert len(rs) == 1 and rs[0].data["new"] and rs[0].data["ordinal"] == 0 and rs[0].data["received"] == 0
+    assert st.wait(10) == ("closed", len(data))
+    t.join(5)
+    # the next stream takes ordinal 1 on both sides
+    st2 = a.send_stream(b.peer_id, "next", b"after")
+    assert st2.wait(10) == ("closed", 5) and st2.ordinal == 1
+    ev2 = b.events.wait(lambda e: e.kind == "stream" and e.data["name"] == "next", 5)
+    assert ev2 is not None and ev2.data["ordinal"] == 1
+
+
+def test_stream_closed_before_the_cut_whose_closed_ack_was_lost_ends_once(sessions):
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    b.hooks["no_closed_ack"] = True          # b's STREAM_ACK CLOSED is lost
+    data = os.urandom(100_000)
+    st = a.send_stream(b.peer_id, "short", data)
+    ev = b.events.wait(lambda e: e.kind == "stream", 10)
+    assert ev is not None and ev.data["payload"] == data
+    assert not st.done.is_set() and st.close_sent        # kept until CLOSED or a reset
+    assert a.member(b.peer_id).streams.outgoing.get(0) is st
+    del b.hooks["no_closed_ack"]
+    ms_b = b.events.mark()
+    conn.reset()
+    assert st.wait(10) == ("closed", len(data))
+    assert b.events.wait(lambda e: e.kind == "stream-resume-ended", 5, since=ms_b) is not None
+    assert len(kinds(b, "stream")) == 1 and not kinds(b, "stream-failed")
+    assert [e.data["outcome"] for e in kinds(a, "stream-sent")] == [("closed", len(data))]
+    assert not a.member(b.peer_id).streams.outgoing
+
+
+def test_reader_that_cancels_in_the_gap_resets_the_writer_after_resumption(sessions):
+    a = sessions("a", redial=False)
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "cancelled")
+    assert st.write(os.urandom(300_000), 5)
+    assert until(lambda: received(b, a.peer_id) == 300_000, 5)
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+    conn.reset()
+    assert a.events.wait(lambda e: e.kind == "lost", 5, since=ms_a) is not None
+    assert b.events.wait(lambda e: e.kind == "lost", 5, since=ms_b) is not None
+    assert b.cancel_stream(a.peer_id, 0)
+    assert st.wait(0) is None                # the writer cannot know yet
+    a.redial = True
+    assert st.wait(10) == ("reset", 1)
+    assert not st.write(b"more", 1)
+    failed = kinds(b, "stream-failed")
+    assert len(failed) == 1 and failed[0].data["reason"] == "cancelled"
+    assert b.events.wait(lambda e: e.kind == "stream-resume-ended", 5, since=ms_b) is not None
+    assert not kinds(b, "stream")
+
+
+def test_stream_opened_and_written_while_suspended_waits_for_the_resumption(sessions):
+    a = sessions("a", redial=False)
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    kept = a.open_stream(b.peer_id, "kept")
+    assert kept.write(b"one", 5)
+    assert until(lambda: received(b, a.peer_id) == 3, 5)
+    ms = a.events.mark()
+    conn.reset()
+    assert a.events.wait(lambda e: e.kind == "lost", 5, since=ms) is not None
+    assert kept.write(b"two", 5)             # waits within the stream's buffer
+    kept.close()
+    new = a.send_stream(b.peer_id, "opened meanwhile", b"three")
+    assert new.ordinal is None               # numbered when its STREAM_OPEN goes
+    a.redial = True
+    assert kept.wait(10) == ("closed", 6) and new.wait(10) == ("closed", 5)
+    assert (kept.ordinal, new.ordinal) == (0, 1)
+    got = {e.data["name"]: e.data["payload"] for e in kinds(b, "stream")}
+    assert got == {"kept": b"onetwo", "opened meanwhile": b"three"}
+
+
+def test_opener_holds_at_1_MiB_unacknowledged(sessions):
+    a = sessions("a")
+    b = sessions("b")
+    pair(a, b)
+    b.hooks["no_stream_ack"] = True
+    data = os.urandom(3 << 20)
+    st = a.open_stream(b.peer_id, "flood")
+    t = writer(st, data, pause=0)
+    assert until(lambda: st.held, 10), "the opener never held"
+    assert st.sent_max - st.acked == HOLD and st.acked == 0
+    assert until(lambda: received(b, a.peer_id) == HOLD, 5)
+    assert st.held and st.sent_max == HOLD and received(b, a.peer_id) == HOLD
+    del b.hooks["no_stream_ack"]             # acknowledgements go: the rest follows
+    ev = b.events.wait(lambda e: e.kind == "stream", 20)
+    assert ev is not None and ev.data["payload"] == data
+    assert st.wait(10) == ("closed", len(data))
+    t.join(5)
+
+
+def test_receiver_fails_a_kept_stream_not_resumed_within_its_grace(sessions):
+    a = sessions("a", redial=False)
+    b = sessions("b", redial=False, grace=1.5)
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "forgotten")
+    assert st.write(b"x" * 1000, 5)
+    assert until(lambda: received(b, a.peer_id) == 1000, 5)
+    a.hooks["skip_stream_resume"] = {0}
+    ms_b = b.events.mark()
+    conn.reset()
+    a.redial = True
+    assert b.events.wait(lambda e: e.kind == "resumed", 5, since=ms_b) is not None
+    ev = b.events.wait(lambda e: e.kind == "stream-failed", 4, since=ms_b)
+    assert ev is not None and ev.data["reason"] == "not resumed", ev
+    assert not kinds(b, "state", since=ms_b)
+
+
+def test_every_stream_fails_on_both_sides_when_the_member_leaves(sessions):
+    a = sessions("a", redial=False, grace=1)
+    b = sessions("b", redial=False, grace=1)
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "orphan")
+    assert st.write(b"y" * 1000, 5)
+    assert until(lambda: received(b, a.peer_id) == 1000, 5)
+    conn.reset()
+    out = st.wait(5)
+    assert out is not None and out[0] == "lost", out
+    ev = b.events.wait(lambda e: e.kind == "stream-failed", 5)
+    assert ev is not None and "grace" in ev.data["reason"], ev
+
+
+# ------------------------------------------------------------ violations (§10)
+def goodbye(s, since, timeout=5):
+    return s.events.wait(lambda e: e.kind == "goodbye", timeout, since=since)
+
+
+def test_stream_resume_ordinal_above_the_count_is_a_protocol_error(sessions):
+    a = sessions("a")
+    b = sessions("b")
+    conn, _ = pair(a, b)
+    n = raw_channel(conn)
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(0, "x").encode_payload(), n))
+    ev = b.events.wait(lambda e: e.kind == "stream-resumed", 5)
+    assert ev is not None and ev.data["new"] and ev.data["ordinal"] == 0     # the count: a new stream
+    ms = a.events.mark()
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(2, "y").encode_payload(), raw_channel(conn)))
+    bye = goodbye(a, ms)
+    assert bye is not None and bye.data["reason"] == 1, bye
+
+
+@pytest.mark.parametrize("case", ["above sent", "backwards", "closed early", "closed wrong count"])
+def test_bad_stream_ack_is_a_protocol_error(sessions, case):
+    a = sessions("a")
+    b = sessions("b")
+    conn, theirs = pair(a, b)
+    b.hooks["no_closed_ack"] = True
+    st = a.open_stream(b.peer_id, "acked")
+    assert st.write(b"z" * 1000, 5)
+    assert until(lambda: received(b, a.peer_id) == 1000, 5)
+    ch = b.incoming_streams(a.peer_id)[0].channel.number
+    theirs.send_raw(F.frame(F.STREAM_ACK, u64(600), ch))
+    assert until(lambda: st.acked == 600, 5)                  # a good one counts
+    mb = b.events.mark()
+    if case == "above sent":
+        theirs.send_raw(F.frame(F.STREAM_ACK, u64(1001), ch))
+    elif case == "backwards":
+        theirs.send_raw(F.frame(F.STREAM_ACK, u64(599), ch))
+    elif case == "closed early":
+        theirs.send_raw(F.frame(F.STREAM_ACK, u64(1000), ch, F.FLAG_CLOSED))
+    else:
+        st.close()
+        assert b.events.wait(lambda e: e.kind == "stream", 5) is not None
+        theirs.send_raw(F.frame(F.STREAM_ACK, u64(999), ch, F.FLAG_CLOSED))
+    bye = goodbye(b, mb)
+    assert bye is not None and bye.data["reason"] == 1, (case, bye)
+
+
+def test_stream_data_before_the_answer_is_a_protocol_error(sessions):
+    a = sessions("a")
+    b = sessions("b")
+    conn, theirs = pair(a, b)
+    b.hooks["hold_resume_answer"] = 1.0      # b answers a second late
+    n = raw_channel(conn)
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(0, "early").encode_payload(), n))
+    assert until(lambda: n in theirs.channels and not theirs.channels[n].answer_pending, 3)
+    conn.send_raw(F.frame(F.STREAM_DATA, b"ok", n))                 # after the answer: taken
+    assert until(lambda: received(b, a.peer_id) == 2, 3)
+    ma = a.events.mark()
+    n = raw_channel(conn)
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(1, "too early").encode_payload(), n)
+                  + F.frame(F.STREAM_DATA, b"abc", n))
+    bye = goodbye(a, ma)
+    assert bye is not None and bye.data["reason"] == 1, bye
+
+
+@pytest.mark.parametrize("kind", ["plaintext", "version 1"])
+def test_stream_resumption_frames_without_link_recovery(sessions, kind):
+    """STREAM_RESUME and STREAM_ACK on a plaintext version 2 or a version 1
+    connection: GOODBYE 1. On the TLS version 2 pair the same frame opens a
+    stream (checked in the ordinal test above)."""
+    for frame in (F.frame(F.STREAM_RESUME, F.StreamResume(0, "x").encode_payload(), 1),
+                  F.frame(F.STREAM_ACK, u64(0), 2)):
+        if kind == "plaintext":
+            a = Session("a", "none")
+            b = Session("b", "none")
+        else:
+            a = Session("a", "required", max_version=1)
+            b = Session("b", "required")
+        try:
+            conn = a.connect(b.make_connection_data(a.peer_id))
+            assert a.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 5)
+            assert b.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 5)
+            assert conn.book is None and conn.outcome == ("plaintext" if kind == "plaintext" else "tls")
+            ma = a.events.mark()
+            conn.send_raw(frame)
+            bye = goodbye(a, ma)
+            assert bye is not None and bye.data["reason"] == 1, bye
+        finally:
+            a.close()
+            b.close()
+
+
+def test_window_update_before_the_answer_is_a_protocol_error(sessions):
+    """§7.10: the receiver's answer comes before anything else it sends on
+    the channel (SPEC-GAPS 33)."""
+    a = sessions("a", redial=False)
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "w")
+    assert st.write(b"w" * 10, 5)
+    assert until(lambda: received(b, a.peer_id) == 10, 5)
+    b.hooks["hold_resume_answer"] = 2.0
+    ms_b = b.events.mark()
+    conn.reset()
+    a.redial = True
+    ev = b.events.wait(lambda e: e.kind == "stream-resumed", 5, since=ms_b)
+    assert ev is not None
+    theirs = b.member(a.peer_id).conn
+    theirs.send_raw(F.frame(F.WINDOW_UPDATE, (1000).to_bytes(4, "big"), ev.data["channel"]))
+    bye = goodbye(b, ms_b)
+    assert bye is not None and bye.data["reason"] == 1, bye
