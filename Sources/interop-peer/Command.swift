@@ -16,6 +16,7 @@ enum Command {
     case stream(MCPeerID, name: String, path: String)
     case resource(MCPeerID, name: String, path: String)
     case cancel(MCPeerID)
+    case cancelStream(MCPeerID, name: String)
     case peers
     case advertise(service: String)
     case stopAdvertising
@@ -84,6 +85,9 @@ enum Command {
         case "CANCEL":
             try expect(1)
             return .cancel(try peer(arguments[0]))
+        case "CANCEL-STREAM":
+            try expect(2)
+            return .cancelStream(try peer(arguments[0]), name: try name(arguments[1]))
         case "PEERS":
             try expect(0)
             return .peers

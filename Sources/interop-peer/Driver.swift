@@ -1,6 +1,7 @@
 import Foundation
 import MultipeerConnectivity
 import MultipeerCrypto
+import Synchronization
 
 /// The session, the commands that drive it and the lines that report it (Interop/HARNESS.md).
 final class Driver: Sendable {
@@ -9,6 +10,9 @@ final class Driver: Sendable {
     /// With --resource-dir received files stay there; otherwise they are removed once hashed.
     private let keepsResources: Bool
     private let discovery: DiscoveryDriver
+    /// Incoming streams still being read, oldest first, for CANCEL-STREAM.
+    private let reading = Mutex<[(id: Int, peer: MCPeerID, reader: MCStreamReader)]>([])
+    private let nextReading = Atomic(0)
 
     init(_ options: Options) throws {
         session = try MCSession(
@@ -109,6 +113,12 @@ final class Driver: Sendable {
         case .cancel(let peer):
             session.cancelConnectPeer(peer)
             out.line("OK CANCEL")
+        case .cancelStream(let peer, let name):
+            let reader = reading.withLock { $0.first { $0.peer == peer && $0.reader.name == name }?.reader }
+            guard let reader else { return out.line("ERROR CANCEL-STREAM invalidParameter") }
+            // Its reading task prints STREAM-FAILED ... cancelled.
+            reader.cancel()
+            out.line("OK CANCEL-STREAM")
         case .peers:
             out.line((["PEERS"] + session.connectedPeers.map(Format.peer)).joined(separator: " "))
         case .advertise(let service): await discovery.advertise(service)
@@ -183,6 +193,9 @@ final class Driver: Sendable {
 
     private func receiveStream(_ reader: MCStreamReader, from peer: MCPeerID) async {
         let prefix = "\(Format.peer(peer)) \(Format.name(reader.name))"
+        let id = nextReading.add(1, ordering: .relaxed).newValue
+        reading.withLock { $0.append((id, peer, reader)) }
+        defer { reading.withLock { $0.removeAll { $0.id == id } } }
         var digest = Digest()
         do {
             for try await chunk in reader { digest.update(chunk) }
