@@ -13,7 +13,7 @@ import Synchronization
 ///   in  `GO <interval-ms>`              send to every peer a numbered message every interval,
 ///                                       and every 50 intervals a 1 MiB stream and a 1 MiB file
 ///                                       to one of them, in turn
-///   out `STATS fds=… threads=… rss=… sent=… received=… streams=ok/failed resources=ok/failed resourcesin=ok/failed`
+///   out `STATS fds=… threads=… rss=… sent=… received=… streams=ok/failed streamsout=ok/failed resources=ok/failed resourcesin=ok/failed`
 ///                                       once a second
 ///   out `NOTCONNECTED <hex>` / `VIOLATION <hex> <detail>`   a peer was reported gone, or its
 ///                                       messages arrived out of order or twice
@@ -21,6 +21,9 @@ import Synchronization
 ///   in  `EXPECT <hex> <n>`  out `CHECK <hex> ok|missing <k>` once n arrived, or after 30 s
 ///   end of input: disconnect and exit
 extension Demo {
+    /// Each soak stream's length, all 0xA5.
+    static let streamLength = 1 << 20
+
     static func soaker(name: String) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("soak-\(getpid())")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
@@ -59,9 +62,16 @@ extension Demo {
                     if let violation = state.received(index, from: from) { say("VIOLATION \(hex(from.wireRepresentation)) \(violation)") }
                 case .streamReceived(let reader, _):
                     Task {
+                        // Across lost links (§7.10) too: every byte once, in order, so exactly
+                        // the megabyte of 0xA5 that was sent.
+                        var count = 0
+                        var intact = true
                         do {
-                            for try await _ in reader {}
-                            state.stream(ok: true)
+                            for try await chunk in reader {
+                                count += chunk.count
+                                intact = intact && chunk.allSatisfy { $0 == 0xA5 }
+                            }
+                            state.stream(ok: intact && count == Self.streamLength)
                         } catch {
                             state.stream(ok: false)
                         }
@@ -121,7 +131,7 @@ extension Demo {
                             Task {
                                 do {
                                     let writer = try session.openStream(named: "soak", to: target)
-                                    try await writer.write(Data(repeating: 0xA5, count: 1 << 20))
+                                    try await writer.write(Data(repeating: 0xA5, count: Self.streamLength))
                                     try await writer.finish()
                                     state.streamSent(ok: true)
                                 } catch {
@@ -201,7 +211,7 @@ final class SoakState: Sendable {
     var summary: String {
         counts.withLock { counts in
             "sent=\(counts.next.values.reduce(0, +)) unsent=\(counts.unsent.values.reduce(0, +)) received=\(counts.received.values.reduce(0, +)) "
-                + "streams=\(counts.streams.ok)/\(counts.streams.failed) resources=\(counts.resources.ok)/\(counts.resources.failed) "
+                + "streams=\(counts.streams.ok)/\(counts.streams.failed) streamsout=\(counts.streamsSent.ok)/\(counts.streamsSent.failed) resources=\(counts.resources.ok)/\(counts.resources.failed) "
                 + "resourcesin=\(counts.resourcesReceived.ok)/\(counts.resourcesReceived.failed)"
         }
     }
