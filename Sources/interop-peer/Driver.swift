@@ -148,7 +148,7 @@ final class Driver: Sendable {
                 try await writer.write(chunk)
             }
         } catch let error as MCError {
-            return out.line("STREAM-SENT \(Format.name(name)) failed \(error.code)")
+            return out.line("STREAM-SENT \(Format.name(name)) failed \(Format.transferReason(error))")
         } catch {
             writer.cancel()  // the file failed, not the stream: the reader must not take it as complete
             return out.line("STREAM-SENT \(Format.name(name)) failed unreadable")
@@ -157,7 +157,7 @@ final class Driver: Sendable {
             // Returns once everything went to the connection: a reader's refusal before then fails it.
             try await writer.finish()
         } catch {
-            return out.line("STREAM-SENT \(Format.name(name)) failed \(error.code)")
+            return out.line("STREAM-SENT \(Format.name(name)) failed \(Format.transferReason(error))")
         }
         out.line("STREAM-SENT \(Format.name(name)) ok")
     }
