@@ -21,8 +21,10 @@ import Synchronization
 ///   in  `EXPECT <hex> <n>`  out `CHECK <hex> ok|missing <k>` once n arrived, or after 30 s
 ///   end of input: disconnect and exit
 extension Demo {
-    /// Each soak stream's length, all 0xA5.
+    /// Each soak stream: 1 MiB whose bytes depend on their position.
     static let streamLength = 1 << 20
+    static func streamByte(at offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset % 251) }
+    static let streamContent = Data((0..<streamLength).map(streamByte(at:)))
 
     static func soaker(name: String) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("soak-\(getpid())")
@@ -63,13 +65,15 @@ extension Demo {
                 case .streamReceived(let reader, _):
                     Task {
                         // Across lost links (§7.10) too: every byte once, in order, so exactly
-                        // the megabyte of 0xA5 that was sent.
+                        // the pattern that was sent (a byte out of place shows).
                         var count = 0
                         var intact = true
                         do {
                             for try await chunk in reader {
-                                count += chunk.count
-                                intact = intact && chunk.allSatisfy { $0 == 0xA5 }
+                                for byte in chunk {
+                                    intact = intact && byte == Self.streamByte(at: count)
+                                    count += 1
+                                }
                             }
                             state.stream(ok: intact && count == Self.streamLength)
                         } catch {
@@ -131,7 +135,7 @@ extension Demo {
                             Task {
                                 do {
                                     let writer = try session.openStream(named: "soak", to: target)
-                                    try await writer.write(Data(repeating: 0xA5, count: Self.streamLength))
+                                    try await writer.write(Self.streamContent)
                                     try await writer.finish()
                                     state.streamSent(ok: true)
                                 } catch {
