@@ -120,7 +120,7 @@ struct StreamResumptionMuxTests {
             return
         }
         pair.newConnection()
-        // Stream 2's STREAM_OPEN went with the link: new to bob, answered with 0.
+        // Stream 0 ended at bob: reset. Stream 1 he still reads: resumed.
         guard case .refuse(1, _, [.streamReset(channel: 1, code: .cancelled)]) = pair.toBob(.streamResume(channel: 1, ordinal: 0, name: "a")) else {
             Issue.record("an ended stream was not reset")
             return
@@ -129,6 +129,7 @@ struct StreamResumptionMuxTests {
             Issue.record("a kept stream was not resumed")
             return
         }
+        // Stream 2's STREAM_OPEN went with the link: new to bob, answered with 0.
         guard case .takeStream(5, "c", 2, let reply) = pair.toBob(.streamResume(channel: 5, ordinal: 2, name: "c")) else {
             Issue.record("a new stream was not taken")
             return
@@ -163,6 +164,32 @@ struct StreamResumptionMuxTests {
             return
         }
         #expect(acknowledgement.over && pair.alice.outboundCount == 0 && pair.aliceStreams.ledger.keptOrdinals.isEmpty)
+    }
+
+    /// Alice closed a stream bob read to its end, and bob's STREAM_ACK with CLOSED went with the
+    /// link: alice resumes it, bob answers STREAM_RESET 1, and for alice the stream is over.
+    @Test func aStreamWhoseEndsAcknowledgementWasLostIsOverOnResumption() throws {
+        var pair = Pair()
+        let opened = pair.alice.openStream()
+        let (channel, ordinal) = try #require(opened)
+        _ = pair.toBob(.streamOpen(channel: channel, name: "s"))
+        pair.widen(channel)
+        #expect(pair.send(100_000, on: channel) == 100_000)
+        #expect(pair.alice.weSend(.streamClose(channel: channel)) == false)
+        guard case .toInbound(channel, true, .streamAcknowledge(channel, 100_000, true)?) = pair.toBob(.streamClose(channel: channel)) else {
+            Issue.record("bob did not acknowledge the end")
+            return
+        }
+        // ...which alice never reads.
+        pair.newConnection()
+        let resuming = pair.alice.resumeStream(try #require(ordinal), name: "s")
+        let (resumed, frames) = try #require(resuming)
+        guard case .refuse(resumed, _, let reply) = pair.toBob(frames[0]), reply == [.streamReset(channel: resumed, code: .cancelled)] else {
+            Issue.record("bob did not say the stream ended")
+            return
+        }
+        #expect(pair.toAlice(reply[0]) == .toOutbound(resumed, ended: true))
+        #expect(pair.alice.outboundCount == 0 && pair.aliceStreams.ledger.keptOrdinals.isEmpty)
     }
 
     /// Without link recovery nothing changes: no ordinals, no acknowledgements, a close ends it.

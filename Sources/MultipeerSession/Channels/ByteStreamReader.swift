@@ -29,12 +29,21 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         /// Bytes still buffered from an earlier connection (§7.10): taking them gives no window
         /// back on the present one, which never counted them.
         var stale = 0
+        /// Runs (on the caller's thread, outside the lock) once the stale bytes are all taken.
+        var staleDrained: (@Sendable () -> Void)?
 
         /// The window to give back for `count` bytes taken now, oldest first.
         mutating func fresh(_ count: Int) -> Int {
             let old = Swift.min(stale, count)
             stale -= old
             return count - old
+        }
+
+        /// The drain callback, once it is due.
+        mutating func takeDrained() -> (@Sendable () -> Void)? {
+            guard stale == 0, let callback = staleDrained else { return nil }
+            staleDrained = nil
+            return callback
         }
     }
 
@@ -66,16 +75,25 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
 
     /// On the loop: the peer continues the stream on `channel` of a new connection (§7.10).
     /// False when the reader has ended meanwhile (the application cancelled it while the link
-    /// was down): the caller resets the stream instead.
-    package func rebind(channel: UInt32, linkage: any ChannelLinkage) -> Bool {
-        state.withLock { state in
-            guard !state.ended, state.failure == nil, !state.cancelled else { return false }
+    /// was down): the caller resets the stream instead. `drained` runs once the application has
+    /// taken the bytes held from earlier connections (at once when there are none): only then
+    /// may the peer send more, so that unread bytes never exceed a window however often the
+    /// link goes.
+    package func rebind(channel: UInt32, linkage: any ChannelLinkage, drained: @escaping @Sendable () -> Void) -> Bool {
+        let (rebound, now) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
+            guard !state.ended, state.failure == nil, !state.cancelled else { return (false, nil) }
             state.channel = channel
             state.linkage = linkage
             state.stale = state.chunks.byteCount
-            return true
+            state.staleDrained = drained
+            return (true, state.takeDrained())
         }
+        now?()
+        return rebound
     }
+
+    /// Whether `linkage` carries the stream now.
+    package func isBound(to linkage: any ChannelLinkage) -> Bool { state.withLock { $0.linkage === linkage } }
 
     /// Whether the stream is still being read: not at its end, failed or cancelled.
     package var isReading: Bool { state.withLock { !$0.ended && $0.failure == nil && !$0.cancelled } }
@@ -92,7 +110,9 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     }
 
     package var hasBytesAvailable: Bool { state.withLock { $0.chunks.byteCount > 0 } }
-    /// Bytes arrived and not yet read: never more than the channel's window (docs/PROTOCOL.md §7.6).
+    /// Bytes arrived and not yet read: never more than the channel's window (docs/PROTOCOL.md
+    /// §7.6), counting bytes held from an earlier connection (§7.10: the peer sends no more until
+    /// they are read).
     package var bufferedByteCount: Int { state.withLock { $0.chunks.byteCount } }
     /// Buffers held for those bytes (bounded by the bytes, whatever the peer's frame sizes).
     var bufferedChunkCount: Int { state.withLock { $0.chunks.chunkCount } }
@@ -102,11 +122,12 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
 
     /// Copies up to `buffer.count` bytes; 0 when none are available now (see `isAtEnd`).
     package func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        let (copied, fresh, channel, linkage) = state.withLock { state in
+        let (copied, fresh, channel, linkage, drained) = state.withLock { state in
             let copied = state.chunks.read(into: buffer)
-            return (copied, state.fresh(copied), state.channel, state.linkage)
+            return (copied, state.fresh(copied), state.channel, state.linkage, state.takeDrained())
         }
         if fresh > 0 { linkage.channelTaken(fresh, on: channel) }
+        drained?()
         return copied
     }
 
@@ -121,6 +142,7 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
             switch outcome?.0 {
             case .success(let chunk?):
                 if let (_, fresh, channel, linkage) = outcome, fresh > 0 { linkage.channelTaken(fresh, on: channel) }
+                state.withLock { $0.takeDrained() }?()
                 return chunk
             case .success(nil):
                 return nil
@@ -146,6 +168,7 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
         let (send, dropped, channel, linkage) = state.withLock { state -> (Bool, Int, UInt32, any ChannelLinkage) in
             let dropped = state.fresh(state.chunks.removeAll())
             state.cancelled = true
+            state.staleDrained = nil  // its reset answers the peer's resume instead
             guard !state.ended, state.failure == nil else { return (false, dropped, state.channel, state.linkage) }
             state.failure = TransferError(.cancelled)
             return (true, dropped, state.channel, state.linkage)

@@ -35,6 +35,9 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         var retainedBytes = 0
         var retaining = false
         var ordinal: UInt32?
+        /// A resumed stream whose STREAM_CLOSE went with the lost link goes again after the
+        /// rewound bytes; `finish()` has told the app already, and that stands.
+        var resendClose = false
     }
 
     package let name: String
@@ -201,9 +204,11 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         }
     }
 
-    /// Whether the stream still matters to the peer: not failed, or cancelled with a reset that
-    /// the peer has not acknowledged (the ledger says which).
+    /// The stream failed or was cancelled (a cancelled one may still have a reset to send).
     package var hasFailed: Bool { state.withLock { $0.failure != nil } }
+
+    /// Whether `linkage` carries the stream now.
+    package func isBound(to linkage: any ChannelLinkage) -> Bool { state.withLock { $0.linkage === linkage } }
 
     /// The peer acknowledged `released` more bytes; on the answer to our STREAM_RESUME the rest
     /// of what we had sent (`rewound` bytes) goes again, ahead of what was never sent, and so
@@ -222,7 +227,7 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
             while let last = state.retained.popLast() { state.chunks.prepend(last) }
             state.buffered += state.retainedBytes
             state.retainedBytes = 0
-            if state.closeRequested { state.finishSent = false }
+            if state.finishSent { state.resendClose = true }
         }
     }
 
@@ -230,7 +235,7 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         var finished: [UnsafeContinuation<Void, any Error>] = []
         defer { for waiter in finished { waiter.resume() } }
         let (output, wakeWaiters) = state.withLock { state -> (ChannelOutput, Bool) in
-            guard state.failure == nil, !state.finishSent else { return (.idle, false) }
+            guard state.failure == nil, !state.finishSent || state.resendClose else { return (.idle, false) }
             if var first = state.chunks.first {
                 guard allowance > 0 else { return (.blocked, false) }
                 let wasFull = state.buffered >= bufferLimit || state.wantsSpaceEvent
@@ -244,6 +249,10 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
                 return (.data(slice), wasFull)
             }
             if state.closeRequested {
+                if state.resendClose {
+                    state.resendClose = false
+                    return (.finish(.streamClose(channel: state.channel ?? 0)), false)
+                }
                 state.finishSent = true
                 finished = state.finishWaiters
                 state.finishWaiters = []

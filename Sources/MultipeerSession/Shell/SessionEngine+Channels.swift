@@ -99,6 +99,11 @@ extension SessionEngine {
                 return
             }
         }
+        if let writer = source as? ByteStreamWriter, writer.hasFailed {
+            // Cancelled before it opened: it takes no ordinal, and the peer hears nothing.
+            channelCounts.release(peer)
+            return
+        }
         guard let id = core.activeLink(to: peer), let link = state.value.links[id], let mux = link.mux,
             let connection = link.socket
         else {
@@ -214,7 +219,7 @@ extension SessionEngine {
         state.value.core.channels(on: mux.link, body)
     }
 
-    private func writeChannelFrames(_ frames: [Frame], on connection: any Channel) {
+    func writeChannelFrames(_ frames: [Frame], on connection: any Channel) {
         for frame in frames { writeChannelFrame(frame, on: connection, flush: false) }
         if !frames.isEmpty { connection.flush() }
     }
@@ -250,12 +255,16 @@ extension SessionEngine {
         case .takeStream(let channel, let name, let ordinal, let reply):
             let reader = ByteStreamReader(name: name, peer: peer, channel: channel, linkage: mux, ordinal: ordinal)
             mux.inbound[channel] = reader
-            if let ordinal { streamEndpoints(of: peer.identifier).readers[ordinal] = (reader, nil) }
+            if let ordinal {
+                // The peer resumes its kept streams before it opens any other (§7.10): one it
+                // did not resume now never will be.
+                failUnresumedReaders(of: peer.identifier, unboundSince: eventLoop.now)
+                streamEndpoints(of: peer.identifier).readers[ordinal] = (reader, nil)
+            }
             writeChannelFrames(reply, on: connection)
             onEvent(.streamOpened(reader))
         case .resumeStream(let channel, let ordinal, let reply):
-            writeChannelFrames(reply, on: connection)
-            carryOn(ordinal, of: peer.identifier, on: channel, link: link, mux: mux)
+            carryOn(ordinal, of: peer.identifier, on: channel, answer: reply, mux: mux)
         case .acknowledged(let channel, let acknowledgement):
             (mux.outbound[channel] as? ByteStreamWriter)?.acknowledged(
                 released: acknowledgement.released, rewound: acknowledgement.rewound, answering: acknowledgement.answered)
@@ -461,6 +470,8 @@ extension SessionEngine {
                 continue
             }
             if let writer = source as? ByteStreamWriter, let ordinal = writer.ordinal, let peer {
+                // Carried on by another link already: not this one's to end.
+                guard writer.isBound(to: mux) else { continue }
                 // The peer may not have all of it yet: it waits for the resumed link (§7.10).
                 if recovering, let streams, streams.ledger.keeps(ordinal) {
                     writer.interrupt()
@@ -473,7 +484,7 @@ extension SessionEngine {
             source.failed(error)
         }
         for (_, sink) in inbound {
-            guard let reader = sink as? ByteStreamReader, let ordinal = reader.ordinal, let peer else { continue }
+            guard let reader = sink as? ByteStreamReader, let ordinal = reader.ordinal, let peer, reader.isBound(to: mux) else { continue }
             if recovering, let streams, streams.ledger.isReading(ordinal), reader.isReading {
                 state.value.memberStreams[peer]?.readers[ordinal]?.unboundSince = eventLoop.now
                 continue

@@ -1,3 +1,4 @@
+import MultipeerCrypto
 import MultipeerProtocol
 import MultipeerWire
 import NIOCore
@@ -28,6 +29,10 @@ extension SessionEngine {
     /// A stream the application opens while the member's link is down: it takes its ordinal now
     /// and opens on the resumed link (STREAM_RESUME, new to the peer).
     func parkNewStream(_ writer: ByteStreamWriter, to peer: Bytes16) {
+        guard !writer.hasFailed else {
+            channelCounts.release(peer)  // cancelled before it opened: the peer hears nothing
+            return
+        }
         guard let ordinal = core.streams(of: peer)?.ledger.opened() else {
             channelCounts.release(peer)
             writer.failed(TransferError(.tooManyChannels))
@@ -38,15 +43,31 @@ extension SessionEngine {
     }
 
     /// The peer continues its stream `ordinal` on `channel`: the kept reader reads on from there,
-    /// or, when the application cancelled it while the link was down, the stream is reset.
-    func carryOn(_ ordinal: UInt32, of peer: Bytes16, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer) {
-        guard let entry = state.value.memberStreams[peer]?.readers[ordinal], entry.reader.rebind(channel: channel, linkage: mux) else {
-            forgetStreamEndpoint(reader: ordinal, of: peer)
-            channelSend(.streamReset(channel: channel, code: .cancelled), on: mux.link)
+    /// and `answer` (our count, our window) goes once the application has read what the reader
+    /// held from earlier connections. When the application cancelled the reader while the link
+    /// was down, the stream is reset instead (§7.10: it ended here).
+    func carryOn(_ ordinal: UInt32, of peer: Bytes16, on channel: UInt32, answer: [Frame], mux: LinkMultiplexer) {
+        let id = mux.link
+        guard let entry = state.value.memberStreams[peer]?.readers[ordinal] else {
+            channelSend(.streamReset(channel: channel, code: .cancelled), on: id)
             return
         }
         mux.inbound[channel] = entry.reader
         state.value.memberStreams[peer]?.readers[ordinal]?.unboundSince = nil
+        let rebound = entry.reader.rebind(channel: channel, linkage: mux) { [weak self, eventLoop] in
+            let engine = self
+            eventLoop.execute {
+                // Still this link's, still open here (a cancel since would have reset it).
+                guard let engine, let link = engine.state.value.links[id], link.mux === mux, let connection = link.socket,
+                    engine.core.channels(on: id, { $0.isOpen(channel) }) == true
+                else { return }
+                engine.writeChannelFrames(answer, on: connection)
+            }
+        }
+        guard rebound else {
+            channelSend(.streamReset(channel: channel, code: .cancelled), on: id)
+            return
+        }
     }
 
     /// The member is carried by link `id` again: each stream of ours it keeps goes on there from
@@ -64,17 +85,16 @@ extension SessionEngine {
             // Cancelled while the link was down: its reset could not go, so it follows the resume.
             if writer.hasFailed { streams.ledger.ended(ordinal, .reset) }
             guard let (channel, frames) = core.channels(on: id, { $0.resumeStream(ordinal, name: writer.name) }) ?? nil else {
-                streams.ledger.forget(ordinal)
-                forgetStreamEndpoint(writer: ordinal, of: peer)
-                channelCounts.release(peer)
-                writer.failed(TransferError(.connectionLost))
-                continue
+                // Cannot happen (a kept stream keeps its place among our 64), and skipping its
+                // ordinal would put every later one ahead of the peer's count: the link goes.
+                let error = ConnectionError(.tls(SecurityError(.internalError, "no channel for kept stream \(ordinal)")))
+                connection.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
+                return
             }
             _ = writer.bind(channel: channel, linkage: mux)
             mux.outbound[channel] = writer
-            for frame in frames { connection.write(frame, promise: nil) }
+            writeChannelFrames(frames, on: connection)
         }
-        connection.flush()
         let resumedAt = eventLoop.now
         guard endpoints.readers.values.contains(where: { $0.unboundSince != nil }) else { return }
         eventLoop.scheduleTask(deadline: resumedAt + configuration.recovery.grace) { [weak self] in
@@ -83,8 +103,9 @@ extension SessionEngine {
     }
 
     /// The peer did not resume these within the grace period after the resumption (§7.10).
-    private func failUnresumedReaders(of peer: Bytes16, unboundSince resumedAt: NIODeadline) {
-        guard let endpoints = state.value.memberStreams[peer] else { return }
+    func failUnresumedReaders(of peer: Bytes16, unboundSince resumedAt: NIODeadline) {
+        // Suspended again: the next resumption gives the peer its own grace period.
+        guard core.activeLink(to: peer) != nil, let endpoints = state.value.memberStreams[peer] else { return }
         for (ordinal, entry) in endpoints.readers {
             guard let since = entry.unboundSince, since <= resumedAt else { continue }
             core.streams(of: peer)?.ledger.peerStreamEnded(ordinal)
