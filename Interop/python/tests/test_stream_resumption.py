@@ -253,6 +253,100 @@ def test_every_stream_fails_on_both_sides_when_the_member_leaves(sessions):
     assert ev is not None and "grace" in ev.data["reason"], ev
 
 
+def payloads(s, since=0):
+    return [e.data["payload"] for e in kinds(s, "message", since=since)]
+
+
+def exports(s, peer):
+    m = s.member(peer)
+    return (m.resumption_id, m.resumption_key)
+
+
+def test_two_resumptions_in_one_session_carry_messages_and_streams(sessions):
+    """§7.9: the exports of the establishing connection name and prove the
+    session for as long as it lasts, so a session resumes as often as its
+    link goes: messages and a stream each way arrive once, in order, across
+    two resumptions."""
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    names = exports(a, b.peer_id), exports(b, a.peer_id)
+    assert names[0] == names[1] and None not in names[0]
+    data_a, data_b = os.urandom(6 << 20), os.urandom(6 << 20)
+    st_a = a.open_stream(b.peer_id, "a across two")
+    st_b = b.open_stream(a.peer_id, "b across two")
+    t_a, t_b = writer(st_a, data_a), writer(st_b, data_b)
+    sent = {a: [], b: []}
+
+    def say(src, dst, tag):
+        for i in range(20):
+            p = b"%s %d" % (tag, i)
+            sent[src].append(p)
+            src.send_to(dst.peer_id, p)
+
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+    for turn in (1, 2):
+        say(a, b, b"a%d" % turn)
+        say(b, a, b"b%d" % turn)
+        assert until(lambda: received(b, a.peer_id) >= turn << 20 and received(a, b.peer_id) >= turn << 20, 15)
+        mark = a.events.mark()
+        a.member(b.peer_id).conn.reset()
+        ev = a.events.wait(lambda e: e.kind == "resumed", 10, since=mark)
+        assert ev is not None, ("resumption %d" % turn, kinds(a, "lost", "resume-ended", "state", since=mark))
+        assert sorted(ev.data["streams"]) == [0], ev
+    say(a, b, b"a3")
+    say(b, a, b"b3")
+    got_a = b.events.wait(lambda e: e.kind in ("stream", "stream-failed") and e.data["name"] == "a across two", 30)
+    got_b = a.events.wait(lambda e: e.kind in ("stream", "stream-failed") and e.data["name"] == "b across two", 30)
+    assert got_a is not None and got_a.kind == "stream" and got_a.data["payload"] == data_a, got_a
+    assert got_b is not None and got_b.kind == "stream" and got_b.data["payload"] == data_b, got_b
+    assert st_a.wait(10) == ("closed", len(data_a)) and st_b.wait(10) == ("closed", len(data_b))
+    t_a.join(5)
+    t_b.join(5)
+    assert st_a.resumes == 2 and st_b.resumes == 2
+    assert until(lambda: payloads(b, ms_b) == sent[a] and payloads(a, ms_a) == sent[b], 5), \
+        (payloads(b, ms_b), payloads(a, ms_a))
+    assert len(kinds(a, "resumed", since=ms_a)) == 2 and len(kinds(b, "resumed", since=ms_b)) == 2
+    assert not kinds(a, "state", since=ms_a) and not kinds(b, "state", since=ms_b)
+    assert (exports(a, b.peer_id), exports(b, a.peer_id)) == names
+
+
+def test_a_loss_between_the_two_resumes_leaves_the_session_resumable(sessions):
+    """§7.9: a resumption connection lost after one side checked the peer's
+    RESUME and before the other did: both still hold the session's ID and
+    key, and the next resumption gets through."""
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    data = os.urandom(3 << 20)
+    st = a.open_stream(b.peer_id, "between")
+    t = writer(st, data)
+    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+
+    def cut_once_a_checked(theirs):
+        # b, before checking a's RESUME: wait until a has checked b's, then the link goes
+        assert a.events.wait(lambda e: e.kind == "resumed", 5, since=ms_a) is not None
+        theirs._cut("cut between the two RESUMEs (test hook)")
+    b.hooks["before_resume_check"] = cut_once_a_checked
+    for i in range(10):
+        a.send_to(b.peer_id, b"m%d" % i)
+    conn.reset()
+    assert until(lambda: len(kinds(a, "resumed", since=ms_a)) == 2, 15), \
+        kinds(a, "lost", "resume-ended", "state", since=ms_a)
+    assert "before_resume_check" not in b.hooks
+    assert len(kinds(b, "resumed", since=ms_b)) == 1
+    for i in range(10, 20):
+        a.send_to(b.peer_id, b"m%d" % i)
+    ev = b.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 30, since=ms_b)
+    assert ev is not None and ev.kind == "stream" and ev.data["payload"] == data, ev
+    assert st.wait(10) == ("closed", len(data))
+    t.join(5)
+    want = [b"m%d" % i for i in range(20)]
+    assert until(lambda: payloads(b, ms_b) == want, 5), payloads(b, ms_b)
+    assert not kinds(a, "state", since=ms_a) and not kinds(b, "state", since=ms_b)
+
+
 # ------------------------------------------------------------ violations (§10)
 def goodbye(s, since, timeout=5):
     return s.events.wait(lambda e: e.kind == "goodbye", timeout, since=since)
