@@ -1996,10 +1996,14 @@ def s_v2_stream_reset_midway():
                 check(len(s.events.all(lambda e: e.kind == "stream", since=ms)) == 1
                       and not s.events.all(lambda e: e.kind == "stream-failed", since=ms),
                       "%s: python saw the library's stream end more than once or fail" % direction)
+                # one per connection that carried the member: crossing resumption dials can
+                # replace each other with GOODBYE 7 (a loss, resumed again; SPEC-GAPS 40)
                 rs = s.events.all(lambda e: e.kind == "stream-resumed", since=ms)
-                check(len(rs) == 1 and not rs[0].data["new"], "%s: STREAM_RESUMEs read: %s" % (direction, rs))
+                check(rs and not any(r.data["new"] or r.data["ordinal"] != 0 for r in rs),
+                      "%s: STREAM_RESUMEs read: %s" % (direction, rs))
                 _no_state_change(h, s, mh, ms, direction)
-                out.append("%s lib->py cut at %d, resumed at %d" % (direction, at_cut, rs[0].data["received"]))
+                out.append("%s lib->py cut at %d, resumed at %d (%d STREAM_RESUME)"
+                           % (direction, at_cut, rs[0].data["received"], len(rs)))
                 # python writes, the library reads; python cuts once 1 MiB is acknowledged
                 mh, ms = h.mark(), s.events.mark()
                 data = os.urandom(16 << 20)
