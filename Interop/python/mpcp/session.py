@@ -246,7 +246,8 @@ class Session:
         """Both TRUST accepted on a version 2 TLS connection: the member's
         session begins, named by this connection's exports."""
         m = Member(conn.peer_id)
-        self._take_exports(m, conn)
+        m.resumption_id, m.resumption_key = R.exported(conn.transport)
+        m.listen_ep = (conn.peer_addr, conn.peer_hello.listen_port)
         m.peer_fp = fingerprint(conn.peer_chain[0]) if conn.peer_chain else None
         m.conn = conn
         conn.member = m
@@ -258,11 +259,6 @@ class Session:
                 old.state = "left"
                 old.episode += 1
             old.streams.fail_all("the peer started a new session")
-
-    @staticmethod
-    def _take_exports(m, conn):
-        m.resumption_id, m.resumption_key = R.exported(conn.transport)
-        m.listen_ep = (conn.peer_addr, conn.peer_hello.listen_port)
 
     def send_to(self, ident, payload: bytes, fragment=65536):
         """Send a reliable message to a peer, whatever connection carries it
@@ -445,7 +441,9 @@ class Session:
             if m.admitted is conn:
                 m.admitted = None
             again = m.resend_to(conn, peer_delivered)    # a bad count raises (GOODBYE 1)
-            self._take_exports(m, conn)
+            # §7.9: the establishing connection's exports name and prove the session
+            # for as long as it lasts; only where the peer listens comes from here
+            m.listen_ep = (conn.peer_addr, conn.peer_hello.listen_port)
             conn.phase = "connected"
             conn.connected = True
             conn.last_rx = time.monotonic()

@@ -205,9 +205,10 @@ class OutStream:
     def on_reset(self, ch, code):
         """Under the connection's chan_lock: the receiver's STREAM_RESET on `ch`."""
         with self.cond:
-            if ch.awaiting and (self.close_sent or self.reset_code is not None):
+            if ch.awaiting and code == 1 and (self.close_sent or self.reset_code is not None):
                 # the answer to STREAM_RESUME: the stream had ended at the receiver,
-                # and we had ended it: over (§7.10)
+                # and we had ended it: over (§7.10). Any other code (3: a stream new
+                # to the receiver, refused) is the receiver's reset as on any connection.
                 self._finish_locked(("cancelled", None) if self.reset_code is not None
                                     else ("closed", self.written))
             elif self.reset_code is not None and ch.reset_sent:

@@ -253,6 +253,164 @@ def test_every_stream_fails_on_both_sides_when_the_member_leaves(sessions):
     assert ev is not None and "grace" in ev.data["reason"], ev
 
 
+def payloads(s, since=0):
+    return [e.data["payload"] for e in kinds(s, "message", since=since)]
+
+
+def exports(s, peer):
+    m = s.member(peer)
+    return (m.resumption_id, m.resumption_key)
+
+
+def test_two_resumptions_in_one_session_carry_messages_and_streams(sessions):
+    """§7.9: the exports of the establishing connection name and prove the
+    session for as long as it lasts, so a session resumes as often as its
+    link goes: messages and a stream each way arrive once, in order, across
+    two resumptions."""
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    names = exports(a, b.peer_id), exports(b, a.peer_id)
+    assert names[0] == names[1] and None not in names[0]
+    data_a, data_b = os.urandom(6 << 20), os.urandom(6 << 20)
+    st_a = a.open_stream(b.peer_id, "a across two")
+    st_b = b.open_stream(a.peer_id, "b across two")
+    t_a, t_b = writer(st_a, data_a), writer(st_b, data_b)
+    sent = {a: [], b: []}
+
+    def say(src, dst, tag):
+        for i in range(20):
+            p = b"%s %d" % (tag, i)
+            sent[src].append(p)
+            src.send_to(dst.peer_id, p)
+
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+    for turn in (1, 2):
+        say(a, b, b"a%d" % turn)
+        say(b, a, b"b%d" % turn)
+        assert until(lambda: received(b, a.peer_id) >= turn << 20 and received(a, b.peer_id) >= turn << 20, 15)
+        mark = a.events.mark()
+        a.member(b.peer_id).conn.reset()
+        ev = a.events.wait(lambda e: e.kind == "resumed", 10, since=mark)
+        assert ev is not None, ("resumption %d" % turn, kinds(a, "lost", "resume-ended", "state", since=mark))
+        assert sorted(ev.data["streams"]) == [0], ev
+    say(a, b, b"a3")
+    say(b, a, b"b3")
+    got_a = b.events.wait(lambda e: e.kind in ("stream", "stream-failed") and e.data["name"] == "a across two", 30)
+    got_b = a.events.wait(lambda e: e.kind in ("stream", "stream-failed") and e.data["name"] == "b across two", 30)
+    assert got_a is not None and got_a.kind == "stream" and got_a.data["payload"] == data_a, got_a
+    assert got_b is not None and got_b.kind == "stream" and got_b.data["payload"] == data_b, got_b
+    assert st_a.wait(10) == ("closed", len(data_a)) and st_b.wait(10) == ("closed", len(data_b))
+    t_a.join(5)
+    t_b.join(5)
+    assert st_a.resumes == 2 and st_b.resumes == 2
+    assert until(lambda: payloads(b, ms_b) == sent[a] and payloads(a, ms_a) == sent[b], 5), \
+        (payloads(b, ms_b), payloads(a, ms_a))
+    assert len(kinds(a, "resumed", since=ms_a)) == 2 and len(kinds(b, "resumed", since=ms_b)) == 2
+    assert not kinds(a, "state", since=ms_a) and not kinds(b, "state", since=ms_b)
+    assert (exports(a, b.peer_id), exports(b, a.peer_id)) == names
+
+
+def test_a_loss_between_the_two_resumes_leaves_the_session_resumable(sessions):
+    """§7.9: a resumption connection lost after one side checked the peer's
+    RESUME and before the other did: both still hold the session's ID and
+    key, and the next resumption gets through."""
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    data = os.urandom(3 << 20)
+    st = a.open_stream(b.peer_id, "between")
+    t = writer(st, data)
+    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    ms_a, ms_b = a.events.mark(), b.events.mark()
+
+    def cut_once_a_checked(theirs):
+        # b, before checking a's RESUME: wait until a has checked b's, then the link goes
+        assert a.events.wait(lambda e: e.kind == "resumed", 5, since=ms_a) is not None
+        theirs._cut("cut between the two RESUMEs (test hook)")
+    b.hooks["before_resume_check"] = cut_once_a_checked
+    for i in range(10):
+        a.send_to(b.peer_id, b"m%d" % i)
+    conn.reset()
+    assert until(lambda: len(kinds(a, "resumed", since=ms_a)) == 2, 15), \
+        kinds(a, "lost", "resume-ended", "state", since=ms_a)
+    assert "before_resume_check" not in b.hooks
+    assert len(kinds(b, "resumed", since=ms_b)) == 1
+    for i in range(10, 20):
+        a.send_to(b.peer_id, b"m%d" % i)
+    ev = b.events.wait(lambda e: e.kind in ("stream", "stream-failed"), 30, since=ms_b)
+    assert ev is not None and ev.kind == "stream" and ev.data["payload"] == data, ev
+    assert st.wait(10) == ("closed", len(data))
+    t.join(5)
+    want = [b"m%d" % i for i in range(20)]
+    assert until(lambda: payloads(b, ms_b) == want, 5), payloads(b, ms_b)
+    assert not kinds(a, "state", since=ms_a) and not kinds(b, "state", since=ms_b)
+
+
+def test_a_different_name_in_stream_resume_is_ignored(sessions):
+    """§7.10: a resumed stream keeps the name its STREAM_OPEN gave it."""
+    a = sessions("a", redial=False)
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "first name")
+    assert st.write(b"n" * 1000, 5)
+    assert until(lambda: received(b, a.peer_id) == 1000, 5)
+    ms_b = b.events.mark()
+    conn.reset()
+    assert a.events.wait(lambda e: e.kind == "lost", 5) is not None
+    st.name = "second name"                  # its STREAM_RESUME names it so
+    assert st.write(b"m" * 1000, 5)
+    st.close()
+    a.redial = True
+    assert st.wait(10) == ("closed", 2000)
+    rs = kinds(b, "stream-resumed", since=ms_b)
+    assert len(rs) == 1 and rs[0].data["name"] == "first name" and not rs[0].data["new"], rs
+    ev = kinds(b, "stream", since=ms_b)
+    assert len(ev) == 1 and ev[0].data["name"] == "first name" and ev[0].data["payload"] == b"n" * 1000 + b"m" * 1000
+
+
+@pytest.mark.parametrize("off", ["both", "receiver", "opener"])
+def test_streams_are_acknowledged_whatever_either_side_recovers(sessions, off):
+    """§7.10: link recovery is the connection's (version 2, TLS): a side that
+    does not recover itself still acknowledges streams and takes STREAM_ACK."""
+    a = sessions("a", recovery=off in ("both", "opener"))
+    b = sessions("b", recovery=off in ("both", "receiver"))
+    conn = a.connect(b.make_connection_data(a.peer_id))
+    assert a.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 5)
+    assert b.events.wait(lambda e: e.kind == "state" and e.data["state"] == "connected", 5)
+    assert conn.link_recovery and conn.book is not None
+    data = os.urandom(600_000)
+    st = a.send_stream(b.peer_id, "acked anyway", data)
+    assert st.wait(10) == ("closed", len(data))      # b's STREAM_ACK with CLOSED ended it
+    assert st.acked == len(data)
+    ev = b.events.wait(lambda e: e.kind == "stream", 5)
+    assert ev is not None and ev.data["payload"] == data
+
+
+def test_stream_reset_other_than_1_answering_a_resume_is_the_receivers_reset(sessions):
+    """§7.10: STREAM_RESET 1 answering the STREAM_RESUME of a stream the
+    opener had closed ends it (the receiver read its end, or ended it
+    itself); a refusal (STREAM_RESET 3) of a stream new to the receiver is
+    a reset by the receiver, not a success."""
+    from mpcp.channels import _Channel
+    from mpcp.streams import OutStream, StreamBook
+    s = sessions("a", listen=False, datagrams=False)
+    outcomes = {}
+    for code in (1, 3):
+        for had in ("closed", "reset"):
+            st = OutStream(s, StreamBook(), s.peer_id, "answered")
+            st.ordinal, st.written, st.closing, st.close_sent = 0, 10, True, had == "closed"
+            if had == "reset":
+                st.reset_code = 1
+            ch = _Channel(1, "stream", "answered", mine=True)
+            ch.awaiting = True
+            ch.reset_sent = had == "reset"
+            st.on_reset(ch, code)
+            outcomes[(code, had)] = st.wait(1)
+    assert outcomes == {(1, "closed"): ("closed", 10), (1, "reset"): ("cancelled", None),
+                        (3, "closed"): ("reset", 3), (3, "reset"): ("cancelled", None)}
+
+
 # ------------------------------------------------------------ violations (§10)
 def goodbye(s, since, timeout=5):
     return s.events.wait(lambda e: e.kind == "goodbye", timeout, since=since)
@@ -270,6 +428,38 @@ def test_stream_resume_ordinal_above_the_count_is_a_protocol_error(sessions):
     conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(2, "y").encode_payload(), raw_channel(conn)))
     bye = goodbye(a, ms)
     assert bye is not None and bye.data["reason"] == 1, bye
+
+
+def test_resume_of_a_stream_this_connection_carries_is_a_protocol_error(sessions):
+    """§7.10/§10: a stream is on one channel at a time."""
+    a = sessions("a")
+    b = sessions("b")
+    conn, _ = pair(a, b)
+    st = a.open_stream(b.peer_id, "open here")
+    assert st.write(b"o" * 100, 5)
+    assert until(lambda: received(b, a.peer_id) == 100, 5)
+    ma = a.events.mark()
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(0, "open here").encode_payload(), raw_channel(conn)))
+    bye = goodbye(a, ma)
+    assert bye is not None and bye.data["reason"] == 1, bye
+
+
+def test_stream_resume_of_an_ended_stream_outside_a_resumption_is_answered_reset_1(sessions):
+    """§7.10 (SPEC-GAPS 31): on any connection with link recovery an ordinal
+    below the count whose stream ended is answered STREAM_RESET 1."""
+    a = sessions("a")
+    b = sessions("b")
+    conn, theirs = pair(a, b)
+    st = a.send_stream(b.peer_id, "done", b"d" * 10)
+    assert st.wait(5) == ("closed", 10)
+    n = raw_channel(conn)
+    mb = b.events.mark()
+    conn.send_raw(F.frame(F.STREAM_RESUME, F.StreamResume(0, "done").encode_payload(), n))
+    ev = b.events.wait(lambda e: e.kind == "stream-resume-ended", 5, since=mb)
+    assert ev is not None and ev.data["channel"] == n, ev
+    conn.send_raw(F.frame(F.STREAM_RESET, (1).to_bytes(2, "big"), n))    # discarded: b reset it
+    assert b.events.wait(lambda e: e.kind == "refused-channel-ended", 5, since=mb) is not None
+    assert not kinds(b, "goodbye") and not kinds(a, "goodbye") and not theirs.closed.is_set()
 
 
 @pytest.mark.parametrize("case", ["above sent", "backwards", "closed early", "closed wrong count"])
