@@ -34,14 +34,7 @@ struct LinkRecoveryStreamTests {
 
     static func write(_ content: [UInt8], to writer: ByteStreamWriter) -> Task<Void, any Error> {
         Task {
-            // Uneven pieces, so frame and buffer boundaries fall everywhere.
-            var generator = SeededGenerator(seed: 11)
-            var offset = 0
-            while offset < content.count {
-                let piece = min(Int.random(in: 1...100_000, using: &generator), content.count - offset)
-                try await writer.write(ByteBuffer(bytes: content[offset..<offset + piece]))
-                offset += piece
-            }
+            try await StreamChannelTests.writeInPieces(content, to: writer, seed: 11)
             try await writer.finish()
         }
     }

@@ -25,6 +25,17 @@ struct StreamChannelTests {
 
     static func content(_ count: Int, seed: UInt64) -> [UInt8] { seededContent(count, seed: seed) }
 
+    /// Writes `content` in uneven pieces, so frame and buffer boundaries fall everywhere.
+    static func writeInPieces(_ content: [UInt8], to writer: ByteStreamWriter, seed: UInt64) async throws {
+        var generator = SeededGenerator(seed: seed)
+        var offset = 0
+        while offset < content.count {
+            let piece = min(Int.random(in: 1...100_000, using: &generator), content.count - offset)
+            try await writer.write(ByteBuffer(bytes: content[offset..<offset + piece]))
+            offset += piece
+        }
+    }
+
     /// Reads the whole stream with a deadline.
     static func readAll(_ reader: ByteStreamReader, seconds: Double = 30) async throws -> [UInt8] {
         try await withDeadline(seconds: seconds) {
@@ -41,14 +52,7 @@ struct StreamChannelTests {
         let content = Self.content(size, seed: UInt64(size))
         let writer = try alice.engine.openStream(named: "bulk-\(size)", to: bob.peer.identifier)
         let writing = Task {
-            // Uneven pieces, so frame and buffer boundaries fall everywhere.
-            var generator = SeededGenerator(seed: 7)
-            var offset = 0
-            while offset < content.count {
-                let piece = min(Int.random(in: 1...100_000, using: &generator), content.count - offset)
-                try await writer.write(ByteBuffer(bytes: content[offset..<offset + piece]))
-                offset += piece
-            }
+            try await Self.writeInPieces(content, to: writer, seed: 7)
             writer.close()
         }
         try #require(try await eventually { bob.openedStreams.count == 1 })
