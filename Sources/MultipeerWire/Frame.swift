@@ -86,6 +86,7 @@ public enum Frame: Hashable, Sendable {
         switch self {
         case .message(_, isEnd: true): FrameFlags.endOfMessage
         case .streamAcknowledge(_, _, closed: true): FrameFlags.streamClosed
+        case .resourceOffer(_, let offer) where offer.resumed: FrameFlags.resourceResumed
         default: 0
         }
     }
@@ -248,7 +249,8 @@ public enum Frame: Hashable, Sendable {
             try checkIncrement(increment)
             frame = .windowUpdate(channel: channel, increment: increment)
         case .resourceOffer:
-            frame = .resourceOffer(channel: channel, try ResourceOffer.decode(from: &payload))
+            frame = .resourceOffer(
+                channel: channel, try ResourceOffer.decode(from: &payload, resumed: header.flags & FrameFlags.resourceResumed != 0))
         case .resourceChunk:
             frame = .resourceChunk(channel: channel, payload.readSlice(length: payload.readableBytes)!)
         case .resourceComplete:

@@ -70,6 +70,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         switch self {
         case .message: FrameFlags.endOfMessage
         case .streamAcknowledge: FrameFlags.streamClosed
+        case .resourceOffer: FrameFlags.resourceResumed
         default: 0
         }
     }
@@ -102,4 +103,6 @@ public enum FrameFlags {
     public static let endOfMessage: UInt8 = 0x01
     /// STREAM_ACK: the receiver has read the stream's end (docs/PROTOCOL.md §6.4.13b).
     public static let streamClosed: UInt8 = 0x01
+    /// RESOURCE_OFFER: the offer continues a transfer of an earlier connection (§6.4.14).
+    public static let resourceResumed: UInt8 = 0x01
 }

@@ -10,8 +10,17 @@ public struct ResourceOffer: Hashable, Sendable {
     /// content again, so an interrupted transfer can resume (§7.8).
     public let transferID: Bytes16
     public let name: String
+    /// Version 2 (docs/PROTOCOL.md §7.9): the sender offered this transfer on an earlier
+    /// connection of the session and has not read the verdict on it. Carried in the header's
+    /// flags (RESUMED), not the payload.
+    public let resumed: Bool
 
+    /// An offer made for the first time.
     public init(size: UInt64, transferID: Bytes16, name: String) throws(WireError) {
+        try self.init(size: size, transferID: transferID, name: name, resumed: false)
+    }
+
+    public init(size: UInt64, transferID: Bytes16, name: String, resumed: Bool) throws(WireError) {
         guard size <= WireLimits.maxResourceSize else {
             throw WireError(.limitExceeded, "resource of \(size) bytes, at most \(WireLimits.maxResourceSize)")
         }
@@ -19,6 +28,7 @@ public struct ResourceOffer: Hashable, Sendable {
         self.size = size
         self.transferID = transferID
         self.name = name
+        self.resumed = resumed
     }
 
     func encode(into buffer: inout ByteBuffer) {
@@ -27,11 +37,11 @@ public struct ResourceOffer: Hashable, Sendable {
         buffer.writeString8(name)
     }
 
-    static func decode(from buffer: inout ByteBuffer) throws(WireError) -> ResourceOffer {
+    static func decode(from buffer: inout ByteBuffer, resumed: Bool) throws(WireError) -> ResourceOffer {
         let size = try buffer.readWireInteger(as: UInt64.self, "RESOURCE_OFFER size")
         let transferID = try buffer.readWireBytes16("RESOURCE_OFFER transfer ID")
         let name = try buffer.readWireString8("resource name", allowed: 0...WireLimits.maxChannelNameBytes)
-        return try ResourceOffer(size: size, transferID: transferID, name: name)
+        return try ResourceOffer(size: size, transferID: transferID, name: name, resumed: resumed)
     }
 }
 

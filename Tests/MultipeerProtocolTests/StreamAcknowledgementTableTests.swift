@@ -30,6 +30,17 @@ struct StreamAcknowledgementTableTests {
         #expect(throws: SendRefusal.self) { try other.sending(.streamAcknowledge(channel: 1, received: 0, closed: false)) }
     }
 
+    /// A resource offered again on a resumed link says so; without link recovery there is none.
+    @Test func aResumedResourceOfferNeedsLinkRecovery() throws {
+        let offer = try ResourceOffer(size: 10, transferID: .zero, name: "r", resumed: true)
+        var plain = Self.table(recovering: false)
+        #expect(Self.reason(plain.received(.resourceOffer(channel: 1, offer))) == .protocolError)
+        #expect(throws: SendRefusal.self) { try plain.sending(.resourceOffer(channel: 2, offer)) }
+        var recovering = Self.table()
+        #expect(recovering.received(.resourceOffer(channel: 1, offer)) == .opened(1))
+        try recovering.sending(.resourceOffer(channel: 2, offer))
+    }
+
     @Test func aResumedChannelTakesNoDataBeforeItsAnswer() throws {
         var table = Self.table()
         #expect(table.received(.streamResume(channel: 1, ordinal: 3, name: "s")) == .opened(1))

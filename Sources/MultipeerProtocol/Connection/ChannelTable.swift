@@ -115,6 +115,9 @@ package struct ChannelTable {
         case .streamAcknowledge where !acknowledgesStreams:
             return violation(.invalidValue, "STREAM_ACK on a connection without link recovery")
         case .resourceOffer(_, let offer):
+            guard !offer.resumed || acknowledgesStreams else {
+                return violation(.invalidValue, "RESOURCE_OFFER with RESUMED on a connection without link recovery")
+            }
             return peerOpens(channel, .resource(size: offer.size))
         case .windowUpdate(0, let increment):
             guard UInt64(connectionSendWindow) + UInt64(increment) <= UInt64(WireLimits.maxWindow) else {
@@ -295,6 +298,9 @@ package struct ChannelTable {
         switch frame {
         case .streamOpen, .resourceOffer, .streamResume:
             if case .streamResume = frame, !acknowledgesStreams { throw .channelRule("STREAM_RESUME without link recovery") }
+            if case .resourceOffer(_, let offer) = frame, offer.resumed, !acknowledgesStreams {
+                throw .channelRule("RESOURCE_OFFER with RESUMED without link recovery")
+            }
             guard channel % 2 != peerParity, channel > highestLocalChannel else { throw .channelRule("opening channel \(channel) after \(highestLocalChannel)") }
             guard localOpen.count < WireLimits.maxChannelsOpenedPerSide else { throw .channelRule("a 65th channel") }
             highestLocalChannel = channel

@@ -88,8 +88,10 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
     }
 
     /// The peer's offer for `key`: the interrupted transfer it resumes, if any (no longer parked).
-    package func claimIncoming(_ key: ResumeStore.Key) -> Incoming? {
-        guard let index = incoming[key.peer]?.firstIndex(where: { $0.key == key }) else { return nil }
+    /// Only an offer the sender marked RESUMED (§7.9) takes a verdict or a cancel: one without it
+    /// is the same content sent anew, and may only continue a kept partial (§7.8).
+    package func claimIncoming(_ key: ResumeStore.Key, resumed: Bool) -> Incoming? {
+        guard let index = incoming[key.peer]?.firstIndex(where: { $0.key == key && (resumed || $0.state.isWaiting) }) else { return nil }
         let entry = incoming[key.peer]?.remove(at: index)
         if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
         return entry?.state

@@ -95,6 +95,8 @@ package final class ResourceReceiver: InboundChannel {
     /// The digest RESOURCE_COMPLETE gave, once every byte is written and the whole file is
     /// being checked against it (or was): nil before.
     package var verifyingDigest: SHA256Digest? { state.withLock { $0.verifying ? $0.expectedDigest : nil } }
+    /// The digest RESOURCE_COMPLETE named, once it came: what a verdict was reached on.
+    package var announcedDigest: SHA256Digest? { state.withLock { $0.expectedDigest } }
 
     /// Whether RESOURCE_COMPLETE has arrived (so every byte has, though some may not be written yet).
     package var completeArrived: Bool { state.withLock { $0.expectedDigest != nil } }

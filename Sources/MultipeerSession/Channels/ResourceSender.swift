@@ -19,6 +19,8 @@ final class ResourceSender: OutboundChannel {
         let size: UInt64
         let name: String
         let transferID: Bytes16
+        /// Offered again on a resumed link, its verdict unheard (RESUMED, docs/PROTOCOL.md §7.9).
+        var resumed = false
     }
 
     private struct State {
@@ -70,7 +72,8 @@ final class ResourceSender: OutboundChannel {
 
     func openingFrame(channel: UInt32) -> Frame {
         // The size and name were checked when the transfer was made.
-        .resourceOffer(channel: channel, try! ResourceOffer(size: source.size, transferID: source.transferID, name: source.name))
+        .resourceOffer(
+            channel: channel, try! ResourceOffer(size: source.size, transferID: source.transferID, name: source.name, resumed: source.resumed))
     }
 
     /// Stops the transfer (RESOURCE_CANCEL 1); the completion reports `cancelled`. The outcome is

@@ -206,6 +206,7 @@ extension SessionEngine {
     func channelSend(_ frame: Frame, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         let channel = frame.channel
+        rememberVerdict(frame, on: link, mux: mux)
         guard let ours = channels(of: mux, { mux in mux.weSend(frame).map { ($0, mux.isOurs(channel)) } }) ?? nil else { return }
         writeChannelFrame(frame, on: connection, flush: true)
         guard ours.0 else { return }
@@ -295,12 +296,15 @@ extension SessionEngine {
     ) {
         let key = Self.resumeKey(of: offer, from: peer, on: link)
         // The offer may continue a transfer a lost link cut off (§7.9): the same one, for the app.
-        switch state.value.interruptedResources.claimIncoming(key) {
+        switch state.value.interruptedResources.claimIncoming(key, resumed: offer.resumed) {
         case .cancelled?:
             writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
         case .completed(let transfer, let digest)?:
             // All of it had arrived before the link went; the sender did not hear the verdict.
             mux.inbound[channel] = CompletedResourceEcho(channel: channel, digest: digest, verdictOf: transfer, linkage: mux)
+            // Its verdict may go with a link again: remembered as the first was.
+            mux.transfers[channel] = transfer
+            mux.incomingKeys[channel] = key
             writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offer.size) } ?? [], on: connection)
         case .waiting(let transfer, _)? where transfer.outcome != nil:
             // The app ended it meanwhile (its cancel raced the loss): refused, as a cancel would be.
@@ -534,13 +538,37 @@ extension SessionEngine {
         }
     }
 
+    /// A verdict we send on the peer's resource (RESOURCE_RECEIVED, or RESOURCE_CANCEL 2 or 3
+    /// after its RESOURCE_COMPLETE) may go with a lost link; the member's sender then offers the
+    /// transfer again, RESUMED, and the verdict answers that offer instead of a second transfer
+    /// (docs/PROTOCOL.md §7.9). Kept among the member's interrupted transfers, the latest few.
+    private func rememberVerdict(_ frame: Frame, on link: EngineState.Link, mux: LinkMultiplexer) {
+        switch frame {
+        case .resourceReceived, .resourceCancel(_, .integrityFailure), .resourceCancel(_, .storageFailure): break
+        default: return
+        }
+        let channel = frame.channel
+        guard let peer = link.member?.identifier, core.isRecoverableMember(peer), let transfer = mux.transfers[channel],
+            let key = mux.incomingKeys[channel]
+        else { return }
+        let digest: SHA256Digest? = switch mux.inbound[channel] {
+        case let receiver as ResourceReceiver: receiver.announcedDigest
+        case let echo as CompletedResourceEcho: echo.digest
+        default: nil
+        }
+        guard let digest else { return }
+        state.value.interruptedResources.park(.completed(transfer, digest), key: key, now: eventLoop.now)
+    }
+
     /// The member is carried by a link again: our interrupted resources are offered on it (the
     /// receiver resumes each from its kept partial); the peer's have until the grace period
     /// passes to be offered again, then fail.
     func resumeInterruptedResources(of peer: Bytes16) {
         let interrupted = state.value.interruptedResources
         for send in interrupted.takeOutgoing(for: peer) {
-            openOutbound(resourceSender(send.source, for: send.transfer), to: peer, transfer: send.transfer)
+            var source = send.source
+            source.resumed = true
+            openOutbound(resourceSender(source, for: send.transfer), to: peer, transfer: send.transfer)
         }
         guard interrupted.incomingCount(from: peer) > 0 else { return }
         let resumedAt = eventLoop.now

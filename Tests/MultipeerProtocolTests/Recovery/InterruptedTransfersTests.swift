@@ -25,15 +25,15 @@ struct InterruptedTransfersTests {
         table.park(.waiting(first, "a"), key: Self.key(1), now: Self.start)
         table.park(.waiting(second, "b"), key: Self.key(1), now: Self.start)
         #expect(table.waitingCount(from: Self.peer) == 2 && table.resumesWaiting(Self.key(1)) && !table.resumesWaiting(Self.key(2)))
-        guard case .waiting(let claimed, "a")? = table.claimIncoming(Self.key(1)), claimed === first else {
+        guard case .waiting(let claimed, "a")? = table.claimIncoming(Self.key(1), resumed: true), claimed === first else {
             Issue.record("not the first")
             return
         }
-        guard case .waiting(let next, "b")? = table.claimIncoming(Self.key(1)), next === second else {
+        guard case .waiting(let next, "b")? = table.claimIncoming(Self.key(1), resumed: true), next === second else {
             Issue.record("not the second")
             return
         }
-        #expect(table.claimIncoming(Self.key(1)) == nil && table.isEmpty)
+        #expect(table.claimIncoming(Self.key(1), resumed: true) == nil && table.isEmpty)
     }
 
     @Test func aCancelledTransferIsClaimedAsCancelledAndHoldsNoPlace() {
@@ -43,8 +43,29 @@ struct InterruptedTransfersTests {
         #expect(table.cancelIncoming(Handle(), peer: Self.peer) == nil)
         #expect(table.cancelIncoming(handle, peer: Self.peer).map { $0.1 } == "cut")
         #expect(table.waitingCount(from: Self.peer) == 0 && !table.resumesWaiting(Self.key(1)))
-        guard case .cancelled? = table.claimIncoming(Self.key(1)) else {
+        guard case .cancelled? = table.claimIncoming(Self.key(1), resumed: true) else {
             Issue.record("not cancelled")
+            return
+        }
+    }
+
+    /// An offer the sender did not mark RESUMED is the same content sent anew: it continues a
+    /// kept partial, but takes neither a remembered verdict nor a cancel (docs/PROTOCOL.md §7.9).
+    @Test func onlyAResumedOfferTakesAVerdictOrACancel() {
+        let table = Table(completedLimit: 4)
+        table.park(.completed(Handle(), Self.digest), key: Self.key(1), now: Self.start)
+        let cancelled = Handle()
+        table.park(.waiting(cancelled, "c"), key: Self.key(2), now: Self.start)
+        _ = table.cancelIncoming(cancelled, peer: Self.peer)
+        table.park(.waiting(Handle(), "w"), key: Self.key(3), now: Self.start)
+        #expect(table.claimIncoming(Self.key(1), resumed: false) == nil)
+        #expect(table.claimIncoming(Self.key(2), resumed: false) == nil)
+        guard case .waiting(_, "w")? = table.claimIncoming(Self.key(3), resumed: false) else {
+            Issue.record("a new offer did not continue the kept partial")
+            return
+        }
+        guard case .completed? = table.claimIncoming(Self.key(1), resumed: true), case .cancelled? = table.claimIncoming(Self.key(2), resumed: true) else {
+            Issue.record("a resumed offer did not take the verdict or the cancel")
             return
         }
     }
@@ -72,12 +93,12 @@ struct InterruptedTransfersTests {
         #expect(table.waitingCount(from: Self.peer) == 1)
         // The newest four are the ones left.
         for id in 9_997...10_000 {
-            guard case .completed? = table.claimIncoming(Self.key(UInt64(id))) else {
+            guard case .completed? = table.claimIncoming(Self.key(UInt64(id)), resumed: true) else {
                 Issue.record("\(id) was dropped")
                 return
             }
         }
-        #expect(table.claimIncoming(Self.key(9_996)) == nil)
+        #expect(table.claimIncoming(Self.key(9_996), resumed: true) == nil)
     }
 
     @Test func ourSendsComeBackInOrderOrGoWhenCancelled() {
