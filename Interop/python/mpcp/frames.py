@@ -23,6 +23,7 @@ RESOURCE_CANCEL, RESOURCE_ACCEPT, RESOURCE_RECEIVED = 0x33, 0x34, 0x35
 
 FLAG_END = 0x01
 FLAG_CLOSED = 0x01                       # STREAM_ACK: the stream ended at the receiver (§6.4.13b)
+FLAG_RESUMED = 0x01                      # RESOURCE_OFFER: offered again after a lost link (§6.4.14)
 
 # type: (name, channel rule ("zero", "nonzero", "any"), allowed flags, min len, max len)
 FRAME_TYPES = {
@@ -46,7 +47,7 @@ FRAME_TYPES = {
     WINDOW_UPDATE: ("WINDOW_UPDATE", "any", 0, 4, 4),
     STREAM_RESUME: ("STREAM_RESUME", "nonzero", 0, 5, 260),
     STREAM_ACK: ("STREAM_ACK", "nonzero", FLAG_CLOSED, 8, 8),
-    RESOURCE_OFFER: ("RESOURCE_OFFER", "nonzero", 0, 25, 280),
+    RESOURCE_OFFER: ("RESOURCE_OFFER", "nonzero", FLAG_RESUMED, 25, 280),
     RESOURCE_CHUNK: ("RESOURCE_CHUNK", "nonzero", 0, 1, 65536),
     RESOURCE_COMPLETE: ("RESOURCE_COMPLETE", "nonzero", 0, 32, 32),
     RESOURCE_CANCEL: ("RESOURCE_CANCEL", "nonzero", 0, 2, 2),
@@ -90,7 +91,8 @@ def decode_header(data: bytes, version: int = LATEST_VERSION, recovery: bool = T
     """Validates a header as §6.1 says, before any payload is buffered.
     `version` is the connection's negotiated version: RESUME, ACK,
     STREAM_RESUME and STREAM_ACK are violations on version 1 (§6.3), and the
-    last two also where `recovery` is False (no link recovery: plaintext)."""
+    last two and RESOURCE_OFFER's RESUMED flag also where `recovery` is False
+    (no link recovery: plaintext)."""
     ftype, flags, reserved, channel, length = struct.unpack(">BBHII", data)
     spec = FRAME_TYPES.get(ftype)
     if spec is None or (version < 2 and ftype in V2_TYPES):
@@ -98,6 +100,8 @@ def decode_header(data: bytes, version: int = LATEST_VERSION, recovery: bool = T
     if not recovery and ftype in RECOVERY_TYPES:
         raise ProtocolViolation("%s without link recovery" % spec[0])
     _, rule, allowed, lo, hi = spec
+    if ftype == RESOURCE_OFFER and flags & FLAG_RESUMED and (version < 2 or not recovery):
+        raise ProtocolViolation("RESOURCE_OFFER RESUMED without link recovery")
     if flags & ~allowed:
         raise ProtocolViolation("disallowed flags")
     if reserved:

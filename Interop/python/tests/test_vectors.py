@@ -109,6 +109,8 @@ FRAME_VALUES = {
     "frame-stream-reset": F.Frame(F.STREAM_RESET, 0, 2, 1),
     "frame-window-update": F.Frame(F.WINDOW_UPDATE, 0, 0, 65536),
     "frame-resource-offer": F.Frame(F.RESOURCE_OFFER, 0, 3, F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg")),
+    "frame-resource-offer-resumed": F.Frame(F.RESOURCE_OFFER, F.FLAG_RESUMED, 5,
+                                            F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg")),
     "frame-resource-chunk": F.Frame(F.RESOURCE_CHUNK, 0, 3, b"\x00\xff"),
     "frame-resource-complete": F.Frame(F.RESOURCE_COMPLETE, 0, 3, hashlib.sha256(b"").digest()),
     "frame-resource-cancel": F.Frame(F.RESOURCE_CANCEL, 0, 3, 1),
@@ -189,6 +191,24 @@ def test_stream_resumption_frames_need_link_recovery(name):
         F.decode_frame(V[name], version=2, recovery=False)
     with pytest.raises(ProtocolViolation):
         F.FrameParser(version=2, recovery=False).feed(V[name][:12])
+
+
+def test_resumed_offer_needs_link_recovery():
+    """§6.3: RESOURCE_OFFER's RESUMED flag is a violation on version 1 and on
+    a connection without link recovery, from the header alone; the offer
+    without the flag is not."""
+    raw = V["frame-resource-offer-resumed"]
+    assert F.decode_frame(raw, version=2, recovery=True).flags == F.FLAG_RESUMED
+    for version, recovery in ((1, False), (1, True), (2, False)):
+        with pytest.raises(ProtocolViolation):
+            F.decode_frame(raw, version=version, recovery=recovery)
+        with pytest.raises(ProtocolViolation):
+            F.FrameParser(version=version, recovery=recovery).feed(raw[:12])
+        F.decode_frame(V["frame-resource-offer"], version=version, recovery=recovery)
+    other = bytearray(raw)
+    other[1] = 0x02                      # any other flag stays reserved
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bytes(other))
 
 
 def test_stream_resume_names():
