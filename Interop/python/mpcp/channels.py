@@ -8,6 +8,7 @@ import threading
 import time
 
 from . import frames as F
+from .resources import RECEIVED
 from .streams import InStream, OutStream, open_frame
 from .transport import TransportClosed
 from .wire import ProtocolViolation, u32, u64, string8
@@ -34,6 +35,7 @@ class _Channel:
         self.length = 0
         self.offer = None
         self.accepted = None       # offset, once RESOURCE_ACCEPT is sent/read
+        self.verdict = None        # receiver: the verdict a RESUMED offer is answered with (§7.9)
         self.answer = None         # final outcome for an opener
         self.done = threading.Event()
         self.ins = None            # receiver: the InStream this channel carries
@@ -102,6 +104,17 @@ class ChannelsMixin:
                 else:
                     ch = self.channels[n] = _Channel(n, "resource", fr.value.name, mine=False)
                     ch.offer = fr.value
+                    resumed = bool(fr.flags & F.FLAG_RESUMED)
+                    if resumed and self.member is not None:
+                        # §7.9: one we answered before the link went: accepted at
+                        # its end, the new RESOURCE_COMPLETE answered with that verdict
+                        ch.verdict = self.member.verdicts.get(fr.value.transfer_id, fr.value.size)
+                        if ch.verdict is not None:
+                            ch.accepted = fr.value.size
+                            self.enqueue(F.frame(F.RESOURCE_ACCEPT, u64(fr.value.size), n))
+                            self._post("resource-answered-again", name=ch.name, size=fr.value.size,
+                                       verdict=ch.verdict)
+                            return
                     if self.session.refuse_resources:
                         del self.channels[n]
                         self.refused[n] = 0
@@ -109,7 +122,7 @@ class ChannelsMixin:
                         return
                     ch.accepted = 0
                     self.enqueue(F.frame(F.RESOURCE_ACCEPT, (0).to_bytes(8, "big"), n))
-                    self._post("resource-started", name=ch.name, size=fr.value.size)
+                    self._post("resource-started", name=ch.name, size=fr.value.size, resumed=resumed)
                 return
             if ch is None and n in self.refused:
                 if t in (F.STREAM_DATA, F.RESOURCE_CHUNK):
@@ -167,15 +180,18 @@ class ChannelsMixin:
                     self._post("resource-failed", name=ch.name, code=fr.value)
                 return
             if ch.kind == "resource" and t == F.RESOURCE_COMPLETE:
-                ok = ch.length == ch.offer.size - ch.accepted and ch.hash.digest() == fr.value
                 del self.channels[n]
+                if ch.verdict is not None:
+                    # §7.9: answered again, nothing delivered again
+                    return self._send_verdict(ch, ch.verdict)
+                ok = ch.length == ch.offer.size - ch.accepted and ch.hash.digest() == fr.value
                 if ok:
-                    self.enqueue(F.frame(F.RESOURCE_RECEIVED, b"", n))
                     self._post("resource", name=ch.name, length=ch.length, sha256=ch.hash.hexdigest(),
                                payload=bytes(ch.data))
+                    self._send_verdict(ch, RECEIVED)
                 else:
-                    self.enqueue(F.frame(F.RESOURCE_CANCEL, (2).to_bytes(2, "big"), n))
                     self._post("resource-failed", name=ch.name, code=2)
+                    self._send_verdict(ch, ("cancel", 2))
                 return
             if ch.kind == "resource" and t == F.RESOURCE_CANCEL:
                 del self.channels[n]
@@ -211,6 +227,8 @@ class ChannelsMixin:
             self.chan_lock.notify_all()
             return
         elif ch.kind == "resource" and t == F.RESOURCE_RECEIVED:
+            if self.session.hooks.pop("cut_on_resource_received", None):
+                self._cut("cut on RESOURCE_RECEIVED (test hook)")   # the verdict goes with the link
             ch.answer = ("received", None)
         elif ch.kind == "resource" and t == F.RESOURCE_CANCEL:
             ch.answer = ("cancel", fr.value)
@@ -219,6 +237,19 @@ class ChannelsMixin:
         del self.channels[ch.number]
         ch.done.set()
         self.chan_lock.notify_all()
+
+    def _send_verdict(self, ch, verdict):
+        """Under chan_lock: RESOURCE_RECEIVED or RESOURCE_CANCEL 2/3 for the
+        resource on `ch`; with a member it is remembered first (§7.9), so that
+        one lost with the link is answered again, not delivered twice."""
+        if self.member is not None:
+            self.member.verdicts.remember(ch.offer.transfer_id, ch.offer.size, verdict)
+        if verdict == RECEIVED and self.session.hooks.pop("cut_instead_of_resource_received", None):
+            self._cut("cut instead of RESOURCE_RECEIVED (test hook)")   # the verdict goes with the link
+        if verdict == RECEIVED:
+            self.enqueue(F.frame(F.RESOURCE_RECEIVED, b"", ch.number))
+        else:
+            self.enqueue(F.frame(F.RESOURCE_CANCEL, verdict[1].to_bytes(2, "big"), ch.number))
 
     # ------------------------------------------------ §7.10 receiver side
     def _attach_in(self, ch, ins):
@@ -398,13 +429,14 @@ class ChannelsMixin:
         self.enqueue(F.frame(F.STREAM_CLOSE, b"", ch.number))
         return True
 
-    def send_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0):
-        """RESOURCE_OFFER, wait for RESOURCE_ACCEPT, chunks, COMPLETE, wait for
-        the answer. Returns ("received", None), ("cancel", reason), ("reset", code)
-        or ("failed", why)."""
+    def send_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False):
+        """RESOURCE_OFFER (RESUMED if `resumed`), wait for RESOURCE_ACCEPT,
+        chunks, COMPLETE, wait for the answer. Returns ("received", None),
+        ("cancel", reason), ("reset", code) or ("failed", why)."""
         ch = self._open_channel("resource", name)
         ch.offer = F.ResourceOffer(len(data), transfer_id or os.urandom(16), name)
-        self.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+        self.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number,
+                             F.FLAG_RESUMED if resumed else 0))
         deadline = time.monotonic() + timeout
         with self.chan_lock:
             while ch.accepted is None and not ch.done.is_set() and not self.closed.is_set():

@@ -6,6 +6,7 @@ import threading
 import time
 
 from . import frames as F
+from .resources import VerdictBook
 from .streams import StreamBook
 from .wire import ProtocolViolation, u64
 
@@ -32,6 +33,7 @@ class Member:
         self.yield_dial = False         # the peer's dial came first: drop ours once TCP is up
         self.resumed = threading.Event()
         self.streams = StreamBook()     # §7.10 ordinals and the streams kept across losses
+        self.verdicts = VerdictBook()   # §7.9 verdicts sent on the member's resources
         # sending
         self.sent = 0                   # messages sent in the session
         self.acked = 0                  # highest count an ACK or RESUME gave
