@@ -15,6 +15,7 @@ from .encodings import PeerID, Endpoint
 from .events import EventLog
 from .preamble import PREFERENCE_NAMES, TLS
 from .member import Member
+from .resources import VerdictBook, VERDICTS_KEPT, transfer_id as R_ID
 from .streams import OutStream, resume_frames, open_frame
 from .tls import Identity, verify_chain, fingerprint
 
@@ -50,6 +51,7 @@ class Session:
         self.keep_channel_data = True
         self.refuse_resources = False
         self.refuse_streams = False
+        self.verdicts_kept = VERDICTS_KEPT  # §7.9 verdicts remembered per member
         self.tokens = {}                # token -> (for identifier, expiry)
         self.lock = threading.Lock()
         self.connections = []
@@ -246,6 +248,7 @@ class Session:
         """Both TRUST accepted on a version 2 TLS connection: the member's
         session begins, named by this connection's exports."""
         m = Member(conn.peer_id)
+        m.verdicts = VerdictBook(self.verdicts_kept)
         m.resumption_id, m.resumption_key = R.exported(conn.transport)
         m.listen_ep = (conn.peer_addr, conn.peer_hello.listen_port)
         m.peer_fp = fingerprint(conn.peer_chain[0]) if conn.peer_chain else None
@@ -559,6 +562,50 @@ class Session:
                     ins.conn = ins.channel = None
         ins.fail(reason="cancelled")
         return True
+
+    # ----------------------------------------- resources across a loss (§7.9)
+    def send_resource(self, peer, name, data, transfer_id=None, timeout=60.0):
+        """Sends a resource to a peer (§7.8) and returns the outcome as
+        Connection.send_resource does. With a member, a transfer whose
+        verdict went unread with a lost link is offered again, with RESUMED,
+        on the connection that resumes the session (§7.9); the receiver keeps
+        no partial here, so it starts where the receiver's RESOURCE_ACCEPT says."""
+        ident = getattr(peer, "identifier", peer)
+        tid = transfer_id or R_ID(ident, data)
+        deadline = time.monotonic() + timeout
+        offered = 0                     # offers made on connections of this member
+        while True:
+            m = self.member(ident)
+            if m is None or m.state == "left":
+                if offered:
+                    return ("failed", "the member left")
+                conn = self.connection_to(ident)
+                if conn is None:
+                    return ("failed", "not connected")
+                return conn.send_resource(name, data, tid, max(0.0, deadline - time.monotonic()))
+            conn = self._carrying(m, deadline)
+            if conn is None:
+                return ("failed", "the member left" if m.state == "left" else "no resumption in time")
+            if offered:
+                self.events.post("resource-offered-again", m.peer_id, conn=conn, name=name, times=offered)
+            res = conn.send_resource(name, data, tid, max(0.0, deadline - time.monotonic()), resumed=offered > 0)
+            offered += 1
+            if res[0] != "failed" or not conn.closed.is_set() or time.monotonic() >= deadline:
+                return res
+            # the link went before we read the verdict: offer it again once resumed
+
+    def _carrying(self, m, deadline):
+        """The live connection carrying member `m`, waiting for a resumption
+        until `deadline`; None once it has left or the deadline passes."""
+        while time.monotonic() < deadline:
+            with m.lock:
+                if m.state == "left":
+                    return None
+                conn = m.conn
+                if m.state == "connected" and conn is not None and not conn.closed.is_set():
+                    return conn
+            time.sleep(0.02)            # m.resumed is still set until the loss is seen
+        return None
 
     # ------------------------------------------------------ datagrams
     def seal_datagram(self, conn, payload: bytes, epoch=None, counter=None) -> bytes:
