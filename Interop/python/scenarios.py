@@ -2243,6 +2243,79 @@ def s_v2_stream_violations():
     return "; ".join(out)
 
 
+def _py_deliveries(s, name, since):
+    return s.events.all(lambda e: e.kind in ("resource", "resource-failed") and e.data["name"] == name, since=since)
+
+
+@scenario("resources across a lost link: RESOURCE_RECEIVED lost with the link, offered again RESUMED; arrives once, both ways (§7.9)")
+def s_v2_resource_received_lost():
+    out = []
+    with lib(identity="alice") as h, tempfile.TemporaryDirectory() as tmp:
+        for direction in DIRECTIONS:
+            s = _stream_sessions(direction)
+            try:
+                connected_pair(h, s, direction)
+                # (a) python sends; python's reader drops the library's RESOURCE_RECEIVED and resets TCP
+                name = "py once %s" % direction
+                data = os.urandom(1 << 20)
+                mh, ms = h.mark(), s.events.mark()
+                s.hooks["cut_on_resource_received"] = True
+                res = s.send_resource(h.peer_id, name, data, timeout=30)
+                check("cut_on_resource_received" not in s.hooks, "%s: python never read RESOURCE_RECEIVED" % direction)
+                check(res == ("received", None), "%s: python's transfer %s" % (direction, res))
+                _resumed(s, ms, direction)
+                again = s.events.all(lambda e: e.kind == "resource-offered-again" and e.data["name"] == name, since=ms)
+                check(len(again) == 1, "%s: python offered it again %d times" % (direction, len(again)))
+                acc = [e.data["offset"] for e in s.events.all(
+                    lambda e: e.kind == "resource-accepted" and e.data["name"] == name, since=ms)]
+                time.sleep(0.3)                  # a second RESOURCE line would come right after the answer
+                lines = h.all(lambda w: w[0] in ("RESOURCE", "RESOURCE-FAILED", "RESOURCE-STARTED")
+                              and w[2] == pct(name), since=mh)
+                got = [w for w in lines if w[0] in ("RESOURCE", "RESOURCE-FAILED")]
+                check(len(got) == 1 and got[0][0] == "RESOURCE" and got[0][4] == hashlib.sha256(data).hexdigest(),
+                      "%s: library lines %s (RESOURCE_ACCEPT offsets %s)" % (direction, lines, acc))
+                check(len(acc) >= 2 and acc[0] == 0 and set(acc[1:]) == {len(data)},
+                      "%s: RESOURCE_ACCEPT offsets %s (want 0, then the size)" % (direction, acc))
+                _no_state_change(h, s, mh, ms, direction)
+                out.append("%s py->lib: accepted at %s, RESOURCE once" % (direction, acc))
+                # (b) the library sends; python resets TCP instead of sending RESOURCE_RECEIVED
+                name = "lib once %s" % direction
+                path, digest, data = _stream_file(tmp, "once.bin", 1 << 20)
+                mh, ms = h.mark(), s.events.mark()
+                s.hooks["cut_instead_of_resource_received"] = True
+                h.send("RESOURCE %s %s %s" % (s.peer_id.hex(), pct(name), path))
+                w = h.wait(lambda w: w[0] == "RESOURCE-SENT" and w[1] == pct(name), 30, since=mh)
+                check("cut_instead_of_resource_received" not in s.hooks, "%s: python never verified it" % direction)
+                offers = s.events.all(lambda e: e.kind in ("resource-started", "resource-answered-again")
+                                      and e.data["name"] == name, since=ms)
+                seen = [("again" if o.kind == "resource-answered-again" else
+                         "RESUMED" if o.data["resumed"] else "plain") for o in offers]
+                check(w is not None and w[2] == "ok", "%s: RESOURCE-SENT %s; offers python read: %s"
+                      % (direction, w, seen))
+                time.sleep(0.3)
+                sent = h.all(lambda w: w[0] == "RESOURCE-SENT" and w[1] == pct(name), since=mh)
+                got = _py_deliveries(s, name, ms)
+                trail = [(e.kind, e.data.get("reason"), e.data["conn"].dialer if e.data.get("conn") else None)
+                         for e in s.events.all(lambda e: e.kind in ("lost", "resumed", "goodbye", "resume-ended"),
+                                               since=ms)]
+                # one RESUMED offer per connection that carried the member: crossing resumption
+                # dials can replace each other with GOODBYE 7, a loss resumed again (SPEC-GAPS 40)
+                resumptions = sum(1 for t in trail if t[0] == "resumed")
+                check(seen[:1] == ["plain"] and 1 <= seen.count("again") == len(seen) - 1 <= resumptions,
+                      "%s: offers python read: %s (want one plain, then RESUMED ones answered with the "
+                      "remembered verdict, at most one per resumption); python deliveries %d; %s"
+                      % (direction, seen, len(got), trail))
+                check(len(got) == 1 and got[0].kind == "resource" and got[0].data["sha256"] == digest,
+                      "%s: python deliveries %s" % (direction, [(e.kind, e.data.get("sha256")) for e in got]))
+                check(len(sent) == 1, "%s: RESOURCE-SENT lines %s" % (direction, sent))
+                _no_state_change(h, s, mh, ms, direction)
+                out.append("%s lib->py: offers %s over %d resumptions, RESOURCE-SENT ok once"
+                           % (direction, seen, resumptions))
+            finally:
+                s.close()
+    return "; ".join(out)
+
+
 def needs_multicast():
     if not MULTICAST:
         raise ScenarioSkipped("needs INTEROP_MULTICAST=1 (multicast DNS inside a network namespace)")

@@ -224,6 +224,7 @@ class ChannelsMixin:
             if ch.accepted is not None or fr.value > ch.offer.size:
                 raise ProtocolViolation("second or out-of-range RESOURCE_ACCEPT")
             ch.accepted = fr.value
+            self._post("resource-accepted", name=ch.name, offset=fr.value, size=ch.offer.size)
             self.chan_lock.notify_all()
             return
         elif ch.kind == "resource" and t == F.RESOURCE_RECEIVED:
