@@ -174,4 +174,19 @@ struct ChannelMuxTests {
         let id = ChannelMux.transferID(receiver: receiver, sourceIdentity: "file:///tmp/a%20b.txt", size: 12_345, modified: 42)
         #expect(id.description == "b00a68a04347062ee01d29c7a1c00daf")
     }
+
+    /// A RESUMED offer answered with a remembered verdict takes no place: refused at the limit,
+    /// its sender would report a delivered file as failed (docs/PROTOCOL.md §7.9).
+    @Test func anOfferAnsweredFromMemoryPassesTheLimits() {
+        var mux = ChannelMux(weAreDialer: true, limits: Self.limits)
+        let full = ChannelMux.InterruptedResources(waitingFromPeer: Self.limits.maximumIncomingResourcesPerPeer, resumesOne: false)
+        guard case .refuse = mux.peerSent(.resourceOffer(channel: 2, Self.offer()), accepting: true, incomingResourcesInSession: 0, interrupted: { _ in full }) else {
+            Issue.record("a new offer passed a full limit")
+            return
+        }
+        var remembered = full
+        remembered.answeredFromMemory = true
+        #expect(mux.peerSent(.resourceOffer(channel: 4, Self.offer()), accepting: true, incomingResourcesInSession: 99, interrupted: { _ in remembered })
+            == .considerResource(channel: 4, Self.offer()))
+    }
 }

@@ -253,6 +253,34 @@ struct LinkRecoveryResourceTests {
         #expect(bob.startedResources.count == 1)
     }
 
+    /// The same file sent again while the link is down is a new send, not a resumed one: it
+    /// arrives a second time, though the receiver remembers its verdict on the first.
+    @Test func theSameFileSentAgainDuringTheGapArrivesAgain() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, freezable: "bob")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let content = seededContent(1 << 20, seed: 41)
+        let source = try scratch.file("source", content)
+        guard case .success = try await Self.outcome(try Self.send(source, from: alice, to: bob)) else {
+            Issue.record("the first send failed")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // bob stops: alice's redials cannot get through yet
+        defer { thaw() }
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        try #require(try await eventually { LinkRecoveryTests.interrupted(alice.linkEvents(of: bob)) })
+        let again = try Self.send(source, from: alice, to: bob)
+        thaw()
+        guard case .success = try await Self.outcome(again) else {
+            Issue.record("the second send failed: \(String(describing: again.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 2 }, "bob finished \(bob.finishedResources.count)")
+        #expect(bob.startedResources.count == 2)
+    }
+
     /// The link goes while the receiver verifies the whole file: its verdict stands, and the
     /// sender, which never heard it, offers the file again; the receiver answers that offer as
     /// done, so neither app sees a second transfer.

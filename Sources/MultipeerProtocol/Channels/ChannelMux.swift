@@ -232,10 +232,14 @@ package struct ChannelMux {
         package var waitingFromPeer: Int
         /// Whether this offer resumes one of them.
         package var resumesOne: Bool
+        /// A RESUMED offer the receiver answers with a verdict it remembers (§7.9): no file, no
+        /// bytes, so none of the limits apply (refused, the sender would fail a delivered file).
+        package var answeredFromMemory: Bool
 
-        package init(waitingFromPeer: Int, resumesOne: Bool) {
+        package init(waitingFromPeer: Int, resumesOne: Bool, answeredFromMemory: Bool = false) {
             self.waitingFromPeer = waitingFromPeer
             self.resumesOne = resumesOne
+            self.answeredFromMemory = answeredFromMemory
         }
 
         package static let none = InterruptedResources(waitingFromPeer: 0, resumesOne: false)
@@ -311,6 +315,10 @@ package struct ChannelMux {
             guard accepting() else { return refuse(channel, "nobody takes resources (no delegate, no event stream)") }
             guard offer.size <= limits.maximumIncomingResourceSize else { return refuse(channel, "\(offer.size) bytes, over the limit") }
             let waiting = interrupted(offer)
+            if waiting.answeredFromMemory {
+                considering.insert(channel)
+                return .considerResource(channel: channel, offer)
+            }
             let handedOver = waiting.resumesOne ? 1 : 0
             guard incomingResources + waiting.waitingFromPeer - handedOver < limits.maximumIncomingResourcesPerPeer else {
                 return refuse(channel, "too many incoming resources from this peer at once")

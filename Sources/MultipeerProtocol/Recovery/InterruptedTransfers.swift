@@ -87,11 +87,22 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
         incoming[key.peer]?.contains { $0.key == key && $0.state.isWaiting } ?? false
     }
 
+    /// Whether a RESUMED offer for `key` is answered from memory (a verdict or a cancel), not by
+    /// a transfer that waits.
+    package func answersFromMemory(_ key: ResumeStore.Key) -> Bool {
+        guard !resumesWaiting(key) else { return false }
+        return incoming[key.peer]?.contains { $0.key == key && !$0.state.isWaiting } ?? false
+    }
+
     /// The peer's offer for `key`: the interrupted transfer it resumes, if any (no longer parked).
     /// Only an offer the sender marked RESUMED (§7.9) takes a verdict or a cancel: one without it
     /// is the same content sent anew, and may only continue a kept partial (§7.8).
+    /// A transfer of the content that still waits goes first: a verdict remembered for the same
+    /// content is older (an earlier send of it), and of those the latest is taken.
     package func claimIncoming(_ key: ResumeStore.Key, resumed: Bool) -> Incoming? {
-        guard let index = incoming[key.peer]?.firstIndex(where: { $0.key == key && (resumed || $0.state.isWaiting) }) else { return nil }
+        let entries = incoming[key.peer] ?? []
+        let waiting = entries.firstIndex { $0.key == key && $0.state.isWaiting }
+        guard let index = waiting ?? (resumed ? entries.lastIndex { $0.key == key } : nil) else { return nil }
         let entry = incoming[key.peer]?.remove(at: index)
         if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
         return entry?.state

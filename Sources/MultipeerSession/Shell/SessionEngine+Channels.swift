@@ -91,7 +91,7 @@ extension SessionEngine {
         if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer) {
             // The member is recovering: the channel waits for its resumed link, as one cut off would.
             if let sender = source as? ResourceSender, let transfer {
-                parkInterrupted(sender, transfer: transfer, to: peer)
+                parkInterrupted(sender, transfer: transfer, to: peer, offered: false)
                 return
             }
             if let writer = source as? ByteStreamWriter {
@@ -206,8 +206,9 @@ extension SessionEngine {
     func channelSend(_ frame: Frame, on id: LinkID) {
         guard let link = state.value.links[id], let mux = link.mux, let connection = link.socket else { return }
         let channel = frame.channel
-        rememberVerdict(frame, on: link, mux: mux)
         guard let ours = channels(of: mux, { mux in mux.weSend(frame).map { ($0, mux.isOurs(channel)) } }) ?? nil else { return }
+        // It goes: remembered before the channel's endpoint (and what it was on) is dropped.
+        rememberVerdict(frame, on: link, mux: mux)
         writeChannelFrame(frame, on: connection, flush: true)
         guard ours.0 else { return }
         if ours.1 { dropOutbound(channel, of: link) } else { dropInbound(channel, of: link) }
@@ -243,9 +244,10 @@ extension SessionEngine {
         let interrupted = state.value.interruptedResources
         let decision = channels(of: mux) {
             $0.peerSent(frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed)) { offer in
-                ChannelMux.InterruptedResources(
-                    waitingFromPeer: interrupted.waitingCount(from: peer.identifier),
-                    resumesOne: interrupted.resumesWaiting(Self.resumeKey(of: offer, from: peer, on: link)))
+                let key = Self.resumeKey(of: offer, from: peer, on: link)
+                return ChannelMux.InterruptedResources(
+                    waitingFromPeer: interrupted.waitingCount(from: peer.identifier), resumesOne: interrupted.resumesWaiting(key),
+                    answeredFromMemory: offer.resumed && interrupted.answersFromMemory(key))
             }
         }
         switch decision {
@@ -469,7 +471,7 @@ extension SessionEngine {
         let streams = peer.flatMap { core.streams(of: $0) }
         for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
             if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
-                parkInterrupted(sender, transfer: transfer, to: peer)
+                parkInterrupted(sender, transfer: transfer, to: peer, offered: true)
                 parked = true
                 continue
             }
@@ -504,6 +506,9 @@ extension SessionEngine {
             {
                 // Being verified: it ends as it would have; a resuming offer learns the verdict.
                 interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now)
+            } else if recovering, let echo = sink as? CompletedResourceEcho, let transfer = transfers[channel], let key = keys[channel] {
+                // Answering a resumed offer from memory: the memory stays for the next one.
+                interrupted.park(.completed(transfer, echo.digest), key: key, now: eventLoop.now)
             } else if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel],
                 let key = keys[channel]
             {
@@ -530,8 +535,12 @@ extension SessionEngine {
 
     /// Our resource waits for the member's resumed link; its place among our 64 stays taken
     /// until it is offered again or fails.
-    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16) {
-        state.value.interruptedResources.park(.init(source: sender.source, transfer: transfer), for: peer)
+    /// `offered`: its offer went out on a link (the peer may have a verdict on it), so it is
+    /// offered again RESUMED; one sent while the link was down never was, and is not.
+    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16, offered: Bool) {
+        var source = sender.source
+        if offered { source.resumed = true }
+        state.value.interruptedResources.park(.init(source: source, transfer: transfer), for: peer)
         transfer.setCancelHandler { [weak self, eventLoop] in
             let engine = self
             eventLoop.execute { engine?.cancelInterrupted(outgoing: transfer, to: peer) }
@@ -566,9 +575,7 @@ extension SessionEngine {
     func resumeInterruptedResources(of peer: Bytes16) {
         let interrupted = state.value.interruptedResources
         for send in interrupted.takeOutgoing(for: peer) {
-            var source = send.source
-            source.resumed = true
-            openOutbound(resourceSender(source, for: send.transfer), to: peer, transfer: send.transfer)
+            openOutbound(resourceSender(send.source, for: send.transfer), to: peer, transfer: send.transfer)
         }
         guard interrupted.incomingCount(from: peer) > 0 else { return }
         let resumedAt = eventLoop.now

@@ -70,6 +70,22 @@ struct InterruptedTransfersTests {
         }
     }
 
+    /// The same content sent twice: the first delivered (its verdict remembered), the second cut
+    /// off. A resumed offer continues the second, not the first's verdict.
+    @Test func aWaitingTransferGoesBeforeAVerdictRememberedForTheSameContent() {
+        let table = Table(completedLimit: 4)
+        table.park(.completed(Handle(), Self.digest), key: Self.key(1), now: Self.start)
+        table.park(.waiting(Handle(), "second"), key: Self.key(1), now: Self.start + .seconds(1))
+        guard case .waiting(_, "second")? = table.claimIncoming(Self.key(1), resumed: true) else {
+            Issue.record("the remembered verdict answered the offer that resumes the second transfer")
+            return
+        }
+        guard case .completed? = table.claimIncoming(Self.key(1), resumed: true) else {
+            Issue.record("the verdict went too")
+            return
+        }
+    }
+
     /// After a resumption, what was parked before it and not offered again goes; what a later
     /// loss parked stays for the next resumption.
     @Test func expiryTakesOnlyWhatWasParkedBeforeTheResumption() {
