@@ -29,6 +29,7 @@ from mpcp.preamble import (Preamble, PREFERENCE_NAMES, rule_number,  # noqa: E40
                            negotiate_encryption, REFUSED, TLS, PLAINTEXT)
 from mpcp.session import Session                                  # noqa: E402
 from mpcp.tls import Identity, fingerprint                        # noqa: E402
+import pystreams                                                  # noqa: E402
 
 CERTS = os.path.join(ROOT, "Certificates")
 PASSWORD_FILE = os.path.join(CERTS, "password.txt")
@@ -1929,26 +1930,6 @@ def _stream_file(tmp, name, size):
     return path, hashlib.sha256(data).hexdigest(), data
 
 
-def _py_received(s, peer, ordinal=0):
-    ins = s.incoming_streams(peer).get(ordinal)
-    return ins.received if ins is not None else -1
-
-
-def _py_writer(st, data, piece=65536, pause=0.002):
-    """A Python stream that keeps writing while the link goes and comes back."""
-    import threading as _threading
-
-    def run():
-        for i in range(0, len(data), piece):
-            if not st.write(data[i:i + piece], 30):
-                return
-            time.sleep(pause)
-        st.close()
-    t = _threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 def _no_state_change(h, s, mh, ms, label):
     lib_nc = h.all(is_state(s.peer_id.hex(), "notConnected"), since=mh)
     py_nc = s.events.all(lambda e: e.kind == "state" and e.data["state"] == "notConnected", since=ms)
@@ -1981,10 +1962,10 @@ def s_v2_stream_reset_midway():
                 path, digest, data = _stream_file(tmp, "lib16.bin", 16 << 20)
                 mh, ms = h.mark(), s.events.mark()
                 h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib across"), path))
-                check(_wait_until(lambda: _py_received(s, h.peer_id) >= 1 << 20, 15, 0.005),
-                      "%s: library stream never reached 1 MiB (%d)" % (direction, _py_received(s, h.peer_id)))
+                check(_wait_until(lambda: pystreams.received(s, h.peer_id) >= 1 << 20, 15, 0.005),
+                      "%s: library stream never reached 1 MiB (%d)" % (direction, pystreams.received(s, h.peer_id)))
                 conn.reset()
-                at_cut = _py_received(s, h.peer_id)
+                at_cut = pystreams.received(s, h.peer_id)
                 check(not s.events.all(lambda e: e.kind == "stream", since=ms),
                       "%s: the stream ended before the cut: nothing tested" % direction)
                 _resumed(s, ms, direction)
@@ -2008,7 +1989,7 @@ def s_v2_stream_reset_midway():
                 mh, ms = h.mark(), s.events.mark()
                 data = os.urandom(16 << 20)
                 st = s.open_stream(h.peer_id, "py across")
-                t = _py_writer(st, data)
+                t = pystreams.writer(st, data)
                 check(_wait_until(lambda: st.acked >= 1 << 20, 15, 0.005),
                       "%s: the library acknowledged %d bytes (STREAM_ACK every 262,144)" % (direction, st.acked))
                 cur = s.member(h.peer_id).conn
@@ -2048,7 +2029,7 @@ def s_v2_stream_open_lost():
             with m.lock:
                 conn.reset()
                 st = s.open_stream(h.peer_id, "py lost open")
-            _py_writer(st, data)
+            pystreams.writer(st, data)
             _resumed(s, ms, "python opens")
             res = st.wait(20)
             check(res == ("closed", len(data)), "python stream %s" % (res,))
@@ -2138,8 +2119,8 @@ def s_v2_stream_cancel_in_gap():
             path, _, _ = _stream_file(tmp, "cancel.bin", 4 << 20)
             s.hooks["hold_window"] = True
             h.send("STREAM %s %s %s" % (s.peer_id.hex(), pct("lib cancelled"), path))
-            check(_wait_until(lambda: _py_received(s, h.peer_id) >= 262_144, 10),
-                  "library stream: %d bytes" % _py_received(s, h.peer_id))
+            check(_wait_until(lambda: pystreams.received(s, h.peer_id) >= 262_144, 10),
+                  "library stream: %d bytes" % pystreams.received(s, h.peer_id))
             conn.reset()
             check(s.events.wait(lambda e: e.kind == "lost", 5, since=ms) is not None, "python saw no loss")
             check(s.cancel_stream(h.peer_id, 0), "python had no stream 0 to cancel")
@@ -2213,7 +2194,7 @@ def s_v2_stream_violations():
                     # raises the channel's window before its answer (held back by a test hook)
                     s.hooks["hold_window"] = True
                     h.send("STREAM %s %s %s" % (s.peer_id.hex(), "w", path))
-                    check(_wait_until(lambda: _py_received(s, h.peer_id) >= 262_144, 10), "%s: no data" % case)
+                    check(_wait_until(lambda: pystreams.received(s, h.peer_id) >= 262_144, 10), "%s: no data" % case)
                     s.hooks["hold_resume_answer"] = 3.0
                     s.redial = True
                     conn.reset()
@@ -2225,7 +2206,7 @@ def s_v2_stream_violations():
                     s.hooks["hold_window"] = True          # the library stops at 262,144 bytes
                     s.hooks["no_stream_ack"] = True
                     h.send("STREAM %s %s %s" % (s.peer_id.hex(), "v", path))
-                    check(_wait_until(lambda: _py_received(s, h.peer_id) >= 262_144, 10), "%s: no data" % case)
+                    check(_wait_until(lambda: pystreams.received(s, h.peer_id) >= 262_144, 10), "%s: no data" % case)
                     ch = s.incoming_streams(h.peer_id)[0].channel.number
                     if case == "STREAM_ACK above sent":
                         conn.send_raw(F.frame(F.STREAM_ACK, (262_144 * 64).to_bytes(8, "big"), ch))

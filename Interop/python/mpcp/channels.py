@@ -9,7 +9,7 @@ import time
 
 from . import frames as F
 from .resources import RECEIVED
-from .streams import InStream, OutStream, open_frame
+from .streams import InStream, OutStream
 from .transport import TransportClosed
 from .wire import ProtocolViolation, u32, u64, string8
 
@@ -401,11 +401,7 @@ class ChannelsMixin:
         with self.chan_lock:
             with book.cond:
                 ch = self._open_channel("stream", st.name)
-                st.ordinal = book.opened
-                book.opened += 1
-                book.outgoing[st.ordinal] = st
-                st.attach(self, ch, answered=True)
-                self.enqueue(open_frame(st, ch))
+                self.enqueue(book.open(st, self, ch))
 
     def send_stream(self, name: str, data: bytes, timeout=60.0):
         """Opens a stream, writes `data`, closes it. True when all was sent

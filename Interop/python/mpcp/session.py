@@ -16,7 +16,7 @@ from .events import EventLog
 from .preamble import PREFERENCE_NAMES, TLS
 from .member import Member
 from .resources import VerdictBook, VERDICTS_KEPT, transfer_id as R_ID
-from .streams import OutStream, resume_frames, open_frame
+from .streams import OutStream, resume_frames
 from .tls import Identity, verify_chain, fingerprint
 
 TOKEN_LIFETIME = 120.0
@@ -482,11 +482,7 @@ class Session:
                 for st in list(book.waiting):
                     book.waiting.remove(st)
                     ch = conn._open_channel("stream", st.name)
-                    st.ordinal = book.opened
-                    book.opened += 1
-                    book.outgoing[st.ordinal] = st
-                    st.attach(conn, ch, answered=True)
-                    frames.append(open_frame(st, ch))
+                    frames.append(book.open(st, conn, ch))
                 if frames:
                     conn.enqueue(*frames)
         return ordinals

@@ -29,6 +29,16 @@ class StreamBook:
         self.waiting = []          # OutStreams the application opened while suspended
         self.incoming = {}         # ordinal -> InStream still being read
 
+    def open(self, st, conn, ch):
+        """Opens OutStream `st` on `conn`'s channel `ch`: the session's next
+        ordinal, kept here until acknowledged. Returns its STREAM_OPEN
+        (§7.10). The caller holds conn.chan_lock and self.cond."""
+        st.ordinal = self.opened
+        self.opened += 1
+        self.outgoing[st.ordinal] = st
+        st.attach(conn, ch, answered=True)
+        return open_frame(st, ch)
+
     def fail_all(self, reason):
         """The member left (or a connection without recovery ended): every
         stream fails on both sides (§7.10)."""

@@ -18,32 +18,13 @@ from mpcp import frames as F                        # noqa: E402
 from mpcp.resources import VERDICTS_KEPT            # noqa: E402
 from mpcp.session import Session                    # noqa: E402
 
-from peers import identity                          # noqa: E402
+from peers import loopback_sessions, pair           # noqa: E402
 
 
 @pytest.fixture
 def sessions():
-    made = []
-
-    def make(name, preference="required", **kw):
-        kw.setdefault("identity", identity({"a": "alice", "b": "bob"}[name]) if preference != "none" else None)
-        kw.setdefault("grace", 30)
-        s = Session(name, preference, **kw)
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        s.close()
-
-
-def pair(a, b):
-    """a dials b; returns (a's, b's) connection."""
-    conn = a.connect(b.make_connection_data(a.peer_id))
-    ev_a = a.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    ev_b = b.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    assert ev_a and ev_a.data["state"] == "connected", ev_a
-    assert ev_b and ev_b.data["state"] == "connected", ev_b
-    return conn, ev_b.data["conn"]
+    with loopback_sessions() as make:
+        yield make
 
 
 def deliveries(s, name, since=0):

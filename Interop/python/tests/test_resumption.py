@@ -21,6 +21,7 @@ from mpcp.encodings import Endpoint, PeerID         # noqa: E402
 from mpcp.preamble import Preamble, REQUIRED        # noqa: E402
 from mpcp.session import Session                    # noqa: E402
 
+import peers                                        # noqa: E402
 from peers import identity                          # noqa: E402
 
 
@@ -89,13 +90,9 @@ class ResettingListener:
 
 def pair(a, b):
     """a dials b; both connected (version 2, TLS). Returns (a's, b's) connection."""
-    conn = a.connect(b.make_connection_data(a.peer_id))
-    ev_a = a.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    ev_b = b.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    assert ev_a and ev_a.data["state"] == "connected", ev_a
-    assert ev_b and ev_b.data["state"] == "connected", ev_b
+    conn, theirs = peers.pair(a, b)
     assert conn.version == 2 and conn.member is not None
-    return conn, ev_b.data["conn"]
+    return conn, theirs
 
 
 def states(s, since):

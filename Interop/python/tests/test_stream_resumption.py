@@ -6,7 +6,6 @@ wait is bounded."""
 import os
 import pathlib
 import sys
-import threading
 import time
 
 import pytest
@@ -19,33 +18,23 @@ from mpcp.session import Session                    # noqa: E402
 from mpcp.streams import HOLD                       # noqa: E402
 from mpcp.wire import u64                           # noqa: E402
 
-from peers import identity                          # noqa: E402
+from pystreams import received, writer              # noqa: E402
+
+import peers                                        # noqa: E402
+from peers import loopback_sessions                 # noqa: E402
 
 
 @pytest.fixture
 def sessions():
-    made = []
-
-    def make(name, **kw):
-        kw.setdefault("identity", identity({"a": "alice", "b": "bob"}[name]))
-        kw.setdefault("grace", 30)
-        s = Session(name, "required", **kw)
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        s.close()
+    with loopback_sessions() as make:
+        yield make
 
 
 def pair(a, b):
     """a dials b (version 2, TLS); returns (a's, b's) connection."""
-    conn = a.connect(b.make_connection_data(a.peer_id))
-    ev_a = a.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    ev_b = b.events.wait(lambda e: e.kind == "state" and e.data["state"] != "connecting", 5)
-    assert ev_a and ev_a.data["state"] == "connected", ev_a
-    assert ev_b and ev_b.data["state"] == "connected", ev_b
+    conn, theirs = peers.pair(a, b)
     assert conn.member is not None and conn.book is not None
-    return conn, ev_b.data["conn"]
+    return conn, theirs
 
 
 def until(fn, timeout, step=0.005):
@@ -62,22 +51,18 @@ def kinds(s, *names, since=0):
     return s.events.all(lambda e: e.kind in names, since=since)
 
 
-def received(s, peer, ordinal=0):
-    ins = s.incoming_streams(peer).get(ordinal)
-    return ins.received if ins is not None else -1
-
-
-def writer(st, data, piece=65536, pause=0.002):
-    """A stream that keeps writing (while the link goes and comes back)."""
-    def run():
-        for i in range(0, len(data), piece):
-            if not st.write(data[i:i + piece], 30):
-                return
-            time.sleep(pause)
-        st.close()
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+def writing(sessions, size, name):
+    """a (redialling) writes `size` random bytes to b on stream `name`;
+    returns (a, b, a's connection, data, stream, writer thread) once b has
+    received 1 MiB of it."""
+    a = sessions("a")
+    b = sessions("b", redial=False)
+    conn, _ = pair(a, b)
+    data = os.urandom(size)
+    st = a.open_stream(b.peer_id, name)
+    t = writer(st, data)
+    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    return a, b, conn, data, st, t
 
 
 def raw_channel(conn):
@@ -89,13 +74,7 @@ def raw_channel(conn):
 
 
 def test_stream_written_across_a_reset_arrives_once_in_order(sessions):
-    a = sessions("a")
-    b = sessions("b", redial=False)
-    conn, _ = pair(a, b)
-    data = os.urandom(8 << 20)
-    st = a.open_stream(b.peer_id, "big")
-    t = writer(st, data)
-    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    a, b, conn, data, st, t = writing(sessions, 8 << 20, "big")
     ms_a, ms_b = a.events.mark(), b.events.mark()
     conn.reset()
     assert not kinds(b, "stream"), "the stream ended before the cut: nothing tested"
@@ -315,13 +294,7 @@ def test_a_loss_between_the_two_resumes_leaves_the_session_resumable(sessions):
     """§7.9: a resumption connection lost after one side checked the peer's
     RESUME and before the other did: both still hold the session's ID and
     key, and the next resumption gets through."""
-    a = sessions("a")
-    b = sessions("b", redial=False)
-    conn, _ = pair(a, b)
-    data = os.urandom(3 << 20)
-    st = a.open_stream(b.peer_id, "between")
-    t = writer(st, data)
-    assert until(lambda: received(b, a.peer_id) >= 1 << 20, 10)
+    a, b, conn, data, st, t = writing(sessions, 3 << 20, "between")
     ms_a, ms_b = a.events.mark(), b.events.mark()
 
     def cut_once_a_checked(theirs):
