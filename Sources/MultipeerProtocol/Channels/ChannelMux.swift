@@ -133,7 +133,7 @@ package struct ChannelMux {
     /// send (STREAM_RESUME, and STREAM_RESET 1 after it for a stream we reset). The channel is
     /// served once the peer answers. Nil when 64 of ours are open or the stream is not kept.
     package mutating func resumeStream(_ ordinal: UInt32, name: String) -> (channel: UInt32, frames: [Frame])? {
-        guard let streams, streams.ledger.keptOrdinals.contains(ordinal), let channel = open(.stream) else { return nil }
+        guard let streams, streams.ledger.keeps(ordinal), let channel = open(.stream) else { return nil }
         outboundOrdinals[channel] = ordinal
         awaitingAnswer.insert(channel)
         var frames: [Frame] = [.streamResume(channel: channel, ordinal: ordinal, name: name)]

@@ -134,15 +134,20 @@ package final class ByteStreamReader: Sendable, InboundChannel, AsyncSequence {
     /// The next chunk, waiting for one; nil at the end of the stream.
     package func next() async throws(TransferError) -> ByteBuffer? {
         while true {
-            let outcome = state.withLock { state -> (Result<ByteBuffer?, TransferError>, Int, UInt32, any ChannelLinkage)? in
-                if let chunk = state.chunks.popFirst() { return (.success(chunk), state.fresh(chunk.readableBytes), state.channel, state.linkage) }
-                if let failure = state.failure { return (.failure(failure), 0, state.channel, state.linkage) }
-                return state.ended ? (.success(nil), 0, state.channel, state.linkage) : nil
+            // One lock per chunk: the chunk, the window it gives back, and a resumed answer now due.
+            let outcome = state.withLock { state -> (Result<ByteBuffer?, TransferError>, Int, UInt32, any ChannelLinkage, (@Sendable () -> Void)?)? in
+                if let chunk = state.chunks.popFirst() {
+                    return (.success(chunk), state.fresh(chunk.readableBytes), state.channel, state.linkage, state.takeDrained())
+                }
+                if let failure = state.failure { return (.failure(failure), 0, state.channel, state.linkage, nil) }
+                return state.ended ? (.success(nil), 0, state.channel, state.linkage, nil) : nil
             }
             switch outcome?.0 {
             case .success(let chunk?):
-                if let (_, fresh, channel, linkage) = outcome, fresh > 0 { linkage.channelTaken(fresh, on: channel) }
-                state.withLock { $0.takeDrained() }?()
+                if let (_, fresh, channel, linkage, drained) = outcome {
+                    if fresh > 0 { linkage.channelTaken(fresh, on: channel) }
+                    drained?()
+                }
                 return chunk
             case .success(nil):
                 return nil
