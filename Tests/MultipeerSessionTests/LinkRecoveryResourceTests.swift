@@ -281,6 +281,36 @@ struct LinkRecoveryResourceTests {
         #expect(bob.startedResources.count == 2)
     }
 
+    /// The same file sent again, its offer written on a link that was already gone: the receiver
+    /// never saw it, so the verdict it remembers is the first send's. The offer made again on
+    /// the resumed link is a new transfer (no RESUMED, since no RESOURCE_ACCEPT came back) and
+    /// arrives a second time instead of being answered with the first send's verdict.
+    @Test func aResendWhoseOfferWentWithTheLinkArrivesAgain() async throws {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await Self.pair(scratch, freezable: "alice")
+        defer { Task { await alice.shutdown(); await bob.shutdown() } }
+        let content = seededContent(1 << 20, seed: 42)
+        let source = try scratch.file("source", content)
+        guard case .success = try await Self.outcome(try Self.send(source, from: alice, to: bob)) else {
+            Issue.record("the first send failed")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        let thaw = Self.freeze()  // alice stops: she writes the offer before she sees the reset
+        defer { thaw() }
+        let again = try Self.send(source, from: alice, to: bob)
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        thaw()
+        guard case .success = try await Self.outcome(again) else {
+            Issue.record("the second send failed: \(String(describing: again.outcome))")
+            return
+        }
+        try #require(try await eventually { bob.finishedResources.count == 2 }, "bob finished \(bob.finishedResources.count)")
+        #expect(bob.startedResources.count == 2)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[1].1.get())) == Data(content))
+    }
+
     /// The link goes while the receiver verifies the whole file: its verdict stands, and the
     /// sender, which never heard it, offers the file again; the receiver answers that offer as
     /// done, so neither app sees a second transfer.

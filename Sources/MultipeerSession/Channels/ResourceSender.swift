@@ -148,6 +148,10 @@ final class ResourceSender: OutboundChannel {
 
     /// The connection was lost but the member recovers: this sender stops without reporting, and
     /// the transfer goes on with a new one on the resumed connection. False when it had ended.
+    /// Whether the receiver accepted the offer: only then can it hold a partial or a verdict of
+    /// this transfer, so only then is it offered again RESUMED (docs/PROTOCOL.md §7.9).
+    var wasAccepted: Bool { state.withLock { $0.offset != nil } }
+
     func interrupt() -> Bool {
         state.withLock { state in
             guard state.result == nil else { return false }

@@ -91,7 +91,7 @@ extension SessionEngine {
         if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer) {
             // The member is recovering: the channel waits for its resumed link, as one cut off would.
             if let sender = source as? ResourceSender, let transfer {
-                parkInterrupted(sender, transfer: transfer, to: peer, offered: false)
+                parkInterrupted(sender, transfer: transfer, to: peer, accepted: false)
                 return
             }
             if let writer = source as? ByteStreamWriter {
@@ -471,7 +471,7 @@ extension SessionEngine {
         let streams = peer.flatMap { core.streams(of: $0) }
         for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
             if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
-                parkInterrupted(sender, transfer: transfer, to: peer, offered: true)
+                parkInterrupted(sender, transfer: transfer, to: peer, accepted: sender.wasAccepted)
                 parked = true
                 continue
             }
@@ -535,11 +535,13 @@ extension SessionEngine {
 
     /// Our resource waits for the member's resumed link; its place among our 64 stays taken
     /// until it is offered again or fails.
-    /// `offered`: its offer went out on a link (the peer may have a verdict on it), so it is
-    /// offered again RESUMED; one sent while the link was down never was, and is not.
-    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16, offered: Bool) {
+    /// `accepted`: the peer accepted its offer on a link (it may have a verdict on it), so it is
+    /// offered again RESUMED. One sent while the link was down, or whose offer went unanswered,
+    /// is not: the peer may never have read that offer, and a verdict it remembers for the same
+    /// content would be an earlier send's.
+    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16, accepted: Bool) {
         var source = sender.source
-        if offered { source.resumed = true }
+        if accepted { source.resumed = true }
         state.value.interruptedResources.park(.init(source: source, transfer: transfer), for: peer)
         transfer.setCancelHandler { [weak self, eventLoop] in
             let engine = self
