@@ -62,6 +62,8 @@ import Testing
             "each connect attempt bounded at \(DialPlan.resumptionConnectTimeout.nanoseconds / 1_000_000_000) s and each handshake at \(DialPlan.resumptionHandshakeTimeout.nanoseconds / 1_000_000_000) s",
             "it dials at most once a second after its first \(policy.redialDelays.count) tries",
             "at most \(RecoverableMember.maxDiscoveredEndpoints) addresses are kept from one report",
+            "endpoint's connect starting \(DialPlan.resumptionAttemptDelay.nanoseconds / 1_000_000) ms after the one before it",
+            "(\(RecoverableMember.maxDiscoveredEndpoints + 2): introduced, old and \(RecoverableMember.maxDiscoveredEndpoints) discovered",
             "STREAM_ACK every \(grouped(Int(StreamLedger.acknowledgementInterval))) bytes",
             "at most \(grouped(Int(StreamLedger.unacknowledgedLimit))) bytes per stream",
         ]

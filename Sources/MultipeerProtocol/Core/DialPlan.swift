@@ -9,7 +9,7 @@ package struct DialPlan: Sendable, Hashable {
     package let token: Bytes16
     /// The leaf certificate the peer must show, when its connection data named one.
     package let fingerprint: SHA256Digest?
-    /// Tried in order until one accepts the TCP connection.
+    /// Tried in order until one accepts the TCP connection (see `attemptDelay`).
     package let endpoints: [WireEndpoint]
     /// The interface index for the endpoints' IPv6 link-local addresses, when the link is known
     /// (an inviter's invitation connection went over it); without it those endpoints are skipped.
@@ -21,9 +21,16 @@ package struct DialPlan: Sendable, Hashable {
     /// up the next one for long.
     package let connectTimeout: TimeAmount?
     package let handshakeTimeout: TimeAmount?
+    /// When set, the next endpoint's connect starts this long after the one before it began,
+    /// without waiting for that one to fail (RFC 8305's connection attempt delay); the first TCP
+    /// connection carries the link. Nil: one endpoint at a time.
+    package let attemptDelay: TimeAmount?
 
     package static let resumptionConnectTimeout = TimeAmount.seconds(2)
     package static let resumptionHandshakeTimeout = TimeAmount.seconds(3)
+    /// A resumption's endpoints are the old address, a member's word and discovery's, any of
+    /// them dead after a move: each gets a quarter second to its own before the next starts.
+    package static let resumptionAttemptDelay = TimeAmount.milliseconds(250)
 
     package init(_ data: ConnectionData, linkScope: UInt32? = nil) {
         peer = data.peerID
@@ -35,6 +42,7 @@ package struct DialPlan: Sendable, Hashable {
         resumption = nil
         connectTimeout = nil
         handshakeTimeout = nil
+        attemptDelay = nil
     }
 
     package init(introduced peer: WirePeerID, by introducer: Bytes16, at endpoint: WireEndpoint) {
@@ -47,6 +55,7 @@ package struct DialPlan: Sendable, Hashable {
         resumption = nil
         connectTimeout = nil
         handshakeTimeout = nil
+        attemptDelay = nil
     }
 
     /// Resuming a suspended member where it may listen now (in order): the peer must show the
@@ -71,5 +80,6 @@ package struct DialPlan: Sendable, Hashable {
         resumption = grant
         connectTimeout = Self.resumptionConnectTimeout
         handshakeTimeout = Self.resumptionHandshakeTimeout
+        attemptDelay = Self.resumptionAttemptDelay
     }
 }

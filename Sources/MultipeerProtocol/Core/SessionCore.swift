@@ -425,6 +425,10 @@ package final class SessionCore {
             actions.append(.sever(id))
             closed(id, ConnectionError(.connectionClosed), now: now)
         }
+        guard addresses != before else { return }
+        for (_, member) in recoverable.sorted(by: { $0.key < $1.key }) where member.suspension != nil {
+            redial(member, .weMoved)
+        }
     }
 
     /// Discovery saw `peer`'s host at `addresses` (found, or its addresses changed). A suspended
@@ -449,7 +453,7 @@ package final class SessionCore {
         guard !endpoints.isEmpty, endpoints != member.discoveredEndpoints else { return }
         member.discoveredEndpoints = endpoints
         logger.info("discovery sees a recovering member elsewhere", metadata: ["peer": member.peer.logValue])
-        redial(member)
+        redial(member, .news)
     }
 
     /// The connection ended (after `established` or instead of it).
@@ -688,15 +692,40 @@ package final class SessionCore {
 
     private func isSuspended(_ peer: Bytes16) -> Bool { recoverable[peer]?.suspension != nil }
 
-    /// A resumption dial to a suspended member, unless one of ours is under way. An attempt of
-    /// the peer's (inbound) does not hold ours up: it may have stalled.
-    private func redial(_ member: RecoverableMember) {
-        let dialing = linkIDs(for: member.peer.identifier).contains { links[$0]?.dialed == true }
+    /// Why a suspended member is redialed.
+    private enum RedialCause {
+        /// The next of the suspension's redials.
+        case schedule
+        /// Someone says where the member is now: a dial of ours still connecting elsewhere may
+        /// be to a dead address, whose connect can take seconds to fail.
+        case news
+        /// Our own address changed: a dial of ours still connecting left from the old one.
+        case weMoved
+    }
+
+    /// A resumption dial to a suspended member, unless one of ours is under way. One still
+    /// connecting makes way for a dial the news or our move made worth more (it is dropped);
+    /// one whose TCP connection is up finishes its handshake. An attempt of the peer's
+    /// (inbound) does not hold ours up: it may have stalled.
+    private func redial(_ member: RecoverableMember, _ cause: RedialCause = .schedule) {
         let endpoints = member.redialEndpoints
-        guard !dialing, !endpoints.isEmpty,
+        let ours = linkIDs(for: member.peer.identifier).filter { links[$0]?.dialed == true }
+        for id in ours {
+            guard let link = links[id], !link.transportUp else { return }
+            switch cause {
+            case .schedule: return
+            case .news: if link.plan?.endpoints == endpoints { return }
+            case .weMoved: break
+            }
+        }
+        guard !endpoints.isEmpty,
             let plan = DialPlan(
                 resuming: member.peer, id: member.resumptionID, at: endpoints, linkScope: member.linkScope, grant: member.grant())
         else { return }
+        for id in ours {
+            forget(id)
+            actions.append(.drop(id))
+        }
         member.redials += 1
         let link = Link(dialed: true, plan: plan)
         let id = addLink(link)
@@ -753,11 +782,12 @@ package final class SessionCore {
             }
             // A member whose link is recovering is a member still: a new connection to it would
             // end the session it is resuming (§7.9). But where the introducer reaches it now is
-            // news: it may have moved, and its old address lead nowhere. Redialed there at once.
-            if let member = recoverable[peer], member.suspension != nil {
+            // news: it may have moved, and its old address lead nowhere. Redialed there at once;
+            // for a member whose loss we have not noticed yet, kept for when we do.
+            if let member = recoverable[peer] {
                 if entry.endpoint.isListening, entry.endpoint != member.listenEndpoint, entry.endpoint != member.introducedEndpoint {
                     member.introducedEndpoint = entry.endpoint
-                    redial(member)
+                    if member.suspension != nil { redial(member, .news) }
                 }
                 continue
             }

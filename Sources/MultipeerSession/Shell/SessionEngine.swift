@@ -388,7 +388,7 @@ package final class SessionEngine: Sendable {
                 // Our HELLO carries our listening and datagram ports, so both must be up first.
                 ensureStarted().whenComplete { [self] result in
                     switch result {
-                    case .success: self.dial(id, plan: plan, endpoints: plan.endpoints[...])
+                    case .success: self.dial(id, plan: plan)
                     case .failure: self.dial(id, plan: plan, endpoints: [])
                     }
                 }
@@ -404,13 +404,14 @@ package final class SessionEngine: Sendable {
                 if let socket = state.links[id]?.socket {
                     socket.triggerUserOutboundEvent(ConnectionCommand.close(reason), promise: nil)
                 } else if !state.core.isLive(id) {
-                    state.links[id] = nil  // still dialing: its connect closes the socket when it lands
+                    state.links.removeValue(forKey: id)?.dialAttempts?.abandon()  // still dialing
                 }
             case .abort(let id, let error):
                 state.links[id]?.socket?.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
             case .drop(let id):
                 if let link = state.links.removeValue(forKey: id) {
                     failChannels(of: link)
+                    link.dialAttempts?.abandon()
                     link.socket?.close(promise: nil)
                 }
             case .sever(let id):
@@ -600,42 +601,70 @@ package final class SessionEngine: Sendable {
             }
     }
 
-    private func dial(_ id: LinkID, plan: DialPlan, endpoints: ArraySlice<WireEndpoint>) {
-        guard core.isLive(id) else { return }
-        guard let endpoint = endpoints.first, let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else {
-            if endpoints.isEmpty {
+    /// Dials the plan's endpoints in order. Each connect starts when the one before it failed or,
+    /// with the plan's `attemptDelay`, once that long has passed since it began; the first TCP
+    /// connection carries the link, and the others close.
+    private func dial(_ id: LinkID, plan: DialPlan, endpoints: [WireEndpoint]? = nil) {
+        guard let link = state.value.links[id] else { return }
+        let attempts = NIOLoopBoundBox(DialAttempts(endpoints ?? plan.endpoints), eventLoop: eventLoop)
+        link.dialAttempts = attempts
+        startNextAttempt(id, plan: plan, attempts: attempts)
+    }
+
+    private func startNextAttempt(_ id: LinkID, plan: DialPlan, attempts: NIOLoopBoundBox<DialAttempts>) {
+        guard core.isLive(id), !attempts.value.connected else { return }
+        attempts.value.nextAttempt?.cancel()
+        attempts.value.nextAttempt = nil
+        guard let (endpoint, attempt) = attempts.value.takeNext() else {
+            if attempts.value.inFlight == 0 {
                 state.value.links[id] = nil
                 core.dialFailed(id)
                 perform()
-            } else {
-                dial(id, plan: plan, endpoints: endpoints.dropFirst())
             }
             return
+        }
+        guard let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else {
+            return startNextAttempt(id, plan: plan, attempts: attempts)
+        }
+        attempts.value.started(attempt)
+        if let delay = plan.attemptDelay, attempts.value.hasNext {
+            attempts.value.nextAttempt = eventLoop.scheduleTask(in: delay) { [self] in
+                self.startNextAttempt(id, plan: plan, attempts: attempts)
+            }
         }
         ClientBootstrap(group: eventLoop)
             .connectTimeout(plan.connectTimeout ?? configuration.handshakeTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { [self] socket in
-                socket.eventLoop.makeCompletedFuture {
-                    try self.installHandlers(on: socket, link: id, role: .dialer, plan: plan)
-                }
+            .channelInitializer { socket in
+                attempts.value.opened(socket, attempt: attempt)
+                return socket.eventLoop.makeSucceededVoidFuture()
             }
             .connect(to: address)
             .whenComplete { [self] result in
-                guard self.core.isLive(id), let link = self.state.value.links[id] else {
-                    self.state.value.links[id] = nil
-                    if case .success(let socket) = result { socket.close(promise: nil) }  // cancelled or superseded meanwhile
+                attempts.value.landed(attempt)
+                guard self.core.isLive(id), !attempts.value.connected, let link = self.state.value.links[id] else {
+                    if !self.core.isLive(id) { self.state.value.links[id] = nil }
+                    if case .success(let socket) = result { socket.close(promise: nil) }  // cancelled, superseded or beaten
                     return
                 }
                 switch result {
                 case .success(let socket):
+                    do {
+                        try self.installHandlers(on: socket, link: id, role: .dialer, plan: plan)
+                    } catch {
+                        socket.close(promise: nil)
+                        return self.startNextAttempt(id, plan: plan, attempts: attempts)
+                    }
+                    attempts.value.connected = true
+                    attempts.abandon()
+                    link.dialAttempts = nil
                     link.socket = socket
                     self.core.dialConnected(id)
                 case .failure(let error):
                     self.configuration.logger.info("dial failed", metadata: [
                         "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
                     ])
-                    self.dial(id, plan: plan, endpoints: endpoints.dropFirst())
+                    self.startNextAttempt(id, plan: plan, attempts: attempts)
                 }
             }
     }
@@ -925,6 +954,8 @@ final class EngineState {
         @exclusivity(unchecked) var peerFingerprint: [UInt8]?
         /// Streams and resources, once connected.
         @exclusivity(unchecked) var mux: LinkMultiplexer?
+        /// A dial's connects, until one carries the link.
+        var dialAttempts: NIOLoopBoundBox<DialAttempts>?
 
         init(socket: (any Channel)? = nil) { self.socket = socket }
 

@@ -22,6 +22,10 @@ final class VirtualNetwork {
     /// One-way latency between two nodes, by their indices; `defaultLatency` when not set.
     var latency: [Pair: TimeAmount] = [:]
     var defaultLatency = TimeAmount.milliseconds(2)
+    /// Addresses where a dial's SYN is lost (a host that moved away from a link that drops what
+    /// is sent to it): a dial that reaches no node but names one of them times out instead of
+    /// being refused at once.
+    var silentAddresses: Set<UInt32> = []
     let handshakeTimeout = TimeAmount.seconds(10)
     let trustTimeout = TimeAmount.seconds(30)
     let keepalive = KeepalivePolicy()
@@ -337,7 +341,19 @@ final class VirtualNetwork {
         let node = dialer.node
         guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
         let target = nodes.first { node in plan.endpoints.contains(node.endpoint) }
+        let silent = plan.endpoints.contains { endpoint in
+            if case .ipv4(let address) = endpoint.address { silentAddresses.contains(address) } else { false }
+        }
         guard let target, target.isListening, target.acceptsConnections else {
+            if target == nil && silent {
+                schedule(after: plan.connectTimeout ?? handshakeTimeout) {
+                    guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
+                    dialer.isClosed = true
+                    node.core.dialFailed(dialer.link)
+                    self.drain(node)
+                }
+                return
+            }
             // Connection refused: nobody listens there.
             dialer.isClosed = true
             node.core.dialFailed(dialer.link)
