@@ -102,13 +102,21 @@ class ChannelsMixin:
                     self._attach_in(ch, InStream(self.session, self.peer_id, ordinal, fr.value))
                     self._post("stream-opened", name=fr.value, channel=n, ordinal=ordinal)
                 else:
+                    cut = self.session.hooks.get("cut_on_resource_offer")
+                    if cut and (cut is True or cut(fr)):
+                        self.session.hooks.pop("cut_on_resource_offer", None)
+                        self._cut("cut on RESOURCE_OFFER (test hook)")   # the offer goes with the link
                     ch = self.channels[n] = _Channel(n, "resource", fr.value.name, mine=False)
                     ch.offer = fr.value
                     resumed = bool(fr.flags & F.FLAG_RESUMED)
-                    if resumed and self.member is not None:
+                    book = self.member.verdicts if self.member is not None else None
+                    # §7.9: a transfer of this content accepted on an earlier connection
+                    # and never answered waits for this offer, before any verdict
+                    waited = book is not None and book.waiting(fr.value.transfer_id, fr.value.size, self)
+                    if resumed and book is not None and not waited:
                         # §7.9: one we answered before the link went: accepted at
                         # its end, the new RESOURCE_COMPLETE answered with that verdict
-                        ch.verdict = self.member.verdicts.get(fr.value.transfer_id, fr.value.size)
+                        ch.verdict = book.get(fr.value.transfer_id, fr.value.size)
                         if ch.verdict is not None:
                             ch.accepted = fr.value.size
                             self.enqueue(F.frame(F.RESOURCE_ACCEPT, u64(fr.value.size), n))
@@ -121,8 +129,11 @@ class ChannelsMixin:
                         self.enqueue(F.frame(F.STREAM_RESET, (3).to_bytes(2, "big"), n))
                         return
                     ch.accepted = 0
+                    if book is not None:
+                        book.accepted(fr.value.transfer_id, fr.value.size, self)
                     self.enqueue(F.frame(F.RESOURCE_ACCEPT, (0).to_bytes(8, "big"), n))
-                    self._post("resource-started", name=ch.name, size=fr.value.size, resumed=resumed)
+                    self._post("resource-started", name=ch.name, size=fr.value.size, resumed=resumed,
+                               waited=waited)
                 return
             if ch is None and n in self.refused:
                 if t in (F.STREAM_DATA, F.RESOURCE_CHUNK):
@@ -146,6 +157,8 @@ class ChannelsMixin:
             if t in (F.STREAM_DATA, F.RESOURCE_CHUNK):
                 if (t == F.STREAM_DATA) != (ch.kind == "stream"):
                     raise ProtocolViolation("wrong kind for channel")
+                if t == F.RESOURCE_CHUNK and self.session.hooks.pop("cut_on_resource_chunk", None):
+                    self._cut("cut on RESOURCE_CHUNK (test hook)")   # accepted, then the link goes
                 if ch.kind == "resource" and ch.length + len(fr.value) > ch.offer.size - ch.accepted:
                     raise ProtocolViolation("chunk beyond size")
                 n_bytes = len(fr.value)
@@ -177,6 +190,7 @@ class ChannelsMixin:
                 if ch.kind == "stream":
                     self._end_in(ch).fail(code=fr.value)
                 else:
+                    self._resource_ended(ch)
                     self._post("resource-failed", name=ch.name, code=fr.value)
                 return
             if ch.kind == "resource" and t == F.RESOURCE_COMPLETE:
@@ -195,9 +209,16 @@ class ChannelsMixin:
                 return
             if ch.kind == "resource" and t == F.RESOURCE_CANCEL:
                 del self.channels[n]
+                self._resource_ended(ch)
                 self._post("resource-failed", name=ch.name, code=fr.value)
                 return
             raise ProtocolViolation("%s not allowed on this channel" % fr.name)
+
+    def _resource_ended(self, ch):
+        """Under chan_lock: the opener ended an incoming transfer (cancel or
+        reset) with no verdict of ours: nothing waits for it (§7.9)."""
+        if self.member is not None and ch.verdict is None:
+            self.member.verdicts.ended(ch.offer.transfer_id, ch.offer.size, self)
 
     def _on_my_channel(self, ch, fr):
         t = fr.type
@@ -244,7 +265,7 @@ class ChannelsMixin:
         resource on `ch`; with a member it is remembered first (§7.9), so that
         one lost with the link is answered again, not delivered twice."""
         if self.member is not None:
-            self.member.verdicts.remember(ch.offer.transfer_id, ch.offer.size, verdict)
+            self.member.verdicts.remember(ch.offer.transfer_id, ch.offer.size, verdict, self)
         if verdict == RECEIVED and self.session.hooks.pop("cut_instead_of_resource_received", None):
             self._cut("cut instead of RESOURCE_RECEIVED (test hook)")   # the verdict goes with the link
         if verdict == RECEIVED:
@@ -430,24 +451,38 @@ class ChannelsMixin:
         """RESOURCE_OFFER (RESUMED if `resumed`), wait for RESOURCE_ACCEPT,
         chunks, COMPLETE, wait for the answer. Returns ("received", None),
         ("cancel", reason), ("reset", code) or ("failed", why)."""
+        return self.offer_resource(name, data, transfer_id, timeout, resumed)[0]
+
+    def offer_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False):
+        """send_resource, returning (outcome, accepted): accepted is True once
+        the receiver's RESOURCE_ACCEPT was read here. A transfer whose verdict
+        went unread with the link is offered again with RESUMED only if it was
+        (§7.9): an offer that went unanswered may never have been read, and a
+        verdict the receiver remembers for the same content is then an
+        earlier transfer's."""
         ch = self._open_channel("resource", name)
         ch.offer = F.ResourceOffer(len(data), transfer_id or os.urandom(16), name)
         self.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number,
                              F.FLAG_RESUMED if resumed else 0))
         deadline = time.monotonic() + timeout
+
+        def outcome(res):
+            # the reader handles an ACCEPT before the connection counts as closed,
+            # so once it is, ch.accepted says whether one was read
+            return res, ch.accepted is not None
         with self.chan_lock:
             while ch.accepted is None and not ch.done.is_set() and not self.closed.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return ("failed", "no RESOURCE_ACCEPT")
+                    return outcome(("failed", "no RESOURCE_ACCEPT"))
                 self.chan_lock.wait(min(left, 0.5))
         if ch.done.is_set():
-            return ch.answer or ("failed", "closed")
+            return outcome(ch.answer or ("failed", "closed"))
         if self.closed.is_set():
-            return ("failed", "closed")
+            return outcome(("failed", "closed"))
         if not self._send_flow_controlled(ch, F.RESOURCE_CHUNK, data[ch.accepted:], timeout):
-            return ch.answer or ("failed", "chunks")
+            return outcome(ch.answer or ("failed", "chunks"))
         self.enqueue(F.frame(F.RESOURCE_COMPLETE, hashlib.sha256(data).digest(), ch.number))
         if not ch.done.wait(max(0.0, deadline - time.monotonic())):
-            return ("failed", "no answer")
-        return ch.answer or ("failed", "closed")
+            return outcome(("failed", "no answer"))
+        return outcome(ch.answer or ("failed", "closed"))

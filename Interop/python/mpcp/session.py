@@ -439,6 +439,12 @@ class Session:
             if m.state == "left":
                 from .connection import Failed
                 raise Failed("member already left", 9)
+            if conn.superseded:
+                # closed with GOODBYE 7 for another resumption (ours or the peer's)
+                # while the peer's RESUME was on its way: it never carries the member.
+                # Taken, its end would count as no loss and the member would leave.
+                from .connection import Failed
+                raise Failed("duplicateConnection (superseded before its RESUME was checked)", 7)
             if m.dialing is conn:
                 m.dialing = None
             if m.admitted is conn:
@@ -563,13 +569,21 @@ class Session:
     def send_resource(self, peer, name, data, transfer_id=None, timeout=60.0):
         """Sends a resource to a peer (§7.8) and returns the outcome as
         Connection.send_resource does. With a member, a transfer whose
-        verdict went unread with a lost link is offered again, with RESUMED,
-        on the connection that resumes the session (§7.9); the receiver keeps
-        no partial here, so it starts where the receiver's RESOURCE_ACCEPT says."""
+        verdict went unread with a lost link is offered again on the
+        connection that resumes the session (§7.9), posting
+        `resource-offered-again` (`resumed`: whether the offer carries
+        RESUMED). RESUMED is set only once the receiver's RESOURCE_ACCEPT for
+        this transfer was read on an earlier connection, and then on every
+        later offer of it; an offer that went unanswered is offered again
+        without it, as a new transfer (the receiver may never have read it,
+        and a verdict it remembers for the same content would be an earlier
+        transfer's). The receiver keeps no partial here, so it starts where
+        the receiver's RESOURCE_ACCEPT says."""
         ident = getattr(peer, "identifier", peer)
         tid = transfer_id or R_ID(ident, data)
         deadline = time.monotonic() + timeout
         offered = 0                     # offers made on connections of this member
+        accepted = False                # a RESOURCE_ACCEPT for this transfer was read
         while True:
             m = self.member(ident)
             if m is None or m.state == "left":
@@ -583,9 +597,12 @@ class Session:
             if conn is None:
                 return ("failed", "the member left" if m.state == "left" else "no resumption in time")
             if offered:
-                self.events.post("resource-offered-again", m.peer_id, conn=conn, name=name, times=offered)
-            res = conn.send_resource(name, data, tid, max(0.0, deadline - time.monotonic()), resumed=offered > 0)
+                self.events.post("resource-offered-again", m.peer_id, conn=conn, name=name, times=offered,
+                                 resumed=accepted)
+            res, read_accept = conn.offer_resource(name, data, tid, max(0.0, deadline - time.monotonic()),
+                                                   resumed=accepted)
             offered += 1
+            accepted = accepted or read_accept
             if res[0] != "failed" or not conn.closed.is_set() or time.monotonic() >= deadline:
                 return res
             # the link went before we read the verdict: offer it again once resumed
