@@ -64,6 +64,7 @@ import Testing
             "at most \(RecoverableMember.maxDiscoveredEndpoints) addresses are kept from one report",
             "endpoint's connect starting \(DialPlan.resumptionAttemptDelay.nanoseconds / 1_000_000) ms after the one before it",
             "(\(RecoverableMember.maxDiscoveredEndpoints + 2): introduced, old and \(RecoverableMember.maxDiscoveredEndpoints) discovered",
+            "after the introduced one began, unless that host took the TCP connection; its handshake then fails (or stalls until the \(DialPlan.resumptionHandshakeTimeout.nanoseconds / 1_000_000_000) s deadline)",
             "STREAM_ACK every \(grouped(Int(StreamLedger.acknowledgementInterval))) bytes",
             "at most \(grouped(Int(StreamLedger.unacknowledgedLimit))) bytes per stream",
         ]

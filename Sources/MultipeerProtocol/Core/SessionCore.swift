@@ -14,6 +14,8 @@ package final class SessionCore {
         let dialed: Bool
         /// A dial whose TCP connection is up (`dialConnected`).
         var transportUp = false
+        /// The endpoint that took a dial's TCP connection.
+        var dialedEndpoint: WireEndpoint?
         /// The interface of the peer's IPv6 link-local address, once established.
         var remoteScope: UInt32?
         /// Our own address on the connection, once established.
@@ -181,8 +183,11 @@ package final class SessionCore {
         }
     }
 
-    /// A dial's TCP connection is up; its handshake begins.
-    package func dialConnected(_ id: LinkID) { links[id]?.transportUp = true }
+    /// A dial's TCP connection is up, at `endpoint`; its handshake begins.
+    package func dialConnected(_ id: LinkID, at endpoint: WireEndpoint? = nil) {
+        links[id]?.transportUp = true
+        links[id]?.dialedEndpoint = endpoint
+    }
 
     /// Whether the link still exists (a dial whose socket lands after a cancel must be closed).
     package func isLive(_ id: LinkID) -> Bool { links[id] != nil }
@@ -408,6 +413,9 @@ package final class SessionCore {
     /// Whether any link carries a member now.
     package var hasConnectedMembers: Bool { !activeLink.isEmpty }
 
+    /// Whether a member's link is lost and recovering.
+    package var hasSuspendedMembers: Bool { recoverable.values.contains { $0.suspension != nil } }
+
     /// The host's addresses now. A member's connection from an address the host had at the last
     /// look and no longer has is lost at once (the host moved, §7.9), rather than at the
     /// dead-peer deadline: nothing can reach it there. It closes without GOODBYE, which could
@@ -425,7 +433,8 @@ package final class SessionCore {
             actions.append(.sever(id))
             closed(id, ConnectionError(.connectionClosed), now: now)
         }
-        guard addresses != before else { return }
+        // An address went: a redial still connecting may have left from it.
+        guard !before.subtracting(addresses).isEmpty else { return }
         for (_, member) in recoverable.sorted(by: { $0.key < $1.key }) where member.suspension != nil {
             redial(member, .weMoved)
         }
@@ -438,7 +447,7 @@ package final class SessionCore {
     /// dial names one interface for all its endpoints), and so is what a redial tries anyway.
     /// Only for a member with an identity: anyone on the link can answer mDNS for it, and a
     /// redial that pins no certificate would hand such a host the session's resumption ID.
-    package func peerDiscovered(_ peer: Bytes16, at addresses: [WireEndpoint.Address]) {
+    package func peerDiscovered(_ peer: Bytes16, at addresses: [WireEndpoint.Address], now: NIODeadline) {
         guard let member = recoverable[peer], member.suspension != nil, member.certificateFingerprint != nil,
             let port = member.listenEndpoint?.port, port != 0
         else { return }
@@ -453,7 +462,7 @@ package final class SessionCore {
         guard !endpoints.isEmpty, endpoints != member.discoveredEndpoints else { return }
         member.discoveredEndpoints = endpoints
         logger.info("discovery sees a recovering member elsewhere", metadata: ["peer": member.peer.logValue])
-        redial(member, .news)
+        redial(member, .news(at: now))
     }
 
     /// The connection ended (after `established` or instead of it).
@@ -473,6 +482,14 @@ package final class SessionCore {
         // A resumption dial that did not get through (once through, it ends as any other).
         if let link = links[id], !link.isConnected, link.plan?.purpose == .resumption, let peer = link.peer {
             forget(id)
+            // What answered there was not the member, or stalled: the next redials try the old
+            // address first, not news that leads there again. (GOODBYE 7 is the member itself,
+            // keeping another connection.)
+            if let endpoint = link.dialedEndpoint, let member = recoverable[peer.identifier],
+                error != ConnectionError(.peerSaidGoodbye(.duplicateConnection))
+            {
+                member.handshakeFailed(at: endpoint)
+            }
             resumptionEnded(peer, error)
             return
         }
@@ -575,6 +592,10 @@ package final class SessionCore {
     }
 
     private func suspend(_ member: RecoverableMember, _ error: ConnectionError, now: NIODeadline) {
+        // An introduction that came while the link still seemed up is news only if recent (the
+        // loss may be what it told of); an older one leads redials astray.
+        if let at = member.introducedAt, now - at > configuration.recovery.grace { member.introducedEndpoint = nil }
+        member.newsRedial = nil
         suspensions += 1
         member.suspension = (now, error, suspensions)
         logger.info("link lost; recovering", metadata: ["peer": member.peer.logValue, "reason": "\(error)"])
@@ -677,6 +698,7 @@ package final class SessionCore {
         // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
         member.introducedEndpoint = nil
+        member.introducedFailed = false
         member.discoveredEndpoints = []
         if let endpoint = link.listenEndpoint {
             member.listenEndpoint = endpoint
@@ -698,26 +720,34 @@ package final class SessionCore {
         case schedule
         /// Someone says where the member is now: a dial of ours still connecting elsewhere may
         /// be to a dead address, whose connect can take seconds to fail.
-        case news
-        /// Our own address changed: a dial of ours still connecting left from the old one.
+        case news(at: NIODeadline)
+        /// One of our own addresses went: a dial of ours still connecting may have left from it.
         case weMoved
     }
 
     /// A resumption dial to a suspended member, unless one of ours is under way. One still
-    /// connecting makes way for a dial the news or our move made worth more (it is dropped);
-    /// one whose TCP connection is up finishes its handshake. An attempt of the peer's
-    /// (inbound) does not hold ours up: it may have stalled.
+    /// connecting makes way for a dial that our move, or news of an endpoint it does not try,
+    /// made worth more (it is dropped); for news at most once per redial step, so news that
+    /// comes faster (a hostile member, anyone answering mDNS) starts no more dials than the
+    /// schedule does and cannot keep the old address from being tried; what it said waits for
+    /// the next redial. One whose TCP connection is up finishes its handshake. An attempt of
+    /// the peer's (inbound) does not hold ours up: it may have stalled.
     private func redial(_ member: RecoverableMember, _ cause: RedialCause = .schedule) {
         let endpoints = member.redialEndpoints
         let ours = linkIDs(for: member.peer.identifier).filter { links[$0]?.dialed == true }
         for id in ours {
             guard let link = links[id], !link.transportUp else { return }
             switch cause {
-            case .schedule: return
-            case .news: if link.plan?.endpoints == endpoints { return }
-            case .weMoved: break
+            case .schedule:
+                return
+            case .news(let now):
+                guard let tried = link.plan?.endpoints, endpoints.contains(where: { !tried.contains($0) }) else { return }
+                if let last = member.newsRedial, now < last + configuration.recovery.redialStep { return }
+            case .weMoved:
+                break
             }
         }
+        if case .news(let now) = cause, !ours.isEmpty { member.newsRedial = now }
         guard !endpoints.isEmpty,
             let plan = DialPlan(
                 resuming: member.peer, id: member.resumptionID, at: endpoints, linkScope: member.linkScope, grant: member.grant())
@@ -786,8 +816,8 @@ package final class SessionCore {
             // for a member whose loss we have not noticed yet, kept for when we do.
             if let member = recoverable[peer] {
                 if entry.endpoint.isListening, entry.endpoint != member.listenEndpoint, entry.endpoint != member.introducedEndpoint {
-                    member.introducedEndpoint = entry.endpoint
-                    if member.suspension != nil { redial(member, .news) }
+                    member.introduced(at: entry.endpoint, now: now)
+                    if member.suspension != nil { redial(member, .news(at: now)) }
                 }
                 continue
             }

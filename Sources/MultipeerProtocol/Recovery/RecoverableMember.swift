@@ -14,9 +14,13 @@ final class RecoverableMember {
     var listenEndpoint: WireEndpoint?
     /// The interface its listen endpoint is reached on, when that is an IPv6 link-local address.
     var linkScope: UInt32?
-    /// While suspended: where another member that reaches it now says it listens (it may have
-    /// moved, §7.9). Redials try it first, then `listenEndpoint`.
+    /// Where another member that reaches it now says it listens (it may have moved, §7.9), said
+    /// while it is suspended or shortly before. Redials try it first, then `listenEndpoint`.
     var introducedEndpoint: WireEndpoint?
+    /// When `introducedEndpoint` was last said (it may come before we notice the loss).
+    var introducedAt: NIODeadline?
+    /// When news last replaced a redial of this suspension (at most one per redial step).
+    var newsRedial: NIODeadline?
     /// While suspended: where discovery (a browser in this process) sees its host now, with the
     /// port it listens on; when both sides moved, nobody else can say. Tried after the
     /// introduced endpoint and `listenEndpoint`, each redial starting at the next one: anyone on
@@ -29,12 +33,33 @@ final class RecoverableMember {
     /// At most this many discovered addresses are kept for redials, each costing a connect.
     static let maxDiscoveredEndpoints = 4
 
+    /// A resumption's handshake failed at `introducedEndpoint` (what answered there was not the
+    /// member, or stalled): it goes after `listenEndpoint` until news names another.
+    var introducedFailed = false
+
+    /// News of where the member listens now (or again).
+    func introduced(at endpoint: WireEndpoint, now: NIODeadline) {
+        introducedEndpoint = endpoint
+        introducedAt = now
+        introducedFailed = false
+    }
+
+    /// A resumption dial's handshake failed at `endpoint`: news that led there goes last.
+    func handshakeFailed(at endpoint: WireEndpoint) {
+        if endpoint == introducedEndpoint { introducedFailed = true }
+        if let index = discoveredEndpoints.firstIndex(of: endpoint) {
+            discoveredEndpoints.remove(at: index)
+            discoveredEndpoints.append(endpoint)
+        }
+    }
+
     /// Where a redial goes, in order; empty when the member accepts no connections.
     var redialEndpoints: [WireEndpoint] {
         var endpoints: [WireEndpoint] = []
         let start = discoveredEndpoints.isEmpty ? 0 : redials % discoveredEndpoints.count
         let discovered = discoveredEndpoints[start...] + discoveredEndpoints[..<start]
-        let candidates = [introducedEndpoint, listenEndpoint].compactMap { $0 } + discovered
+        let leading = introducedFailed ? [listenEndpoint, introducedEndpoint] : [introducedEndpoint, listenEndpoint]
+        let candidates = leading.compactMap { $0 } + discovered
         for endpoint in candidates where endpoint.isListening && !endpoints.contains(endpoint) {
             endpoints.append(endpoint)
         }

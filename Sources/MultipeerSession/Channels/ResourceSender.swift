@@ -19,7 +19,8 @@ final class ResourceSender: OutboundChannel {
         let size: UInt64
         let name: String
         let transferID: Bytes16
-        /// Offered again on a resumed link, its verdict unheard (RESUMED, docs/PROTOCOL.md §7.9).
+        /// Accepted on an earlier connection, its verdict unheard: offered again RESUMED
+        /// (docs/PROTOCOL.md §7.9), now and on every later connection.
         var resumed = false
     }
 
@@ -146,12 +147,12 @@ final class ResourceSender: OutboundChannel {
         finish(.failure(error))
     }
 
-    /// The connection was lost but the member recovers: this sender stops without reporting, and
-    /// the transfer goes on with a new one on the resumed connection. False when it had ended.
     /// Whether the receiver accepted the offer: only then can it hold a partial or a verdict of
     /// this transfer, so only then is it offered again RESUMED (docs/PROTOCOL.md §7.9).
     var wasAccepted: Bool { state.withLock { $0.offset != nil } }
 
+    /// The connection was lost but the member recovers: this sender stops without reporting, and
+    /// the transfer goes on with a new one on the resumed connection. False when it had ended.
     func interrupt() -> Bool {
         state.withLock { state in
             guard state.result == nil else { return false }

@@ -25,7 +25,7 @@ struct DialAttempts {
         return (endpoints[next], next)
     }
 
-    mutating func started(_ attempt: Int) { inFlight += 1 }
+    mutating func started() { inFlight += 1 }
 
     mutating func opened(_ channel: any Channel, attempt: Int) { connecting[attempt] = channel }
 

@@ -136,7 +136,7 @@ package final class SessionEngine: Sendable {
         let seen = addresses.compactMap { try? WireEndpoint(socketAddress: $0).address }
         guard !seen.isEmpty else { return }
         eventLoop.execute { [self] in
-            core.peerDiscovered(peer, at: seen)
+            core.peerDiscovered(peer, at: seen, now: eventLoop.now)
             perform()
         }
     }
@@ -626,7 +626,7 @@ package final class SessionEngine: Sendable {
         guard let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else {
             return startNextAttempt(id, plan: plan, attempts: attempts)
         }
-        attempts.value.started(attempt)
+        attempts.value.started()
         if let delay = plan.attemptDelay, attempts.value.hasNext {
             attempts.value.nextAttempt = eventLoop.scheduleTask(in: delay) { [self] in
                 self.startNextAttempt(id, plan: plan, attempts: attempts)
@@ -659,7 +659,7 @@ package final class SessionEngine: Sendable {
                     attempts.abandon()
                     link.dialAttempts = nil
                     link.socket = socket
-                    self.core.dialConnected(id)
+                    self.core.dialConnected(id, at: endpoint)
                 case .failure(let error):
                     self.configuration.logger.info("dial failed", metadata: [
                         "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
@@ -691,8 +691,12 @@ package final class SessionEngine: Sendable {
             admission: { [weak self] hello, certificate in self?.admit(hello, certificate, link: id) ?? .refuse(.normal) },
             trustTimeout: configuration.trustTimeout, handshakeTimeout: plan?.handshakeTimeout ?? configuration.handshakeTimeout,
             keepalive: configuration.keepalive)
-        try socket.pipeline.syncOperations.addHandler(handler)
-        try socket.pipeline.syncOperations.addHandler(LinkHandler(engine: self, link: id))
+        // The link's handler first: a dialed socket is active already, so the connection's
+        // handler starts as it is added, and whatever it reports at once (a failed first write)
+        // must find the link's handler there.
+        let linkHandler = LinkHandler(engine: self, link: id)
+        try socket.pipeline.syncOperations.addHandler(linkHandler)
+        try socket.pipeline.syncOperations.addHandler(handler, position: .before(linkHandler))
         state.links[id]?.handler = handler
     }
 
@@ -806,7 +810,7 @@ package final class SessionEngine: Sendable {
         guard state.addressWatch == nil else { return }
         state.addressWatch = eventLoop.scheduleRepeatedAsyncTask(initialDelay: Self.addressWatchInterval, delay: Self.addressWatchInterval) {
             [weak self, eventLoop] task in
-            guard let self, core.hasConnectedMembers else {
+            guard let self, core.hasConnectedMembers || core.hasSuspendedMembers else {
                 self?.state.value.addressWatch = nil
                 task.cancel()
                 return eventLoop.makeSucceededVoidFuture()

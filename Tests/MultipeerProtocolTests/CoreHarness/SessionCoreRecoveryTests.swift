@@ -446,9 +446,9 @@ struct SessionCoreDiscoveryRedialTests {
         #expect(!alice.suspended.isEmpty && !bob.suspended.isEmpty, "both lost the link and recover")
         if discovered {
             // What each side's browser hears: the other's host at its new address (and junk).
-            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address), .ipv6(Bytes16(high: 0xFE80 << 48, low: 1))])
+            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address), .ipv6(Bytes16(high: 0xFE80 << 48, low: 1))], now: network.now)
             network.drain(alice)
-            bob.core.peerDiscovered(alice.peer.identifier, at: [.ipv4(alice.address)])
+            bob.core.peerDiscovered(alice.peer.identifier, at: [.ipv4(alice.address)], now: network.now)
             network.drain(bob)
         }
         network.run(for: .seconds(12))
@@ -472,7 +472,7 @@ struct SessionCoreDiscoveryRedialTests {
         #expect(!alice.suspended.isEmpty)
         let before = alice.dials.count
         let discovered: [WireEndpoint.Address] = [.ipv4(0x0A00_0901), .ipv4(0x0A00_0902), .ipv4(0x0A00_0903)]
-        alice.core.peerDiscovered(bob.peer.identifier, at: discovered)
+        alice.core.peerDiscovered(bob.peer.identifier, at: discovered, now: network.now)
         network.drain(alice)
         network.run(for: .seconds(8))
         let plans = alice.dials[before...].filter { $0.purpose == .resumption }
@@ -497,7 +497,7 @@ struct SessionCoreDiscoveryRedialTests {
         network.run(for: .seconds(1))
         #expect(!alice.suspended.isEmpty)
         let before = alice.dials.count
-        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address)])
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address)], now: network.now)
         network.drain(alice)
         network.run(for: .seconds(3))
         #expect(alice.dials[before...].allSatisfy { plan in !plan.endpoints.contains { $0.address == .ipv4(bob.address) } })
@@ -512,8 +512,8 @@ struct SessionCoreDiscoveryRedialTests {
     @Test func discoveryOfAConnectedPeerDialsNothing() throws {
         let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 81)
         let dials = alice.dials.count
-        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0999)])
-        alice.core.peerDiscovered(Bytes16(high: 1, low: 2), at: [.ipv4(0x0A00_0999)])
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0999)], now: network.now)
+        alice.core.peerDiscovered(Bytes16(high: 1, low: 2), at: [.ipv4(0x0A00_0999)], now: network.now)
         network.drain(alice)
         network.run(for: .seconds(1))
         #expect(alice.dials.count == dials && alice.isConnected(to: bob))

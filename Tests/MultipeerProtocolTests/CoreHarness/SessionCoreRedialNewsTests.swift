@@ -22,30 +22,64 @@ struct SessionCoreRedialNewsTests {
         network.run(for: .milliseconds(100))
         #expect(alice.suspended == [bob.peer.identifier])
         let before = alice.dials.count
-        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address)])
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(bob.address)], now: network.now)
         network.drain(alice)
         #expect(alice.dials.count == before + 1, "no dial to the news")
         #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .milliseconds(500)))
         SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
     }
 
-    /// The same news again, or a scheduled redial, leaves the dial under way alone.
-    @Test func aDialStillConnectingIsNotReplacedByTheSameNews() throws {
+    /// Bob moved away to an address nobody answers at either: the dial under way stays while
+    /// news repeats what it tries, and news of other endpoints, however fast it alternates (a
+    /// hostile member or mDNS responder), replaces it at most once per redial step.
+    @Test func newsReplacesADialAtMostOncePerRedialStep() throws {
         let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 91)
         network.silentAddresses.insert(bob.address)
-        network.silentAddresses.insert(0x0A00_0909)
+        bob.move()
+        network.silentAddresses.insert(bob.address)
         alice.isListening = false
         network.resetConnection(between: alice, and: bob)
         network.run(for: .milliseconds(100))
-        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0909)])
+        #expect(alice.suspended == [bob.peer.identifier])
+        alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0909)], now: network.now)
         network.drain(alice)
-        let dials = alice.dials.count
+        let afterNews = alice.dials.count
         for _ in 0..<3 {
-            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0909)])
+            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(0x0A00_0909)], now: network.now)
             network.drain(alice)
         }
-        network.run(for: .milliseconds(1_500))
-        #expect(alice.dials.count == dials, "the dial under way was replaced: \(alice.dials.count - dials) more")
+        #expect(alice.dials.count == afterNews, "the same news replaced the dial under way")
+        for round in 0..<200 {
+            let address: UInt32 = round % 2 == 0 ? 0x0A00_0A01 : 0x0A00_0A02
+            alice.core.peerDiscovered(bob.peer.identifier, at: [.ipv4(address)], now: network.now)
+            network.drain(alice)
+            network.run(for: .milliseconds(10))
+        }
+        // 2 s of news every 10 ms: one replacement per second at most, and the schedule's own
+        // redials as each dial times out.
+        let resumptionDials = alice.dials[afterNews...].filter { $0.purpose == .resumption }.count
+        #expect(resumptionDials <= 4, "\(resumptionDials) dials in 2 s of news")
+        #expect(alice.dials.allSatisfy { plan in plan.purpose != .resumption || plan.endpoints.contains { $0.address == .ipv4(bob.address - 0x100) } })
+    }
+
+    /// A member says bob is where another peer listens (a lie, or bob moved on): the dial that
+    /// reaches it fails its handshake (the certificate is not bob's), and the next redials go to
+    /// bob's own address first instead of back to the same place until the grace runs out.
+    @Test func anEndpointWhoseHandshakeFailedIsNotTriedFirstAgain() throws {
+        let network = VirtualNetwork(seed: 94)
+        let nodes = try SessionCoreRecoveryTests.threeMembers(on: network)
+        let (alice, bob, carol) = (nodes[0], nodes[1], nodes[2])
+        alice.isListening = false
+        let toAlice = try #require(carol.openConnectionsTo(alice).first)
+        let lie = try MeshIntroduction(entries: [MeshIntroduction.Entry(peerID: bob.peer, endpoint: carol.endpoint)])
+        network.send(frame: .meshIntroduction(lie), from: carol, on: toAlice.link)
+        network.run(for: .milliseconds(100))
+        network.resetConnection(between: alice, and: bob)
+        #expect(network.run(until: { !alice.suspended.isEmpty }, limit: .seconds(1)))
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(5)))
+        let plans = alice.dials.filter { $0.purpose == .resumption }
+        #expect(plans.first?.endpoints.first == carol.endpoint, "the lie was not tried first: \(plans.map(\.endpoints))")
+        SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
     }
 
     /// Alice, bob and carol; bob moves, and alice has not noticed yet (her half of the link stays

@@ -295,7 +295,7 @@ final class VirtualNetwork {
                 let connection = Connection(network: self, node: node, link: id, dialPlan: plan)
                 node.connections[id] = connection
                 // The TCP connection completes (or fails) one latency later.
-                let target = nodes.first { plan.endpoints.contains($0.endpoint) }
+                let target = self.target(of: plan)
                 schedule(after: target.map { latency(from: node, to: $0) } ?? defaultLatency) { self.completeDial(connection, plan: plan) }
             case .sendFrame(let frame, let id):
                 node.connections[id]?.send(frame)
@@ -337,10 +337,19 @@ final class VirtualNetwork {
         }
     }
 
+    /// The node a dial reaches: at the first of the plan's endpoints where one is (the shell
+    /// tries them in order; one where nobody is never answers in time to win).
+    private func target(of plan: DialPlan) -> Node? {
+        for endpoint in plan.endpoints {
+            if let node = nodes.first(where: { $0.endpoint == endpoint }) { return node }
+        }
+        return nil
+    }
+
     private func completeDial(_ dialer: Connection, plan: DialPlan) {
         let node = dialer.node
         guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
-        let target = nodes.first { node in plan.endpoints.contains(node.endpoint) }
+        let target = target(of: plan)
         let silent = plan.endpoints.contains { endpoint in
             if case .ipv4(let address) = endpoint.address { silentAddresses.contains(address) } else { false }
         }
@@ -375,7 +384,7 @@ final class VirtualNetwork {
                 stage: target.connections[id]?.machine.establishmentProgress ?? 0, lastActivity: target.connections[id]?.lastActivity ?? .distantPast)
         }
         if let shed { target.connections[shed]?.closeTransport() }
-        node.core.dialConnected(dialer.link)
+        node.core.dialConnected(dialer.link, at: target.endpoint)
         let listener = Connection(network: self, node: target, link: listenerLink, dialPlan: nil)
         target.connections[listenerLink] = listener
         dialer.remote = listener
