@@ -16,6 +16,8 @@ package final class SessionCore {
         var transportUp = false
         /// The endpoint that took a dial's TCP connection.
         var dialedEndpoint: WireEndpoint?
+        /// When a resumption dial began.
+        var dialStarted: NIODeadline?
         /// The interface of the peer's IPv6 link-local address, once established.
         var remoteScope: UInt32?
         /// Our own address on the connection, once established.
@@ -436,7 +438,7 @@ package final class SessionCore {
         // An address went: a redial still connecting may have left from it.
         guard !before.subtracting(addresses).isEmpty else { return }
         for (_, member) in recoverable.sorted(by: { $0.key < $1.key }) where member.suspension != nil {
-            redial(member, .weMoved)
+            redial(member, .weMoved, now: now)
         }
     }
 
@@ -462,7 +464,7 @@ package final class SessionCore {
         guard !endpoints.isEmpty, endpoints != member.discoveredEndpoints else { return }
         member.discoveredEndpoints = endpoints
         logger.info("discovery sees a recovering member elsewhere", metadata: ["peer": member.peer.logValue])
-        redial(member, .news(at: now))
+        redial(member, .news, now: now)
     }
 
     /// The connection ended (after `established` or instead of it).
@@ -535,13 +537,11 @@ package final class SessionCore {
         case .redialSuspended(let peer, let number, let attempt):
             guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
             // The next try, chained: one timer per suspension, whatever the grace.
-            let offsets = configuration.recovery.redialOffsets
-            let next = suspension.since + offsets[min(attempt + 1, offsets.count - 1)]
-                + (attempt + 1 >= offsets.count ? configuration.recovery.redialStep * Int64(attempt + 2 - offsets.count) : .zero)
+            let next = suspension.since + configuration.recovery.redialOffset(attempt + 1)
             if next < suspension.since + configuration.recovery.grace {
                 schedule(.redialSuspended(peer, suspension: number, attempt: attempt + 1), at: next)
             }
-            redial(member)
+            redial(member, .schedule, now: suspension.since + configuration.recovery.redialOffset(attempt))
         case .recoveryExpired(let peer, let number):
             guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
             logger.info("link recovery gave up", metadata: ["peer": peer.logValue, "reason": "\(suspension.error)"])
@@ -720,34 +720,43 @@ package final class SessionCore {
         case schedule
         /// Someone says where the member is now: a dial of ours still connecting elsewhere may
         /// be to a dead address, whose connect can take seconds to fail.
-        case news(at: NIODeadline)
+        case news
         /// One of our own addresses went: a dial of ours still connecting may have left from it.
         case weMoved
     }
 
     /// A resumption dial to a suspended member, unless one of ours is under way. One still
-    /// connecting makes way for a dial that our move, or news of an endpoint it does not try,
-    /// made worth more (it is dropped); for news at most once per redial step, so news that
-    /// comes faster (a hostile member, anyone answering mDNS) starts no more dials than the
-    /// schedule does and cannot keep the old address from being tried; what it said waits for
-    /// the next redial. One whose TCP connection is up finishes its handshake. An attempt of
-    /// the peer's (inbound) does not hold ours up: it may have stalled.
-    private func redial(_ member: RecoverableMember, _ cause: RedialCause = .schedule) {
+    /// connecting makes way for a new dial when:
+    /// - the schedule comes round and it has been connecting for a redial step, and its last
+    ///   endpoint for an attempt delay: its SYNs are being lost (a dead address, or ours dropped
+    ///   meanwhile), and a dial whose connect waits out its deadline leaves a gap of a step
+    ///   without SYNs, so a fresh one every step gets through soonest once the path is back;
+    /// - news names an endpoint it does not try, at most once per redial step, so news that
+    ///   comes faster (a hostile member, anyone answering mDNS) starts no more dials than the
+    ///   schedule does and cannot keep the old address from being tried; what it said waits
+    ///   for the next redial;
+    /// - one of our addresses went (it may have left from it).
+    /// One whose TCP connection is up finishes its handshake. An attempt of the peer's
+    /// (inbound) does not hold ours up: it may have stalled.
+    private func redial(_ member: RecoverableMember, _ cause: RedialCause = .schedule, now: NIODeadline) {
         let endpoints = member.redialEndpoints
         let ours = linkIDs(for: member.peer.identifier).filter { links[$0]?.dialed == true }
         for id in ours {
-            guard let link = links[id], !link.transportUp else { return }
+            guard let link = links[id], !link.transportUp, let plan = link.plan else { return }
             switch cause {
             case .schedule:
-                return
-            case .news(let now):
-                guard let tried = link.plan?.endpoints, endpoints.contains(where: { !tried.contains($0) }) else { return }
+                let attemptDelay = plan.attemptDelay ?? .zero
+                let lastStartedAndTried = attemptDelay * Int64(plan.endpoints.count)
+                let stale = max(configuration.recovery.redialStep, lastStartedAndTried)
+                guard let started = link.dialStarted, now >= started + stale else { return }
+            case .news:
+                guard endpoints.contains(where: { !plan.endpoints.contains($0) }) else { return }
                 if let last = member.newsRedial, now < last + configuration.recovery.redialStep { return }
             case .weMoved:
                 break
             }
         }
-        if case .news(let now) = cause, !ours.isEmpty { member.newsRedial = now }
+        if cause == .news && !ours.isEmpty { member.newsRedial = now }
         guard !endpoints.isEmpty,
             let plan = DialPlan(
                 resuming: member.peer, id: member.resumptionID, at: endpoints, linkScope: member.linkScope, grant: member.grant())
@@ -758,6 +767,7 @@ package final class SessionCore {
         }
         member.redials += 1
         let link = Link(dialed: true, plan: plan)
+        link.dialStarted = now
         let id = addLink(link)
         actions.append(.dial(id, plan))
     }
@@ -817,7 +827,7 @@ package final class SessionCore {
             if let member = recoverable[peer] {
                 if entry.endpoint.isListening, entry.endpoint != member.listenEndpoint, entry.endpoint != member.introducedEndpoint {
                     member.introduced(at: entry.endpoint, now: now)
-                    if member.suspension != nil { redial(member, .news(at: now)) }
+                    if member.suspension != nil { redial(member, .news, now: now) }
                 }
                 continue
             }

@@ -122,4 +122,11 @@ package struct RecoveryPolicy: Sendable, Equatable {
     }
 
     var redialStep: TimeAmount { max(redialDelays.last!, .milliseconds(100)) }
+
+    /// When redial `attempt` (from 0) comes, from the loss.
+    func redialOffset(_ attempt: Int) -> TimeAmount {
+        let offsets = redialOffsets
+        let beyond = attempt - (offsets.count - 1)
+        return offsets[min(attempt, offsets.count - 1)] + (beyond > 0 ? redialStep * Int64(beyond) : .zero)
+    }
 }

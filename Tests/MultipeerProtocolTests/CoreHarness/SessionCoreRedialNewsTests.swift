@@ -82,6 +82,24 @@ struct SessionCoreRedialNewsTests {
         SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
     }
 
+    /// Bob's traffic is dropped for 1.5 s after the loss (alice's SYNs are lost) and alice does
+    /// not listen. A dial that waits out its 2 s connect deadline would leave the schedule's
+    /// next redials no room until 3 s; each redial step starts a fresh dial instead, and the one
+    /// at 2 s gets through.
+    @Test func aRedialStepReplacesADialWhoseSynsAreLost() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 95)
+        alice.isListening = false
+        bob.isReachable = false
+        network.resetConnection(between: alice, and: bob)
+        let lost = network.now
+        network.run(for: .milliseconds(1_500))
+        #expect(alice.suspended == [bob.peer.identifier])
+        bob.isReachable = true
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .milliseconds(2_000)))
+        #expect(network.now - lost < .milliseconds(2_300), "resumed \(network.now - lost) after the loss")
+        SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
+    }
+
     /// Alice, bob and carol; bob moves, and alice has not noticed yet (her half of the link stays
     /// open) when carol, which bob reached again, introduces him at his new address. Alice does
     /// not listen, so bob cannot dial her: when she notices the loss, her redials must go where
