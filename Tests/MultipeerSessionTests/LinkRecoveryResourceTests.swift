@@ -253,19 +253,46 @@ struct LinkRecoveryResourceTests {
         #expect(bob.startedResources.count == 1)
     }
 
+    /// Alice sent bob a 1 MiB file, which he received; the scratch directory holds the file.
+    struct SentOnce {
+        let scratch: ResourceChannelTests.Scratch
+        let alice: EngineProbe
+        let bob: EngineProbe
+        let source: String
+        let content: [UInt8]
+
+        /// The second send of the file succeeded, and bob received it a second time, whole.
+        func expectSecondDelivery(_ again: ResourceTransfer, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            guard case .success = try await LinkRecoveryResourceTests.outcome(again) else {
+                Issue.record("the second send failed: \(String(describing: again.outcome))", sourceLocation: sourceLocation)
+                return
+            }
+            try #require(
+                try await eventually { self.bob.finishedResources.count == 2 }, "bob finished \(bob.finishedResources.count)",
+                sourceLocation: sourceLocation)
+            #expect(bob.startedResources.count == 2, sourceLocation: sourceLocation)
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[1].1.get())) == Data(content), sourceLocation: sourceLocation)
+        }
+    }
+
+    static func sentOnce(seed: UInt64, freezable: String) async throws -> SentOnce {
+        let scratch = try ResourceChannelTests.Scratch()
+        let (alice, bob) = try await pair(scratch, freezable: freezable)
+        let content = seededContent(1 << 20, seed: seed)
+        let source = try scratch.file("source", content)
+        let first = try await outcome(try send(source, from: alice, to: bob))
+        guard case .success = first else { throw TransferError(.sourceFailure, detail: "the first send failed: \(first)") }
+        try #require(try await eventually { bob.finishedResources.count == 1 })
+        return SentOnce(scratch: scratch, alice: alice, bob: bob, source: source, content: content)
+    }
+
     /// The same file sent again while the link is down is a new send, not a resumed one: it
     /// arrives a second time, though the receiver remembers its verdict on the first.
     @Test func theSameFileSentAgainDuringTheGapArrivesAgain() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch, freezable: "bob")
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let content = seededContent(1 << 20, seed: 41)
-        let source = try scratch.file("source", content)
-        guard case .success = try await Self.outcome(try Self.send(source, from: alice, to: bob)) else {
-            Issue.record("the first send failed")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 })
+        let run = try await Self.sentOnce(seed: 41, freezable: "bob")
+        let (alice, bob, source) = (run.alice, run.bob, run.source)
+        defer { Task { await alice.shutdown(); await bob.shutdown(); _ = run.scratch } }
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()  // bob stops: alice's redials cannot get through yet
         defer { thaw() }
@@ -273,12 +300,7 @@ struct LinkRecoveryResourceTests {
         try #require(try await eventually { LinkRecoveryTests.interrupted(alice.linkEvents(of: bob)) })
         let again = try Self.send(source, from: alice, to: bob)
         thaw()
-        guard case .success = try await Self.outcome(again) else {
-            Issue.record("the second send failed: \(String(describing: again.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 2 }, "bob finished \(bob.finishedResources.count)")
-        #expect(bob.startedResources.count == 2)
+        try await run.expectSecondDelivery(again)
     }
 
     /// The same file sent again, its offer written on a link that was already gone: the receiver
@@ -286,29 +308,16 @@ struct LinkRecoveryResourceTests {
     /// the resumed link is a new transfer (no RESUMED, since no RESOURCE_ACCEPT came back) and
     /// arrives a second time instead of being answered with the first send's verdict.
     @Test func aResendWhoseOfferWentWithTheLinkArrivesAgain() async throws {
-        let scratch = try ResourceChannelTests.Scratch()
-        let (alice, bob) = try await Self.pair(scratch, freezable: "alice")
-        defer { Task { await alice.shutdown(); await bob.shutdown() } }
-        let content = seededContent(1 << 20, seed: 42)
-        let source = try scratch.file("source", content)
-        guard case .success = try await Self.outcome(try Self.send(source, from: alice, to: bob)) else {
-            Issue.record("the first send failed")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 1 })
+        let run = try await Self.sentOnce(seed: 42, freezable: "alice")
+        let (alice, bob, source) = (run.alice, run.bob, run.source)
+        defer { Task { await alice.shutdown(); await bob.shutdown(); _ = run.scratch } }
         let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
         let thaw = Self.freeze()  // alice stops: she writes the offer before she sees the reset
         defer { thaw() }
         let again = try Self.send(source, from: alice, to: bob)
         try LinkRecoveryTests.resetLinks(ports: ports)
         thaw()
-        guard case .success = try await Self.outcome(again) else {
-            Issue.record("the second send failed: \(String(describing: again.outcome))")
-            return
-        }
-        try #require(try await eventually { bob.finishedResources.count == 2 }, "bob finished \(bob.finishedResources.count)")
-        #expect(bob.startedResources.count == 2)
-        #expect(try Data(contentsOf: URL(fileURLWithPath: try bob.finishedResources[1].1.get())) == Data(content))
+        try await run.expectSecondDelivery(again)
     }
 
     /// The link goes while the receiver verifies the whole file: its verdict stands, and the

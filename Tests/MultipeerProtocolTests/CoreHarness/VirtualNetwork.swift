@@ -346,6 +346,17 @@ final class VirtualNetwork {
         return nil
     }
 
+    /// The dial's SYNs get no answer: it fails at its connect deadline, unless let go before.
+    private func timeOut(_ dialer: Connection, plan: DialPlan) {
+        let node = dialer.node
+        schedule(after: plan.connectTimeout ?? handshakeTimeout) {
+            guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
+            dialer.isClosed = true
+            node.core.dialFailed(dialer.link)
+            self.drain(node)
+        }
+    }
+
     private func completeDial(_ dialer: Connection, plan: DialPlan) {
         let node = dialer.node
         guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
@@ -354,31 +365,15 @@ final class VirtualNetwork {
             if case .ipv4(let address) = endpoint.address { silentAddresses.contains(address) } else { false }
         }
         guard let target, target.isListening, target.acceptsConnections else {
-            if target == nil && silent {
-                schedule(after: plan.connectTimeout ?? handshakeTimeout) {
-                    guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
-                    dialer.isClosed = true
-                    node.core.dialFailed(dialer.link)
-                    self.drain(node)
-                }
-                return
-            }
+            if target == nil && silent { return timeOut(dialer, plan: plan) }
             // Connection refused: nobody listens there.
             dialer.isClosed = true
             node.core.dialFailed(dialer.link)
             drain(node)
             return
         }
-        guard node.isReachable && target.isReachable else {
-            // The SYN is lost: the connect times out.
-            schedule(after: plan.connectTimeout ?? handshakeTimeout) {
-                guard node.core.isLive(dialer.link), !dialer.isClosed else { return }
-                dialer.isClosed = true
-                node.core.dialFailed(dialer.link)
-                self.drain(node)
-            }
-            return
-        }
+        // The SYN is lost: the connect times out.
+        guard node.isReachable && target.isReachable else { return timeOut(dialer, plan: plan) }
         let (listenerLink, shed) = target.core.inboundAccepted(from: PendingSource(nil)) { id in
             PendingProgress(
                 stage: target.connections[id]?.machine.establishmentProgress ?? 0, lastActivity: target.connections[id]?.lastActivity ?? .distantPast)
