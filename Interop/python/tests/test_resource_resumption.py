@@ -47,11 +47,14 @@ def test_received_lost_with_the_link_arrives_once(sessions):
     res = a.send_resource(b.peer_id, "once.bin", data, timeout=20)
     assert res == ("received", None)
     assert "cut_on_resource_received" not in a.hooks, "the sender never read RESOURCE_RECEIVED"
-    assert a.events.all(lambda e: e.kind == "resumed", since=ma)
+    resumptions = len(a.events.all(lambda e: e.kind == "resumed", since=ma))
+    assert resumptions
+    # once per resumption until answered: both sides redial, and a crossing (GOODBYE 7 both
+    # ways, a loss resumed again; SPEC-GAPS 40) can take a RESUMED offer before its answer
     again = a.events.all(lambda e: e.kind == "resource-offered-again", since=ma)
-    assert len(again) == 1
+    assert 1 <= len(again) <= resumptions, (len(again), resumptions)
     answered = b.events.all(lambda e: e.kind == "resource-answered-again", since=mb)
-    assert len(answered) == 1 and answered[0].data["verdict"] == ("received", None)
+    assert 1 <= len(answered) <= len(again) and all(e.data["verdict"] == ("received", None) for e in answered)
     # the receiver answers the second COMPLETE before the sender returns: nothing is still to come
     assert len(deliveries(b, "once.bin", mb)) == 1
     assert not not_connected(a, ma) and not not_connected(b, mb)
@@ -67,7 +70,9 @@ def test_resource_received_withheld_at_the_cut_arrives_once(sessions):
     b.hooks["cut_instead_of_resource_received"] = True
     assert a.send_resource(b.peer_id, "withheld.bin", data, timeout=20) == ("received", None)
     assert "cut_instead_of_resource_received" not in b.hooks
-    assert len(a.events.all(lambda e: e.kind == "resource-offered-again", since=ma)) == 1
+    # once per resumption until answered (a crossing can resume again; SPEC-GAPS 40)
+    again = len(a.events.all(lambda e: e.kind == "resource-offered-again", since=ma))
+    assert 1 <= again <= len(a.events.all(lambda e: e.kind == "resumed", since=ma)), again
     assert len(deliveries(b, "withheld.bin", mb)) == 1
 
 
@@ -77,12 +82,16 @@ def offers_again(s, name, since):
         lambda e: e.kind == "resource-offered-again" and e.data["name"] == name, since=since)]
 
 
+def named(s, kinds, name, since):
+    """Events of these kinds about the resource `name`, in order."""
+    return s.events.all(lambda e: e.kind in kinds and e.data["name"] == name, since=since)
+
+
 def check_resumed_only_after_accept(s, name, since):
     """§7.9 on the sender's log: each offer made again carries RESUMED if,
     and only if, a RESOURCE_ACCEPT of the transfer was read before it."""
     read = False
-    for e in s.events.all(lambda e: e.kind in ("resource-accepted", "resource-offered-again")
-                          and e.data["name"] == name, since=since):
+    for e in named(s, ("resource-accepted", "resource-offered-again"), name, since):
         if e.kind == "resource-accepted":
             read = True
         else:
@@ -94,8 +103,7 @@ def check_answered_only_after_delivery(s, name, since):
     """The receiver answers a RESUMED offer from memory only with the verdict
     of a transfer since `since` (one it delivered there), never an earlier's."""
     delivered = False
-    for e in s.events.all(lambda e: e.kind in ("resource", "resource-answered-again")
-                          and e.data["name"] == name, since=since):
+    for e in named(s, ("resource", "resource-answered-again"), name, since):
         if e.kind == "resource":
             delivered = True
         else:
