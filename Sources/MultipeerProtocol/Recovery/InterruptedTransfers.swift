@@ -108,14 +108,6 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
         return entry?.state
     }
 
-    /// The application cancelled the peer's transfer of `key` on a live link: verdicts
-    /// remembered for the same content are an earlier send's, and must not answer the sender's
-    /// RESUMED offer of this one, which is a new transfer (§7.9).
-    package func forgetVerdicts(for key: ResumeStore.Key) {
-        incoming[key.peer]?.removeAll { $0.key == key && $0.state.isCompleted }
-        if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
-    }
-
     /// The application cancelled a waiting transfer: the resuming offer is refused. Its key and
     /// cut-off receiver, if it waited.
     package func cancelIncoming(_ transfer: Transfer, peer: Bytes16) -> (ResumeStore.Key, CutOff)? {

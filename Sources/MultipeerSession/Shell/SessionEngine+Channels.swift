@@ -556,11 +556,6 @@ extension SessionEngine {
     private func rememberVerdict(_ frame: Frame, on link: EngineState.Link, mux: LinkMultiplexer) {
         switch frame {
         case .resourceReceived, .resourceCancel(_, .integrityFailure), .resourceCancel(_, .storageFailure): break
-        case .resourceCancel(let channel, .cancelled):
-            // Our application's cancel is no verdict: the sender's RESUMED offer after it is a
-            // new transfer, not one an earlier send's verdict answers (docs/PROTOCOL.md §7.9).
-            if let key = mux.incomingKeys[channel] { state.value.interruptedResources.forgetVerdicts(for: key) }
-            return
         default: return
         }
         let channel = frame.channel

@@ -86,22 +86,6 @@ struct InterruptedTransfersTests {
         }
     }
 
-    /// Our application cancelled a later send of the same content on a live link: the sender's
-    /// RESUMED offer of it (the cancel went with the link) is a new transfer, not one the first
-    /// send's verdict answers. Other content's verdicts and waiting transfers stay.
-    @Test func cancellingASendOfTheContentForgetsItsVerdicts() {
-        let table = Table(completedLimit: 4)
-        table.park(.completed(Handle(), Self.digest), key: Self.key(1), now: Self.start)
-        table.park(.completed(Handle(), Self.digest), key: Self.key(2), now: Self.start)
-        table.park(.waiting(Handle(), "kept"), key: Self.key(1), now: Self.start)
-        table.forgetVerdicts(for: Self.key(1))
-        #expect(table.answersFromMemory(Self.key(2)) && table.resumesWaiting(Self.key(1)))
-        _ = table.claimIncoming(Self.key(1), resumed: true)
-        #expect(table.claimIncoming(Self.key(1), resumed: true) == nil, "the first send's verdict answered the cancelled one's offer")
-        table.forgetVerdicts(for: Self.key(2))
-        #expect(table.isEmpty)
-    }
-
     /// After a resumption, what was parked before it and not offered again goes; what a later
     /// loss parked stays for the next resumption.
     @Test func expiryTakesOnlyWhatWasParkedBeforeTheResumption() {
