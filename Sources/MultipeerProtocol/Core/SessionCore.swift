@@ -522,7 +522,8 @@ package final class SessionCore {
         report(peer, .notConnected(error))
     }
 
-    package func timerFired(_ timer: SessionTimer) {
+    /// `timer` is due; `now` may be later than its deadline (a busy loop fires it late).
+    package func timerFired(_ timer: SessionTimer, now: NIODeadline) {
         guard liveTimers.remove(timer) != nil else { return }
         switch timer {
         case .redialIntroduced(let plan, let attempt):
@@ -541,7 +542,7 @@ package final class SessionCore {
             if next < suspension.since + configuration.recovery.grace {
                 schedule(.redialSuspended(peer, suspension: number, attempt: attempt + 1), at: next)
             }
-            redial(member, .schedule, now: suspension.since + configuration.recovery.redialOffset(attempt))
+            redial(member, .schedule, now: now)
         case .recoveryExpired(let peer, let number):
             guard let member = recoverable[peer.identifier], let suspension = member.suspension, suspension.number == number else { return }
             logger.info("link recovery gave up", metadata: ["peer": peer.logValue, "reason": "\(suspension.error)"])

@@ -455,7 +455,7 @@ package final class SessionEngine: Sendable {
                 sendBudget.release(charge, for: peer)
             case .schedule(let timer, let deadline):
                 eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
-                    core.timerFired(timer)
+                    core.timerFired(timer, now: eventLoop.now)
                     perform()
                 }
             }

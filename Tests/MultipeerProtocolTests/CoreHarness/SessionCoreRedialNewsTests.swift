@@ -100,6 +100,29 @@ struct SessionCoreRedialNewsTests {
         SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
     }
 
+    /// Alice's loop is busy when her redial at 1 s is due, and it fires at 1.9 s. The dial it
+    /// makes has been connecting for 0.1 s when the redial at 2 s comes, not the second it would
+    /// have had on time: it carries on. (Stamped with the time it was due, it made way at once.)
+    @Test func aRedialThatFiredLateIsNotReplacedEarly() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 96)
+        alice.isListening = false
+        bob.isReachable = false
+        alice.timerLateness = { timer in
+            if case .redialSuspended(_, _, attempt: 3) = timer { return .milliseconds(900) }
+            return .zero
+        }
+        network.resetConnection(between: alice, and: bob)
+        network.run(for: .milliseconds(3_500))
+        let times = zip(alice.dials, alice.dialTimes).filter { $0.0.purpose == .resumption }.map(\.1)
+        #expect(times.count >= 3)
+        for (earlier, later) in zip(times, times.dropFirst()) {
+            #expect(later - earlier >= .seconds(1), "redials \(times.map { $0.uptimeNanoseconds / 1_000_000 }) ms")
+        }
+        bob.isReachable = true
+        #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .seconds(3)))
+        SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
+    }
+
     /// Alice, bob and carol; bob moves, and alice has not noticed yet (her half of the link stays
     /// open) when carol, which bob reached again, introduces him at his new address. Alice does
     /// not listen, so bob cannot dial her: when she notices the loss, her redials must go where

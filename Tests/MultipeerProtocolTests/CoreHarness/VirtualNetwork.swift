@@ -72,6 +72,10 @@ final class VirtualNetwork {
         /// The highest protocol version the node offers.
         var maxProtocolVersion = WireLimits.protocolVersion
         fileprivate(set) var dials: [DialPlan] = []
+        /// When each of `dials` was made.
+        fileprivate(set) var dialTimes: [NIODeadline] = []
+        /// How late each timer fires (a loop busy with other work).
+        var timerLateness: (SessionTimer) -> TimeAmount = { _ in .zero }
         fileprivate var connections: [LinkID: Connection] = [:]
         /// Streams and resources (VirtualNetwork+Channels).
         let channels = NodeChannels()
@@ -292,6 +296,7 @@ final class VirtualNetwork {
             switch action {
             case .dial(let id, let plan):
                 node.dials.append(plan)
+                node.dialTimes.append(now)
                 let connection = Connection(network: self, node: node, link: id, dialPlan: plan)
                 node.connections[id] = connection
                 // The TCP connection completes (or fails) one latency later.
@@ -329,8 +334,8 @@ final class VirtualNetwork {
             case .acknowledged(_, let charge):
                 node.acknowledgedCharge += charge
             case .schedule(let timer, let deadline):
-                schedule(at: deadline) {
-                    node.core.timerFired(timer)
+                schedule(at: deadline + node.timerLateness(timer)) {
+                    node.core.timerFired(timer, now: self.now)
                     self.drain(node)
                 }
             }
