@@ -484,9 +484,8 @@ package final class SessionCore {
         // A resumption dial that did not get through (once through, it ends as any other).
         if let link = links[id], !link.isConnected, link.plan?.purpose == .resumption, let peer = link.peer {
             forget(id)
-            // What answered there was not the member, or stalled: the next redials try the old
-            // address first, not news that leads there again. (GOODBYE 7 is the member itself,
-            // keeping another connection.)
+            // What answered there was not the member, or stalled: the next redial tries it last.
+            // (GOODBYE 7 is the member itself, keeping another connection.)
             if let endpoint = link.dialedEndpoint, let member = recoverable[peer.identifier],
                 error != ConnectionError(.peerSaidGoodbye(.duplicateConnection))
             {
@@ -699,7 +698,7 @@ package final class SessionCore {
         // RESUMEs must leave both sides with the same ones (§7.9).
         member.suspension = nil
         member.introducedEndpoint = nil
-        member.introducedFailed = false
+        member.failedEndpoint = nil
         member.discoveredEndpoints = []
         if let endpoint = link.listenEndpoint {
             member.listenEndpoint = endpoint
@@ -766,7 +765,7 @@ package final class SessionCore {
             forget(id)
             actions.append(.drop(id))
         }
-        member.redials += 1
+        member.redialStarted()
         let link = Link(dialed: true, plan: plan)
         link.dialStarted = now
         let id = addLink(link)

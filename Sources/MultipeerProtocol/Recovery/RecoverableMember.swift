@@ -33,24 +33,28 @@ final class RecoverableMember {
     /// At most this many discovered addresses are kept for redials, each costing a connect.
     static let maxDiscoveredEndpoints = 4
 
-    /// A resumption's handshake failed at `introducedEndpoint` (what answered there was not the
-    /// member, or stalled): it goes after `listenEndpoint` until news names another.
-    var introducedFailed = false
+    /// Where the last resumption dial's handshake failed (what answered there was not the
+    /// member, or stalled): the next redial tries it last, so that the first TCP connection, which
+    /// carries the dial, is not there again. For that redial only: a handshake that timed out
+    /// under load may have been the member's.
+    var failedEndpoint: WireEndpoint?
 
     /// News of where the member listens now (or again).
     func introduced(at endpoint: WireEndpoint, now: NIODeadline) {
         introducedEndpoint = endpoint
         introducedAt = now
-        introducedFailed = false
     }
 
-    /// A resumption dial's handshake failed at `endpoint`: news that led there goes last.
+    /// A resumption dial's handshake failed at `endpoint`.
     func handshakeFailed(at endpoint: WireEndpoint) {
-        if endpoint == introducedEndpoint { introducedFailed = true }
-        if let index = discoveredEndpoints.firstIndex(of: endpoint) {
-            discoveredEndpoints.remove(at: index)
-            discoveredEndpoints.append(endpoint)
-        }
+        failedEndpoint = endpoint
+    }
+
+    /// A redial to `redialEndpoints` went: the next starts at the next discovered endpoint, and
+    /// a failed endpoint's turn at the end is over.
+    func redialStarted() {
+        redials += 1
+        failedEndpoint = nil
     }
 
     /// Where a redial goes, in order; empty when the member accepts no connections.
@@ -58,11 +62,11 @@ final class RecoverableMember {
         var endpoints: [WireEndpoint] = []
         let start = discoveredEndpoints.isEmpty ? 0 : redials % discoveredEndpoints.count
         let discovered = discoveredEndpoints[start...] + discoveredEndpoints[..<start]
-        let leading = introducedFailed ? [listenEndpoint, introducedEndpoint] : [introducedEndpoint, listenEndpoint]
-        let candidates = leading.compactMap { $0 } + discovered
-        for endpoint in candidates where endpoint.isListening && !endpoints.contains(endpoint) {
+        let candidates = [introducedEndpoint, listenEndpoint].compactMap { $0 } + discovered
+        for endpoint in candidates where endpoint.isListening && endpoint != failedEndpoint && !endpoints.contains(endpoint) {
             endpoints.append(endpoint)
         }
+        if let failed = failedEndpoint, candidates.contains(failed), failed.isListening { endpoints.append(failed) }
         return endpoints
     }
     // Exclusivity unchecked: touched for every message, on the engine's loop, by code that does
