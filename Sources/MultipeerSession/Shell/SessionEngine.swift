@@ -404,14 +404,14 @@ package final class SessionEngine: Sendable {
                 if let socket = state.links[id]?.socket {
                     socket.triggerUserOutboundEvent(ConnectionCommand.close(reason), promise: nil)
                 } else if !state.core.isLive(id) {
-                    state.links.removeValue(forKey: id)?.dialAttempts?.abandon()  // still dialing
+                    state.links.removeValue(forKey: id)?.dial?.abandon()  // still dialing
                 }
             case .abort(let id, let error):
                 state.links[id]?.socket?.triggerUserOutboundEvent(ConnectionCommand.abort(error), promise: nil)
             case .drop(let id):
                 if let link = state.links.removeValue(forKey: id) {
                     failChannels(of: link)
-                    link.dialAttempts?.abandon()
+                    link.dial?.abandon()
                     link.socket?.close(promise: nil)
                 }
             case .sever(let id):
@@ -601,72 +601,64 @@ package final class SessionEngine: Sendable {
             }
     }
 
-    /// Dials the plan's endpoints in order. Each connect starts when the one before it failed or,
-    /// with the plan's `attemptDelay`, once that long has passed since it began; the first TCP
-    /// connection carries the link, and the others close.
+    /// Dials the plan's endpoints in order, staggered (`StaggeredDial`); the first TCP connection
+    /// carries the link.
     private func dial(_ id: LinkID, plan: DialPlan, endpoints: [WireEndpoint]? = nil) {
         guard let link = state.value.links[id] else { return }
-        let attempts = NIOLoopBoundBox(DialAttempts(endpoints ?? plan.endpoints), eventLoop: eventLoop)
-        link.dialAttempts = attempts
-        startNextAttempt(id, plan: plan, attempts: attempts)
-    }
-
-    private func startNextAttempt(_ id: LinkID, plan: DialPlan, attempts: NIOLoopBoundBox<DialAttempts>) {
-        guard core.isLive(id), !attempts.value.connected else { return }
-        attempts.value.nextAttempt?.cancel()
-        attempts.value.nextAttempt = nil
-        guard let (endpoint, attempt) = attempts.value.takeNext() else {
-            if attempts.value.inFlight == 0 {
+        let dial = StaggeredDial(
+            endpoints: endpoints ?? plan.endpoints, attemptDelay: plan.attemptDelay, eventLoop: eventLoop,
+            connect: { [self] endpoint, opened in
+                guard let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else { return nil }
+                let opened = NIOLoopBound(opened, eventLoop: eventLoop)
+                return ClientBootstrap(group: eventLoop)
+                    .connectTimeout(plan.connectTimeout ?? configuration.handshakeTimeout)
+                    .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                    .channelInitializer { socket in
+                        opened.value(socket)
+                        return socket.eventLoop.makeSucceededVoidFuture()
+                    }
+                    .connect(to: address)
+            },
+            landed: { [self] socket, endpoint in dialLanded(id, socket: socket, at: endpoint, plan: plan) },
+            exhausted: { [self] in
+                // Unless the core let the dial go meanwhile.
+                guard core.isLive(id) else { return }
                 state.value.links[id] = nil
                 core.dialFailed(id)
                 perform()
-            }
-            return
+            },
+            failed: { [self] endpoint, error in
+                configuration.logger.info("dial failed", metadata: [
+                    "peer": plan.peer.logValue, "endpoint": "\(endpoint)", "error": "\(error)",
+                ])
+            })
+        link.dial = dial
+        dial.start()
+    }
+
+    /// A dial's TCP connection is up: it carries the link, unless the core let the dial go.
+    private func dialLanded(_ id: LinkID, socket: any Channel, at endpoint: WireEndpoint, plan: DialPlan) -> StaggeredDial.Landing {
+        guard core.isLive(id) else {
+            // Cancelled or superseded while connecting.
+            state.value.links[id] = nil
+            return .letGo
         }
-        guard let address = try? endpoint.socketAddress(linkScope: plan.linkScope) else {
-            return startNextAttempt(id, plan: plan, attempts: attempts)
+        guard let link = state.value.links[id] else {
+            // No path leaves the core with a dial the shell has dropped; should one, the core
+            // hears the dial failed rather than wait for it.
+            core.dialFailed(id)
+            perform()
+            return .letGo
         }
-        attempts.value.started()
-        if let delay = plan.attemptDelay, attempts.value.hasNext {
-            attempts.value.nextAttempt = eventLoop.scheduleTask(in: delay) { [self] in
-                self.startNextAttempt(id, plan: plan, attempts: attempts)
-            }
+        do {
+            try installHandlers(on: socket, link: id, role: .dialer, plan: plan)
+        } catch {
+            return .tryNext
         }
-        ClientBootstrap(group: eventLoop)
-            .connectTimeout(plan.connectTimeout ?? configuration.handshakeTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { socket in
-                attempts.value.opened(socket, attempt: attempt)
-                return socket.eventLoop.makeSucceededVoidFuture()
-            }
-            .connect(to: address)
-            .whenComplete { [self] result in
-                attempts.value.landed(attempt)
-                guard self.core.isLive(id), !attempts.value.connected, let link = self.state.value.links[id] else {
-                    if !self.core.isLive(id) { self.state.value.links[id] = nil }
-                    if case .success(let socket) = result { socket.close(promise: nil) }  // cancelled, superseded or beaten
-                    return
-                }
-                switch result {
-                case .success(let socket):
-                    do {
-                        try self.installHandlers(on: socket, link: id, role: .dialer, plan: plan)
-                    } catch {
-                        socket.close(promise: nil)
-                        return self.startNextAttempt(id, plan: plan, attempts: attempts)
-                    }
-                    attempts.value.connected = true
-                    attempts.abandon()
-                    link.dialAttempts = nil
-                    link.socket = socket
-                    self.core.dialConnected(id, at: endpoint)
-                case .failure(let error):
-                    self.configuration.logger.info("dial failed", metadata: [
-                        "peer": plan.peer.logValue, "address": "\(address)", "error": "\(error)",
-                    ])
-                    self.startNextAttempt(id, plan: plan, attempts: attempts)
-                }
-            }
+        link.dial = nil
+        link.socket = socket
+        core.dialConnected(id, at: endpoint)
+        return .carries
     }
 
     private func installHandlers(on socket: any Channel, link id: LinkID, role: ConnectionConfiguration.Role, plan: DialPlan?) throws {
@@ -958,8 +950,8 @@ final class EngineState {
         @exclusivity(unchecked) var peerFingerprint: [UInt8]?
         /// Streams and resources, once connected.
         @exclusivity(unchecked) var mux: LinkMultiplexer?
-        /// A dial's connects, until one carries the link.
-        var dialAttempts: NIOLoopBoundBox<DialAttempts>?
+        /// A dial's connects, until one carries the link (on the loop).
+        var dial: StaggeredDial?
 
         init(socket: (any Channel)? = nil) { self.socket = socket }
 
