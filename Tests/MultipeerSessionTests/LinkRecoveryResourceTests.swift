@@ -301,6 +301,7 @@ struct LinkRecoveryResourceTests {
         let again = try Self.send(source, from: alice, to: bob)
         thaw()
         try await run.expectSecondDelivery(again)
+        #expect(try await Self.sendsCutOff(at: alice) == 0, "the second send was made while bob was recovering")
     }
 
     /// The same file sent again, its offer written on a link that was already gone: the receiver
@@ -318,6 +319,13 @@ struct LinkRecoveryResourceTests {
         try LinkRecoveryTests.resetLinks(ports: ports)
         thaw()
         try await run.expectSecondDelivery(again)
+        // The path this test is for: alice's loop ran the send before it saw the reset.
+        #expect(try await Self.sendsCutOff(at: alice) == 1, "the second offer did not go on the lost link")
+    }
+
+    /// How many of the engine's sends a lost link cut off.
+    static func sendsCutOff(at probe: EngineProbe) async throws -> Int {
+        try await probe.engine.eventLoop.submit { probe.engine.state.value.interruptedResources.sendsCutOff }.get()
     }
 
     /// The link goes while the receiver verifies the whole file: its verdict stands, and the

@@ -53,7 +53,15 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
 
     // MARK: Ours
 
-    package func park(_ send: Outgoing, for peer: Bytes16) { outgoing[peer, default: []].append(send) }
+    /// How many of our sends a lost link cut off, in all; the others parked were made while the
+    /// member was recovering. Diagnostics (and tests) tell the two paths apart by it.
+    package private(set) var sendsCutOff = 0
+
+    /// `cutOff`: the send was open on the link that went (else it was made since).
+    package func park(_ send: Outgoing, for peer: Bytes16, cutOff: Bool) {
+        if cutOff { sendsCutOff += 1 }
+        outgoing[peer, default: []].append(send)
+    }
 
     /// Our interrupted sends to the peer, in the order they were parked; none are kept.
     package func takeOutgoing(for peer: Bytes16) -> [Outgoing] { outgoing.removeValue(forKey: peer) ?? [] }

@@ -91,7 +91,7 @@ extension SessionEngine {
         if core.activeLink(to: peer) == nil, core.isRecoverableMember(peer) {
             // The member is recovering: the channel waits for its resumed link, as one cut off would.
             if let sender = source as? ResourceSender, let transfer {
-                parkInterrupted(sender, transfer: transfer, to: peer, accepted: false)
+                parkInterrupted(sender, transfer: transfer, to: peer, accepted: false, cutOff: false)
                 return
             }
             if let writer = source as? ByteStreamWriter {
@@ -471,7 +471,7 @@ extension SessionEngine {
         let streams = peer.flatMap { core.streams(of: $0) }
         for (channel, source) in outbound.sorted(by: { $0.key < $1.key }) {
             if recovering, let peer, let sender = source as? ResourceSender, let transfer = transfers[channel], sender.interrupt() {
-                parkInterrupted(sender, transfer: transfer, to: peer, accepted: sender.wasAccepted)
+                parkInterrupted(sender, transfer: transfer, to: peer, accepted: sender.wasAccepted, cutOff: true)
                 parked = true
                 continue
             }
@@ -539,10 +539,10 @@ extension SessionEngine {
     /// offered again RESUMED. One sent while the link was down, or whose offer went unanswered,
     /// is not: the peer may never have read that offer, and a verdict it remembers for the same
     /// content would be an earlier send's.
-    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16, accepted: Bool) {
+    private func parkInterrupted(_ sender: ResourceSender, transfer: ResourceTransfer, to peer: Bytes16, accepted: Bool, cutOff: Bool) {
         var source = sender.source
         if accepted { source.resumed = true }
-        state.value.interruptedResources.park(.init(source: source, transfer: transfer), for: peer)
+        state.value.interruptedResources.park(.init(source: source, transfer: transfer), for: peer, cutOff: cutOff)
         transfer.setCancelHandler { [weak self, eventLoop] in
             let engine = self
             eventLoop.execute { engine?.cancelInterrupted(outgoing: transfer, to: peer) }

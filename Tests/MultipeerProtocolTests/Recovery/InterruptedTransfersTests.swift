@@ -121,7 +121,7 @@ struct InterruptedTransfersTests {
         let table = Table(completedLimit: 4)
         let (first, second, third) = (Handle(), Handle(), Handle())
         for (index, handle) in [first, second, third].enumerated() {
-            table.park(.init(source: "file\(index)", transfer: handle), for: Self.peer)
+            table.park(.init(source: "file\(index)", transfer: handle), for: Self.peer, cutOff: true)
         }
         #expect(table.removeOutgoing(second, for: Self.peer) && !table.removeOutgoing(second, for: Self.peer))
         #expect(table.takeOutgoing(for: Self.peer).map(\.source) == ["file0", "file2"])
