@@ -24,7 +24,9 @@ final class EngineProbe: Sendable {
     /// Link recovery's reports: false when a peer's link was lost, true when it was restored.
     private let linkLog = Mutex<[(Bytes16, Bool)]>([])
 
-    func linkEvents(of other: EngineProbe) -> [Bool] { linkLog.withLock { $0.filter { $0.0 == other.peer.identifier }.map(\.1) } }
+    func linkEvents(of other: EngineProbe) -> [Bool] { linkEvents(ofPeer: other.peer.identifier) }
+
+    func linkEvents(ofPeer peer: Bytes16) -> [Bool] { linkLog.withLock { $0.filter { $0.0 == peer }.map(\.1) } }
 
     /// Streams and resources the peers opened to us, in order.
     private let channelLog = Mutex<(streams: [ByteStreamReader], started: [ResourceTransfer], offsets: [UInt64], finished: [(ResourceTransfer, Result<String, TransferError>)])>(([], [], [], []))
