@@ -86,7 +86,7 @@ public enum Frame: Hashable, Sendable {
         switch self {
         case .message(_, isEnd: true): FrameFlags.endOfMessage
         case .streamAcknowledge(_, _, closed: true): FrameFlags.streamClosed
-        case .resourceOffer(_, let offer) where offer.resumed: FrameFlags.resourceResumed
+        case .resourceOffer(_, let offer): offer.flags
         default: 0
         }
     }
@@ -107,7 +107,7 @@ public enum Frame: Hashable, Sendable {
         case .streamOpen(_, let name): 1 + name.utf8.count
         case .streamClose, .resourceReceived: 0
         case .windowUpdate: 4
-        case .resourceOffer(_, let offer): ResourceOffer.fixedLength + offer.name.utf8.count
+        case .resourceOffer(_, let offer): offer.encodedLength
         case .resourceComplete, .pairingCommit, .pairingNonce: SHA256Digest.byteCount
         }
     }
@@ -250,7 +250,10 @@ public enum Frame: Hashable, Sendable {
             frame = .windowUpdate(channel: channel, increment: increment)
         case .resourceOffer:
             frame = .resourceOffer(
-                channel: channel, try ResourceOffer.decode(from: &payload, resumed: header.flags & FrameFlags.resourceResumed != 0))
+                channel: channel,
+                try ResourceOffer.decode(
+                    from: &payload, resumed: header.flags & FrameFlags.resourceResumed != 0,
+                    hasSendID: header.flags & FrameFlags.resourceSendID != 0))
         case .resourceChunk:
             frame = .resourceChunk(channel: channel, payload.readSlice(length: payload.readableBytes)!)
         case .resourceComplete:

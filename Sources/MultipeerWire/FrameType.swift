@@ -70,7 +70,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         switch self {
         case .message: FrameFlags.endOfMessage
         case .streamAcknowledge: FrameFlags.streamClosed
-        case .resourceOffer: FrameFlags.resourceResumed
+        case .resourceOffer: FrameFlags.resourceResumed | FrameFlags.resourceSendID
         default: 0
         }
     }
@@ -92,7 +92,7 @@ public enum FrameType: UInt8, CaseIterable, Sendable {
         case .streamData, .resourceChunk: 1...WireLimits.maxFramePayload
         case .streamClose, .resourceReceived: 0...0
         case .windowUpdate: 4...4
-        case .resourceOffer: ResourceOffer.fixedLength...ResourceOffer.fixedLength + WireLimits.maxChannelNameBytes
+        case .resourceOffer: ResourceOffer.fixedLength...ResourceOffer.fixedLength + WireLimits.maxChannelNameBytes + ResourceOffer.sendIDLength
         case .resourceComplete, .pairingCommit, .pairingNonce: 32...32
         }
     }
@@ -105,4 +105,6 @@ public enum FrameFlags {
     public static let streamClosed: UInt8 = 0x01
     /// RESOURCE_OFFER: the offer continues a transfer of an earlier connection (§6.4.14).
     public static let resourceResumed: UInt8 = 0x01
+    /// RESOURCE_OFFER: the payload ends with the send's ID (§6.4.14; link recovery only).
+    public static let resourceSendID: UInt8 = 0x02
 }

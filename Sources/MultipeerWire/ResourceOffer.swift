@@ -4,6 +4,7 @@ import NIOCore
 public struct ResourceOffer: Hashable, Sendable {
     /// size, transfer ID and the name's length byte.
     static let fixedLength = 8 + 16 + 1
+    static let sendIDLength = 8
 
     public let size: UInt64
     /// The sender's name for this content to this receiver; the same when it sends the same
@@ -14,6 +15,11 @@ public struct ResourceOffer: Hashable, Sendable {
     /// connection of the session and has not read the verdict on it. Carried in the header's
     /// flags (RESUMED), not the payload.
     public let resumed: Bool
+    /// Version 2, on a connection with link recovery (docs/PROTOCOL.md §6.4.14): the sender's
+    /// number for this send of the content, the same on every offer of it, so that a receiver
+    /// tells its transfers apart from other sends of the same content (§7.9). Carried with the
+    /// header's SEND_ID flag.
+    public let sendID: UInt64?
 
     /// An offer made for the first time.
     public init(size: UInt64, transferID: Bytes16, name: String) throws(WireError) {
@@ -21,6 +27,10 @@ public struct ResourceOffer: Hashable, Sendable {
     }
 
     public init(size: UInt64, transferID: Bytes16, name: String, resumed: Bool) throws(WireError) {
+        try self.init(size: size, transferID: transferID, name: name, resumed: resumed, sendID: nil)
+    }
+
+    public init(size: UInt64, transferID: Bytes16, name: String, resumed: Bool, sendID: UInt64?) throws(WireError) {
         guard size <= WireLimits.maxResourceSize else {
             throw WireError(.limitExceeded, "resource of \(size) bytes, at most \(WireLimits.maxResourceSize)")
         }
@@ -29,19 +39,28 @@ public struct ResourceOffer: Hashable, Sendable {
         self.transferID = transferID
         self.name = name
         self.resumed = resumed
+        self.sendID = sendID
     }
+
+    var flags: UInt8 {
+        (resumed ? FrameFlags.resourceResumed : 0) | (sendID != nil ? FrameFlags.resourceSendID : 0)
+    }
+
+    var encodedLength: Int { Self.fixedLength + name.utf8.count + (sendID != nil ? Self.sendIDLength : 0) }
 
     func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(size)
         buffer.writeBytes16(transferID)
         buffer.writeString8(name)
+        if let sendID { buffer.writeInteger(sendID) }
     }
 
-    static func decode(from buffer: inout ByteBuffer, resumed: Bool) throws(WireError) -> ResourceOffer {
+    static func decode(from buffer: inout ByteBuffer, resumed: Bool, hasSendID: Bool) throws(WireError) -> ResourceOffer {
         let size = try buffer.readWireInteger(as: UInt64.self, "RESOURCE_OFFER size")
         let transferID = try buffer.readWireBytes16("RESOURCE_OFFER transfer ID")
         let name = try buffer.readWireString8("resource name", allowed: 0...WireLimits.maxChannelNameBytes)
-        return try ResourceOffer(size: size, transferID: transferID, name: name, resumed: resumed)
+        let sendID = hasSendID ? try buffer.readWireInteger(as: UInt64.self, "RESOURCE_OFFER send ID") : nil
+        return try ResourceOffer(size: size, transferID: transferID, name: name, resumed: resumed, sendID: sendID)
     }
 }
 

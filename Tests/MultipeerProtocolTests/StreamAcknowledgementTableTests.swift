@@ -32,13 +32,30 @@ struct StreamAcknowledgementTableTests {
 
     /// A resource offered again on a resumed link says so; without link recovery there is none.
     @Test func aResumedResourceOfferNeedsLinkRecovery() throws {
-        let offer = try ResourceOffer(size: 10, transferID: .zero, name: "r", resumed: true)
+        let offer = try ResourceOffer(size: 10, transferID: .zero, name: "r", resumed: true, sendID: 1)
         var plain = Self.table(recovering: false)
         #expect(Self.reason(plain.received(.resourceOffer(channel: 1, offer))) == .protocolError)
         #expect(throws: SendRefusal.self) { try plain.sending(.resourceOffer(channel: 2, offer)) }
         var recovering = Self.table()
         #expect(recovering.received(.resourceOffer(channel: 1, offer)) == .opened(1))
         try recovering.sending(.resourceOffer(channel: 2, offer))
+    }
+
+    /// With link recovery every offer names its send (docs/PROTOCOL.md §6.4.14), and only then:
+    /// a receiver could not tell its sends of the same content apart (§7.9).
+    @Test func anOfferNamesItsSendExactlyWithLinkRecovery() throws {
+        let named = try ResourceOffer(size: 10, transferID: .zero, name: "r", resumed: false, sendID: 7)
+        let unnamed = try ResourceOffer(size: 10, transferID: .zero, name: "r")
+        var recovering = Self.table()
+        #expect(Self.reason(recovering.received(.resourceOffer(channel: 1, unnamed))) == .protocolError)
+        #expect(throws: SendRefusal.self) { try recovering.sending(.resourceOffer(channel: 2, unnamed)) }
+        var plain = Self.table(recovering: false)
+        #expect(Self.reason(plain.received(.resourceOffer(channel: 1, named))) == .protocolError)
+        #expect(throws: SendRefusal.self) { try plain.sending(.resourceOffer(channel: 2, named)) }
+        var both = Self.table()
+        #expect(both.received(.resourceOffer(channel: 1, named)) == .opened(1))
+        var neither = Self.table(recovering: false)
+        #expect(neither.received(.resourceOffer(channel: 1, unnamed)) == .opened(1))
     }
 
     @Test func aResumedChannelTakesNoDataBeforeItsAnswer() throws {
@@ -110,7 +127,7 @@ struct StreamAcknowledgementTableTests {
         #expect(Self.reason(table.received(.streamAcknowledge(channel: 1, received: 0, closed: false))) == .protocolError)
 
         var resource = Self.table()
-        try resource.sending(.resourceOffer(channel: 2, try ResourceOffer(size: 10, transferID: .zero, name: "r")))
+        try resource.sending(.resourceOffer(channel: 2, try ResourceOffer(size: 10, transferID: .zero, name: "r", resumed: false, sendID: 1)))
         #expect(Self.reason(resource.received(.streamAcknowledge(channel: 2, received: 0, closed: false))) == .protocolError)
     }
 }

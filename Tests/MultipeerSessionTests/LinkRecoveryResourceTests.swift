@@ -323,6 +323,45 @@ struct LinkRecoveryResourceTests {
         #expect(try await Self.sendsCutOff(at: alice) == 1, "the second offer did not go on the lost link")
     }
 
+    /// Review item M4. The same file sent a second time: bob's application cancels it on the live
+    /// link after alice read his RESOURCE_ACCEPT, and his RESOURCE_CANCEL goes with the link.
+    /// Alice offers the transfer again RESUMED; bob remembers a verdict for the file, the first
+    /// send's. Matched by content alone, that verdict answered the offer: alice heard "received"
+    /// for a file bob had cancelled and never stored. Matched by send ID, the offer is a new
+    /// transfer for bob's application, which takes it this time.
+    @Test func aCancelLostWithTheLinkIsNotAnsweredWithAnEarlierSendsVerdict() async throws {
+        let run = try await Self.sentOnce(seed: 43, freezable: "bob")
+        let (alice, bob, source) = (run.alice, run.bob, run.source)
+        defer { Task { await alice.shutdown(); await bob.shutdown(); _ = run.scratch } }
+        let ports = try await LinkRecoveryTests.listeningPorts([alice, bob])
+        // Bob's store stops half way, so the second send cannot finish before the cancel.
+        let gate = WriteGate(at: 512 << 10)
+        defer { gate.open() }
+        bob.engine.storageFault.withLockedValue { $0 = { gate.pass($0) } }
+        let again = try Self.send(source, from: alice, to: bob)
+        // Chunks are being written: alice read the RESOURCE_ACCEPT, so her offers of it are RESUMED.
+        try #require(try await eventually { gate.reached && bob.startedResources.count == 2 })
+        // Bob stops, so his loop writes the cancel only after the reset, on a link already gone;
+        // it runs the cancel before it sees the reset (queued first), so the transfer ended
+        // on a live link as far as bob knows, and nothing of it waits for a resumption.
+        let thaw = Self.freeze()
+        defer { thaw() }
+        bob.startedResources[1].cancel()
+        try LinkRecoveryTests.resetLinks(ports: ports)
+        thaw()
+        gate.open()
+        guard case .success = try await Self.outcome(again) else {
+            Issue.record("the second send failed: \(String(describing: again.outcome))")
+            return
+        }
+        let delivered = { bob.finishedResources.filter { (try? $0.1.get()) != nil } }
+        try #require(
+            try await eventually { delivered().count == 2 },
+            "alice heard the second send received, bob stored \(delivered().count) files: \(bob.finishedResources.map(\.1))")
+        #expect(bob.startedResources.count == 3, "the offer made again was not a new transfer for bob's application")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: try delivered()[1].1.get())) == Data(run.content))
+    }
+
     /// How many of the engine's sends a lost link cut off.
     static func sendsCutOff(at probe: EngineProbe) async throws -> Int {
         try await probe.engine.eventLoop.submit { probe.engine.state.value.interruptedResources.sendsCutOff }.get()

@@ -100,7 +100,7 @@ struct ResumeCostTests {
         try await Self.withReceiver(scratch) { bob in
             let mallory = Bytes16.random()
             let kept = 4 << 20
-            let offer = try ResourceOffer(size: UInt64(kept) + 1, transferID: .random(), name: "bait")
+            let offer = try ResourceOffer(size: UInt64(kept) + 1, transferID: .random(), name: "bait", resumed: false, sendID: .random(in: .min ... .max))
             try await Self.leavePartial(offer, kept: kept, in: bob, as: mallory)
             for _ in 0..<50 {
                 let member = try await Self.offer(offer, to: bob, as: mallory, expecting: UInt64(kept))
@@ -116,7 +116,7 @@ struct ResumeCostTests {
     @Test func aKeptPartialLeavesTheDiskAfterItsLifetimeWithoutTraffic() async throws {
         let scratch = try Scratch()
         try await Self.withReceiver(scratch, lifetime: .seconds(2)) { bob in
-            let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "left")
+            let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "left", resumed: false, sendID: .random(in: .min ... .max))
             try await Self.leavePartial(offer, kept: 65_536, in: bob, as: .random())
             #expect(scratch.leftovers.count == 1)
             #expect(try await eventually(seconds: 15) { scratch.leftovers.isEmpty }, "still there: \(scratch.leftovers)")
@@ -130,7 +130,7 @@ struct ResumeCostTests {
     @Test func aSessionGoingAwayMidTransferLeavesNoPartial() async throws {
         let scratch = try Scratch()
         try await Self.withReceiver(scratch) { bob in
-            let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut")
+            let offer = try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut", resumed: false, sendID: .random(in: .min ... .max))
             let member = try await Self.offer(offer, to: bob, as: .random(), expecting: 0)
             defer { member.channel.close(promise: nil) }
             Self.send(65_536, from: member)
@@ -165,7 +165,7 @@ struct ResumeCostTests {
         weak let weakBob = bob
         let member = try await RawMember.join(engine: try #require(bob), name: "mallory")
         defer { member.channel.close(promise: nil) }
-        try await Self.offer(try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut"), from: member, expecting: 0)
+        try await Self.offer(try ResourceOffer(size: 1 << 20, transferID: .random(), name: "cut", resumed: false, sendID: .random(in: .min ... .max)), from: member, expecting: 0)
         Self.send(65_536, from: member)
         try #require(try await eventually { started.withLock { $0 }?.completedBytes == 65_536 })
         #expect(scratch.leftovers.count == 1)

@@ -59,7 +59,7 @@ enum FrameBounds {
         case .streamOpen: return .streamOpen(channel: .max, name: longName)
         case .streamResume: return .streamResume(channel: .max, ordinal: .max, name: longName)
         case .streamData: return .streamData(channel: .max, full)
-        case .resourceOffer: return .resourceOffer(channel: .max, try! ResourceOffer(size: WireLimits.maxResourceSize, transferID: Bytes16(high: .max, low: .max), name: longName))
+        case .resourceOffer: return .resourceOffer(channel: .max, try! ResourceOffer(size: WireLimits.maxResourceSize, transferID: Bytes16(high: .max, low: .max), name: longName, resumed: true, sendID: .max))
         case .resourceChunk: return .resourceChunk(channel: .max, full)
         case .windowUpdate: return .windowUpdate(channel: .max, increment: WireLimits.maxWindow)
         case .invitationResponse:

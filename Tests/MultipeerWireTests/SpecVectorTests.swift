@@ -62,8 +62,12 @@ struct SpecVectorTests {
         "frame-window-update": .windowUpdate(channel: 0, increment: 65_536),
         "frame-resource-offer": .resourceOffer(channel: 3, try! ResourceOffer(
             size: 1 << 20, transferID: Bytes16(high: 0x0001_0203_0405_0607, low: 0x0809_0A0B_0C0D_0E0F), name: "photo.jpg")),
+        "frame-resource-offer-send-id": .resourceOffer(channel: 3, try! ResourceOffer(
+            size: 1 << 20, transferID: Bytes16(high: 0x0001_0203_0405_0607, low: 0x0809_0A0B_0C0D_0E0F), name: "photo.jpg",
+            resumed: false, sendID: 0x1122_3344_5566_7788)),
         "frame-resource-offer-resumed": .resourceOffer(channel: 5, try! ResourceOffer(
-            size: 1 << 20, transferID: Bytes16(high: 0x0001_0203_0405_0607, low: 0x0809_0A0B_0C0D_0E0F), name: "photo.jpg", resumed: true)),
+            size: 1 << 20, transferID: Bytes16(high: 0x0001_0203_0405_0607, low: 0x0809_0A0B_0C0D_0E0F), name: "photo.jpg",
+            resumed: true, sendID: 0x1122_3344_5566_7788)),
         "frame-resource-chunk": .resourceChunk(channel: 3, buffer([0x00, 0xFF])),
         "frame-resource-complete": .resourceComplete(channel: 3, sha256: try! SHA256Digest(bytes: hexBytes(
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"))),

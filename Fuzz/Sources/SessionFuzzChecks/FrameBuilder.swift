@@ -39,7 +39,12 @@ struct FrameBuilder {
             let channel = channel(&input)
             let size: UInt64 = input.bool() ? UInt64(input.integer(UInt16.self)) : input.integer()
             let transferID = Bytes16(high: input.integer(), low: input.integer())
-            return (try? ResourceOffer(size: size, transferID: transferID, name: string(&input))).map { .resourceOffer(channel: channel, $0) }
+            let name = string(&input)
+            // RESUMED and SEND_ID too, so offers get past a link-recovery connection's rule.
+            let resumed = input.bool()
+            let sendID: UInt64? = input.bool() ? input.integer() : nil
+            return (try? ResourceOffer(size: size, transferID: transferID, name: name, resumed: resumed, sendID: sendID))
+                .map { .resourceOffer(channel: channel, $0) }
         case 15: return .resourceChunk(channel: channel(&input), ByteBuffer(bytes: input.bytes(upTo: 255)))
         case 16:
             let channel = channel(&input)

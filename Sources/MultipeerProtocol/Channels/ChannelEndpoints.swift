@@ -20,8 +20,9 @@ package protocol OutboundChannel: AnyObject, Sendable {
     /// On the loop, before the opening frame: false when it was cancelled meanwhile (then
     /// nothing is sent).
     func bind(channel: UInt32, linkage: any ChannelLinkage) -> Bool
-    /// The frame that opens the channel (STREAM_OPEN, RESOURCE_OFFER).
-    func openingFrame(channel: UInt32) -> Frame
+    /// The frame that opens the channel (STREAM_OPEN, RESOURCE_OFFER); `linkRecovery`: the
+    /// connection has it (docs/PROTOCOL.md §7.9), so an offer names its send.
+    func openingFrame(channel: UInt32, linkRecovery: Bool) -> Frame
     /// On the loop, on the channel's turn.
     func nextOutput(allowance: Int) -> ChannelOutput
     /// A frame the peer sent for this channel (not WINDOW_UPDATE, which the scheduler applies).

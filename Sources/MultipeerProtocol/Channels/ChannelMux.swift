@@ -74,6 +74,8 @@ package struct ChannelMux {
     /// The member's streams across its connections (§7.10); nil on a connection without link
     /// recovery, whose streams end with it.
     package var streams: MemberStreams?
+    /// The connection has link recovery (§7.9): only then are there member streams.
+    package var recoversLinks: Bool { streams != nil }
     private var outboundOrdinals: [UInt32: UInt32] = [:]
     private var inboundOrdinals: [UInt32: UInt32] = [:]
     /// Our resumed streams whose answer has not come: served only once it has.

@@ -118,6 +118,12 @@ package struct ChannelTable {
             guard !offer.resumed || acknowledgesStreams else {
                 return violation(.invalidValue, "RESOURCE_OFFER with RESUMED on a connection without link recovery")
             }
+            // With link recovery every offer names its send (§6.4.14), and only then.
+            guard (offer.sendID != nil) == acknowledgesStreams else {
+                return violation(
+                    .invalidValue, acknowledgesStreams ? "RESOURCE_OFFER without SEND_ID on a connection with link recovery"
+                        : "RESOURCE_OFFER with SEND_ID on a connection without link recovery")
+            }
             return peerOpens(channel, .resource(size: offer.size))
         case .windowUpdate(0, let increment):
             guard UInt64(connectionSendWindow) + UInt64(increment) <= UInt64(WireLimits.maxWindow) else {
@@ -300,6 +306,9 @@ package struct ChannelTable {
             if case .streamResume = frame, !acknowledgesStreams { throw .channelRule("STREAM_RESUME without link recovery") }
             if case .resourceOffer(_, let offer) = frame, offer.resumed, !acknowledgesStreams {
                 throw .channelRule("RESOURCE_OFFER with RESUMED without link recovery")
+            }
+            if case .resourceOffer(_, let offer) = frame, (offer.sendID != nil) != acknowledgesStreams {
+                throw .channelRule("RESOURCE_OFFER SEND_ID \(offer.sendID != nil ? "without" : "missing with") link recovery")
             }
             guard channel % 2 != peerParity, channel > highestLocalChannel else { throw .channelRule("opening channel \(channel) after \(highestLocalChannel)") }
             guard localOpen.count < WireLimits.maxChannelsOpenedPerSide else { throw .channelRule("a 65th channel") }

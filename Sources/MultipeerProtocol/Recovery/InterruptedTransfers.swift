@@ -34,8 +34,22 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
         var isCompleted: Bool { if case .completed = self { true } else { false } }
     }
 
+    /// Which of the peer's sends an incoming transfer is: its content and its send ID (§7.9).
+    /// Offers are matched on both, so another send of the same content never takes a transfer
+    /// or a verdict that is not its own.
+    package struct Send: Hashable, Sendable {
+        package let key: ResumeStore.Key
+        /// Nil only without link recovery, where nothing is kept.
+        package let id: UInt64?
+
+        package init(_ key: ResumeStore.Key, id: UInt64?) {
+            self.key = key
+            self.id = id
+        }
+    }
+
     private struct IncomingEntry {
-        let key: ResumeStore.Key
+        let send: Send
         var state: Incoming
         let parked: NIODeadline
     }
@@ -76,12 +90,13 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
 
     // MARK: The peer's
 
-    package func park(_ state: Incoming, key: ResumeStore.Key, now: NIODeadline) {
-        var entries = incoming[key.peer] ?? []
-        entries.append(IncomingEntry(key: key, state: state, parked: now))
+    package func park(_ state: Incoming, send: Send, now: NIODeadline) {
+        let peer = send.key.peer
+        var entries = incoming[peer] ?? []
+        entries.append(IncomingEntry(send: send, state: state, parked: now))
         let completed = entries.indices.filter { entries[$0].state.isCompleted }
         for index in completed.dropLast(completedLimit).reversed() { entries.remove(at: index) }
-        incoming[key.peer] = entries
+        incoming[peer] = entries
     }
 
     /// How many of the peer's transfers wait for an offer (they keep their places).
@@ -90,40 +105,46 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
     /// Entries kept for the peer, of every kind.
     package func incomingCount(from peer: Bytes16) -> Int { incoming[peer]?.count ?? 0 }
 
-    /// Whether an offer for `key` would resume a waiting transfer (and take over its place).
-    package func resumesWaiting(_ key: ResumeStore.Key) -> Bool {
-        incoming[key.peer]?.contains { $0.key == key && $0.state.isWaiting } ?? false
+    /// Whether an offer of `send` would resume a waiting transfer (and take over its place).
+    package func resumesWaiting(_ send: Send) -> Bool {
+        incoming[send.key.peer]?.contains { $0.send == send && $0.state.isWaiting } ?? false
     }
 
-    /// Whether a RESUMED offer for `key` is answered from memory (a verdict or a cancel), not by
-    /// a transfer that waits.
-    package func answersFromMemory(_ key: ResumeStore.Key) -> Bool {
-        guard !resumesWaiting(key) else { return false }
-        return incoming[key.peer]?.contains { $0.key == key && !$0.state.isWaiting } ?? false
+    /// Whether an offer of `send` (RESUMED or not) is answered from memory (a verdict or a
+    /// cancel), not by a transfer that waits.
+    package func answersFromMemory(_ send: Send, resumed: Bool) -> Bool {
+        index(of: send, resumed: resumed).map { !(incoming[send.key.peer]![$0].state.isWaiting) } ?? false
     }
 
-    /// The peer's offer for `key`: the interrupted transfer it resumes, if any (no longer parked).
-    /// Only an offer the sender marked RESUMED (§7.9) takes a verdict or a cancel: one without it
-    /// is the same content sent anew, and may only continue a kept partial (§7.8).
-    /// A transfer of the content that still waits goes first: a verdict remembered for the same
-    /// content is older (an earlier send of it), and of those the latest is taken.
-    package func claimIncoming(_ key: ResumeStore.Key, resumed: Bool) -> Incoming? {
-        let entries = incoming[key.peer] ?? []
-        let waiting = entries.firstIndex { $0.key == key && $0.state.isWaiting }
-        guard let index = waiting ?? (resumed ? entries.lastIndex { $0.key == key } : nil) else { return nil }
-        let entry = incoming[key.peer]?.remove(at: index)
-        if incoming[key.peer]?.isEmpty == true { incoming[key.peer] = nil }
+    /// The peer's offer of `send`: the interrupted transfer it resumes, if any (no longer parked).
+    /// Its own waiting transfer, or the app's cancel of it, whether or not the offer is RESUMED
+    /// (without, the RESOURCE_ACCEPT went with the link); a verdict only for a RESUMED offer
+    /// (§7.9). Anything else, also what is kept for another send of the same content, leaves
+    /// the offer a new transfer, which may only continue a kept partial (§7.8).
+    package func claimIncoming(_ send: Send, resumed: Bool) -> Incoming? {
+        let peer = send.key.peer
+        guard let index = index(of: send, resumed: resumed) else { return nil }
+        let entry = incoming[peer]?.remove(at: index)
+        if incoming[peer]?.isEmpty == true { incoming[peer] = nil }
         return entry?.state
     }
 
-    /// The application cancelled a waiting transfer: the resuming offer is refused. Its key and
+    private func index(of send: Send, resumed: Bool) -> Int? {
+        incoming[send.key.peer]?.lastIndex { entry in
+            guard entry.send == send else { return false }
+            if case .completed = entry.state { return resumed }
+            return true
+        }
+    }
+
+    /// The application cancelled a waiting transfer: the resuming offer is refused. Its send and
     /// cut-off receiver, if it waited.
-    package func cancelIncoming(_ transfer: Transfer, peer: Bytes16) -> (ResumeStore.Key, CutOff)? {
+    package func cancelIncoming(_ transfer: Transfer, peer: Bytes16) -> (Send, CutOff)? {
         guard let index = incoming[peer]?.firstIndex(where: { entry in
             if case .waiting(let waiting, _) = entry.state { waiting === transfer } else { false }
         }), let entry = incoming[peer]?[index], case .waiting(_, let cutOff) = entry.state else { return nil }
         incoming[peer]?[index].state = .cancelled
-        return (entry.key, cutOff)
+        return (entry.send, cutOff)
     }
 
     /// Takes out the peer's interrupted transfers parked at or before `parkedBy` (all without

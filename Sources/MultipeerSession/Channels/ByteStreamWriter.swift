@@ -179,7 +179,7 @@ package final class ByteStreamWriter: Sendable, OutboundChannel {
         return wanted
     }
 
-    package func openingFrame(channel: UInt32) -> Frame { .streamOpen(channel: channel, name: name) }
+    package func openingFrame(channel: UInt32, linkRecovery: Bool) -> Frame { .streamOpen(channel: channel, name: name) }
 
     // MARK: Across a lost link (docs/PROTOCOL.md §7.10; on the loop)
 

@@ -19,6 +19,10 @@ final class ResourceSender: OutboundChannel {
         let size: UInt64
         let name: String
         let transferID: Bytes16
+        /// This send's number (docs/PROTOCOL.md §7.9): drawn once, the same on every offer of
+        /// the transfer, on whichever connection, so the receiver tells it from other sends of
+        /// the same content.
+        let sendID = UInt64.random(in: .min ... .max)
         /// Accepted on an earlier connection, its verdict unheard: offered again RESUMED
         /// (docs/PROTOCOL.md §7.9), now and on every later connection.
         var resumed = false
@@ -71,10 +75,13 @@ final class ResourceSender: OutboundChannel {
         }
     }
 
-    func openingFrame(channel: UInt32) -> Frame {
+    func openingFrame(channel: UInt32, linkRecovery: Bool) -> Frame {
         // The size and name were checked when the transfer was made.
         .resourceOffer(
-            channel: channel, try! ResourceOffer(size: source.size, transferID: source.transferID, name: source.name, resumed: source.resumed))
+            channel: channel,
+            try! ResourceOffer(
+                size: source.size, transferID: source.transferID, name: source.name, resumed: source.resumed,
+                sendID: linkRecovery ? source.sendID : nil))
     }
 
     /// Stops the transfer (RESOURCE_CANCEL 1); the completion reports `cancelled`. The outcome is

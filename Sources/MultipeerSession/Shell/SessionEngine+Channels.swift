@@ -132,7 +132,8 @@ extension SessionEngine {
         }
         mux.outbound[channel] = source
         mux.transfers[channel] = transfer
-        writeChannelFrame(source.openingFrame(channel: channel), on: connection, flush: true)
+        let linkRecovery = channels(of: mux) { $0.recoversLinks } ?? false
+        writeChannelFrame(source.openingFrame(channel: channel, linkRecovery: linkRecovery), on: connection, flush: true)
         // Cancelled as it opened: its ordinal is taken, so the peer must see it open and end.
         if !wanted { channelSend(.streamReset(channel: channel, code: .cancelled), on: id) }
     }
@@ -184,7 +185,7 @@ extension SessionEngine {
     private func dropInbound(_ channel: UInt32, of link: EngineState.Link) -> (any InboundChannel)? {
         guard let sink = link.mux?.inbound.removeValue(forKey: channel) else { return nil }
         link.mux?.transfers[channel] = nil
-        link.mux?.incomingKeys[channel] = nil
+        link.mux?.incomingSends[channel] = nil
         if sink is ResourceReceiver { incomingResources.subtract(1, ordering: .relaxed) }
         if let ordinal = (sink as? ByteStreamReader)?.ordinal, let peer = link.member?.identifier {
             forgetStreamEndpoint(reader: ordinal, of: peer)
@@ -244,10 +245,10 @@ extension SessionEngine {
         let interrupted = state.value.interruptedResources
         let decision = channels(of: mux) {
             $0.peerSent(frame, accepting: acceptsChannels, incomingResourcesInSession: incomingResources.load(ordering: .relaxed)) { offer in
-                let key = Self.resumeKey(of: offer, from: peer, on: link)
+                let send = Self.incomingSend(of: offer, from: peer, on: link)
                 return ChannelMux.InterruptedResources(
-                    waitingFromPeer: interrupted.waitingCount(from: peer.identifier), resumesOne: interrupted.resumesWaiting(key),
-                    answeredFromMemory: offer.resumed && interrupted.answersFromMemory(key))
+                    waitingFromPeer: interrupted.waitingCount(from: peer.identifier), resumesOne: interrupted.resumesWaiting(send),
+                    answeredFromMemory: interrupted.answersFromMemory(send, resumed: offer.resumed))
             }
         }
         switch decision {
@@ -296,9 +297,9 @@ extension SessionEngine {
         _ offer: ResourceOffer, on channel: UInt32, link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID,
         connection: any Channel
     ) {
-        let key = Self.resumeKey(of: offer, from: peer, on: link)
+        let send = Self.incomingSend(of: offer, from: peer, on: link)
         // The offer may continue a transfer a lost link cut off (§7.9): the same one, for the app.
-        switch state.value.interruptedResources.claimIncoming(key, resumed: offer.resumed) {
+        switch state.value.interruptedResources.claimIncoming(send, resumed: offer.resumed) {
         case .cancelled?:
             writeChannelFrames(channels(of: mux) { $0.resourceRefused(channel) } ?? [], on: connection)
         case .completed(let transfer, let digest)?:
@@ -306,7 +307,7 @@ extension SessionEngine {
             mux.inbound[channel] = CompletedResourceEcho(channel: channel, digest: digest, verdictOf: transfer, linkage: mux)
             // Its verdict may go with a link again: remembered as the first was.
             mux.transfers[channel] = transfer
-            mux.incomingKeys[channel] = key
+            mux.incomingSends[channel] = send
             writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offer.size) } ?? [], on: connection)
         case .waiting(let transfer, _)? where transfer.outcome != nil:
             // The app ended it meanwhile (its cancel raced the loss): refused, as a cancel would be.
@@ -326,28 +327,31 @@ extension SessionEngine {
                             return engine.failInterrupted(incoming: [.waiting(transfer, cutOff)])
                         }
                         return engine.state.value.interruptedResources.park(
-                            .waiting(transfer, cutOff), key: key, now: engine.eventLoop.now)
+                            .waiting(transfer, cutOff), send: send, now: engine.eventLoop.now)
                     }
-                    engine.store(offer, on: channel, key: key, resuming: transfer, link: link, mux: mux, peer: peer, connection: connection)
+                    engine.store(offer, on: channel, send: send, resuming: transfer, link: link, mux: mux, peer: peer, connection: connection)
                 }
             }
         case nil:
-            store(offer, on: channel, key: key, resuming: nil, link: link, mux: mux, peer: peer, connection: connection)
+            store(offer, on: channel, send: send, resuming: nil, link: link, mux: mux, peer: peer, connection: connection)
         }
     }
 
-    /// The key of the peer's partials of this offer's content (docs/PROTOCOL.md §7.8).
-    static func resumeKey(of offer: ResourceOffer, from peer: WirePeerID, on link: EngineState.Link) -> ResumeStore.Key {
-        ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+    /// Which send of the peer's the offer is: the key of its partials of this content
+    /// (docs/PROTOCOL.md §7.8) and the send's ID (§7.9).
+    static func incomingSend(of offer: ResourceOffer, from peer: WirePeerID, on link: EngineState.Link) -> InterruptedResources.Send {
+        let key = ResumeStore.Key(peer: peer.identifier, fingerprint: link.peerFingerprint, transferID: offer.transferID, size: offer.size)
+        return InterruptedResources.Send(key, id: offer.sendID)
     }
 
     /// Takes the offer into a file: resumed from a kept partial, or a new one; `interrupted` is
     /// the app's transfer it continues, if any.
     private func store(
-        _ offer: ResourceOffer, on channel: UInt32, key: ResumeStore.Key, resuming interrupted: ResourceTransfer?,
+        _ offer: ResourceOffer, on channel: UInt32, send: InterruptedResources.Send, resuming interrupted: ResourceTransfer?,
         link: EngineState.Link, mux: LinkMultiplexer, peer: WirePeerID, connection: any Channel
     ) {
         let limits = configuration.channels
+        let key = send.key
         let (kept, expired) = resumeStore.withLock { $0.take(key, now: eventLoop.now) }
         removeKept(expired)
         armResumeExpiry()
@@ -391,7 +395,7 @@ extension SessionEngine {
         transfer.setCancelHandler { receiver.cancel() }
         mux.inbound[channel] = receiver
         mux.transfers[channel] = transfer
-        mux.incomingKeys[channel] = key
+        mux.incomingSends[channel] = send
         writeChannelFrames(channels(of: mux) { $0.resourceTaken(channel, offset: offset) } ?? [], on: connection)
         transfer.progressed(to: offset)
         if interrupted == nil { onEvent(.resourceStarted(transfer)) }
@@ -457,11 +461,11 @@ extension SessionEngine {
     /// wait for its resumed link. The link's ChannelMux goes with the core's record of the link.
     func failChannels(of link: EngineState.Link) {
         guard let mux = link.mux else { return }
-        let (outbound, inbound, transfers, keys) = (mux.outbound, mux.inbound, mux.transfers, mux.incomingKeys)
+        let (outbound, inbound, transfers, sends) = (mux.outbound, mux.inbound, mux.transfers, mux.incomingSends)
         mux.outbound = [:]
         mux.inbound = [:]
         mux.transfers = [:]
-        mux.incomingKeys = [:]
+        mux.incomingSends = [:]
         link.mux = nil
         let peer = link.member?.identifier
         let recovering = peer.map { core.isRecoverableMember($0) } ?? false
@@ -501,16 +505,16 @@ extension SessionEngine {
         }
         for (channel, sink) in inbound {
             if let reader = sink as? ByteStreamReader, reader.ordinal != nil { continue }  // above
-            if recovering, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let key = keys[channel],
+            if recovering, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel], let send = sends[channel],
                 let digest = receiver.verifyingDigest
             {
                 // Being verified: it ends as it would have; a resuming offer learns the verdict.
-                interrupted.park(.completed(transfer, digest), key: key, now: eventLoop.now)
-            } else if recovering, let echo = sink as? CompletedResourceEcho, let transfer = transfers[channel], let key = keys[channel] {
+                interrupted.park(.completed(transfer, digest), send: send, now: eventLoop.now)
+            } else if recovering, let echo = sink as? CompletedResourceEcho, let transfer = transfers[channel], let send = sends[channel] {
                 // Answering a resumed offer from memory: the memory stays for the next one.
-                interrupted.park(.completed(transfer, echo.digest), key: key, now: eventLoop.now)
+                interrupted.park(.completed(transfer, echo.digest), send: send, now: eventLoop.now)
             } else if recovering, let peer, let receiver = sink as? ResourceReceiver, let transfer = transfers[channel],
-                let key = keys[channel]
+                let send = sends[channel]
             {
                 // The app's cancel from now on ends the parked transfer, not the cut-off receiver.
                 transfer.setCancelHandler { [weak self, eventLoop] in
@@ -519,7 +523,7 @@ extension SessionEngine {
                 }
                 if receiver.interrupt() {
                     // It stays counted among the session's incoming resources while it waits.
-                    interrupted.park(.waiting(transfer, receiver), key: key, now: eventLoop.now)
+                    interrupted.park(.waiting(transfer, receiver), send: send, now: eventLoop.now)
                     parked = true
                     continue
                 }
@@ -560,7 +564,7 @@ extension SessionEngine {
         }
         let channel = frame.channel
         guard let peer = link.member?.identifier, core.isRecoverableMember(peer), let transfer = mux.transfers[channel],
-            let key = mux.incomingKeys[channel]
+            let send = mux.incomingSends[channel]
         else { return }
         let digest: SHA256Digest? = switch mux.inbound[channel] {
         case let receiver as ResourceReceiver: receiver.announcedDigest
@@ -568,7 +572,7 @@ extension SessionEngine {
         default: nil
         }
         guard let digest else { return }
-        state.value.interruptedResources.park(.completed(transfer, digest), key: key, now: eventLoop.now)
+        state.value.interruptedResources.park(.completed(transfer, digest), send: send, now: eventLoop.now)
     }
 
     /// The member is carried by a link again: our interrupted resources are offered on it (the
@@ -614,7 +618,8 @@ extension SessionEngine {
     /// The application cancelled a transfer that waits for its sender: its partial goes, and the
     /// offer that would resume it is refused.
     private func cancelInterrupted(incoming transfer: ResourceTransfer, from peer: Bytes16) {
-        guard let (key, cutOff) = state.value.interruptedResources.cancelIncoming(transfer, peer: peer) else { return }
+        guard let (send, cutOff) = state.value.interruptedResources.cancelIncoming(transfer, peer: peer) else { return }
+        let key = send.key
         incomingResources.subtract(1, ordering: .relaxed)
         // Once the cut-off receiver has kept it (a write may still be landing).
         cutOff.whenSettled { [weak self, eventLoop] in
@@ -686,9 +691,10 @@ final class LinkMultiplexer: ChannelLinkage, @unchecked Sendable {
     var outbound: [UInt32: any OutboundChannel] = [:]
     var inbound: [UInt32: any InboundChannel] = [:]
     /// The application's side of each resource channel, both ways (channel numbers of the two
-    /// sides never collide, §7.6), and each incoming one's key in the resume store.
+    /// sides never collide, §7.6).
     var transfers: [UInt32: ResourceTransfer] = [:]
-    var incomingKeys: [UInt32: ResumeStore.Key] = [:]
+    /// Which send each incoming resource is (its content's key and send ID, §7.9).
+    var incomingSends: [UInt32: InterruptedResources.Send] = [:]
 
     private weak var engine: SessionEngine?
     private let eventLoop: any EventLoop

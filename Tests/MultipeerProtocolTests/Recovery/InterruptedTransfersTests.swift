@@ -18,70 +18,89 @@ struct InterruptedTransfersTests {
         ResumeStore.Key(peer: peer, fingerprint: nil, transferID: Bytes16(high: 0, low: id), size: 100)
     }
 
-    @Test func offersClaimWaitingTransfersByKeyInTheOrderTheyWereCutOff() {
+    /// A send of content `content` (its transfer ID) numbered `id` by the sender.
+    static func send(_ content: UInt64, id: UInt64) -> Table.Send { Table.Send(key(content), id: id) }
+
+    /// The same file sent twice at once, both cut off: each offer takes its own send's transfer,
+    /// whichever order they come in.
+    @Test func offersClaimTheWaitingTransferOfTheirOwnSend() {
         let table = Table(completedLimit: 4)
         let (first, second) = (Handle(), Handle())
-        // The same file sent twice at once: both wait under one key.
-        table.park(.waiting(first, "a"), key: Self.key(1), now: Self.start)
-        table.park(.waiting(second, "b"), key: Self.key(1), now: Self.start)
-        #expect(table.waitingCount(from: Self.peer) == 2 && table.resumesWaiting(Self.key(1)) && !table.resumesWaiting(Self.key(2)))
-        guard case .waiting(let claimed, "a")? = table.claimIncoming(Self.key(1), resumed: true), claimed === first else {
-            Issue.record("not the first")
+        table.park(.waiting(first, "a"), send: Self.send(1, id: 11), now: Self.start)
+        table.park(.waiting(second, "b"), send: Self.send(1, id: 12), now: Self.start)
+        #expect(table.waitingCount(from: Self.peer) == 2)
+        #expect(table.resumesWaiting(Self.send(1, id: 11)) && !table.resumesWaiting(Self.send(1, id: 13)) && !table.resumesWaiting(Self.send(2, id: 11)))
+        guard case .waiting(let claimed, "b")? = table.claimIncoming(Self.send(1, id: 12), resumed: true), claimed === second else {
+            Issue.record("not the second send's")
             return
         }
-        guard case .waiting(let next, "b")? = table.claimIncoming(Self.key(1), resumed: true), next === second else {
-            Issue.record("not the second")
+        guard case .waiting(let next, "a")? = table.claimIncoming(Self.send(1, id: 11), resumed: false), next === first else {
+            Issue.record("not the first send's")
             return
         }
-        #expect(table.claimIncoming(Self.key(1), resumed: true) == nil && table.isEmpty)
+        #expect(table.claimIncoming(Self.send(1, id: 11), resumed: true) == nil && table.isEmpty)
     }
 
     @Test func aCancelledTransferIsClaimedAsCancelledAndHoldsNoPlace() {
         let table = Table(completedLimit: 4)
         let handle = Handle()
-        table.park(.waiting(handle, "cut"), key: Self.key(1), now: Self.start)
+        table.park(.waiting(handle, "cut"), send: Self.send(1, id: 11), now: Self.start)
         #expect(table.cancelIncoming(Handle(), peer: Self.peer) == nil)
         #expect(table.cancelIncoming(handle, peer: Self.peer).map { $0.1 } == "cut")
-        #expect(table.waitingCount(from: Self.peer) == 0 && !table.resumesWaiting(Self.key(1)))
-        guard case .cancelled? = table.claimIncoming(Self.key(1), resumed: true) else {
+        #expect(table.waitingCount(from: Self.peer) == 0 && !table.resumesWaiting(Self.send(1, id: 11)))
+        #expect(table.claimIncoming(Self.send(1, id: 12), resumed: true) == nil, "another send's offer took the cancel")
+        guard case .cancelled? = table.claimIncoming(Self.send(1, id: 11), resumed: false) else {
             Issue.record("not cancelled")
             return
         }
     }
 
-    /// An offer the sender did not mark RESUMED is the same content sent anew: it continues a
-    /// kept partial, but takes neither a remembered verdict nor a cancel (docs/PROTOCOL.md §7.9).
-    @Test func onlyAResumedOfferTakesAVerdictOrACancel() {
+    /// A verdict answers only a RESUMED offer of its send (docs/PROTOCOL.md §7.9); a waiting
+    /// transfer or a cancel is taken by any offer of its send (without RESUMED when the
+    /// RESOURCE_ACCEPT went with the link).
+    @Test func onlyAResumedOfferTakesAVerdict() {
         let table = Table(completedLimit: 4)
-        table.park(.completed(Handle(), Self.digest), key: Self.key(1), now: Self.start)
-        let cancelled = Handle()
-        table.park(.waiting(cancelled, "c"), key: Self.key(2), now: Self.start)
-        _ = table.cancelIncoming(cancelled, peer: Self.peer)
-        table.park(.waiting(Handle(), "w"), key: Self.key(3), now: Self.start)
-        #expect(table.claimIncoming(Self.key(1), resumed: false) == nil)
-        #expect(table.claimIncoming(Self.key(2), resumed: false) == nil)
-        guard case .waiting(_, "w")? = table.claimIncoming(Self.key(3), resumed: false) else {
-            Issue.record("a new offer did not continue the kept partial")
+        table.park(.completed(Handle(), Self.digest), send: Self.send(1, id: 11), now: Self.start)
+        table.park(.waiting(Handle(), "w"), send: Self.send(3, id: 13), now: Self.start)
+        #expect(table.claimIncoming(Self.send(1, id: 11), resumed: false) == nil)
+        #expect(!table.answersFromMemory(Self.send(1, id: 11), resumed: false) && table.answersFromMemory(Self.send(1, id: 11), resumed: true))
+        guard case .waiting(_, "w")? = table.claimIncoming(Self.send(3, id: 13), resumed: false) else {
+            Issue.record("an offer whose ACCEPT went with the link did not take its waiting transfer")
             return
         }
-        guard case .completed? = table.claimIncoming(Self.key(1), resumed: true), case .cancelled? = table.claimIncoming(Self.key(2), resumed: true) else {
-            Issue.record("a resumed offer did not take the verdict or the cancel")
+        guard case .completed? = table.claimIncoming(Self.send(1, id: 11), resumed: true) else {
+            Issue.record("a resumed offer did not take its verdict")
+            return
+        }
+    }
+
+    /// Review item M4: the first send of a file was delivered (its verdict remembered); the
+    /// receiver's application cancelled a second send of it on a live link, and the cancel went
+    /// with the link. The second send's RESUMED offer is a new transfer, not one the first send's
+    /// verdict answers; before send IDs, the receiver answered it "received".
+    @Test func aVerdictNeverAnswersAnotherSendOfTheSameContent() {
+        let table = Table(completedLimit: 4)
+        table.park(.completed(Handle(), Self.digest), send: Self.send(1, id: 11), now: Self.start)
+        #expect(!table.answersFromMemory(Self.send(1, id: 12), resumed: true))
+        #expect(table.claimIncoming(Self.send(1, id: 12), resumed: true) == nil, "the first send's verdict answered the second")
+        guard case .completed? = table.claimIncoming(Self.send(1, id: 11), resumed: true) else {
+            Issue.record("the first send's own offer lost its verdict")
             return
         }
     }
 
     /// The same content sent twice: the first delivered (its verdict remembered), the second cut
-    /// off. A resumed offer continues the second, not the first's verdict.
-    @Test func aWaitingTransferGoesBeforeAVerdictRememberedForTheSameContent() {
+    /// off. Each send's offer gets its own: the second its waiting transfer, the first its verdict.
+    @Test func aWaitingTransferAndAVerdictOfTheSameContentGoToTheirOwnSends() {
         let table = Table(completedLimit: 4)
-        table.park(.completed(Handle(), Self.digest), key: Self.key(1), now: Self.start)
-        table.park(.waiting(Handle(), "second"), key: Self.key(1), now: Self.start + .seconds(1))
-        guard case .waiting(_, "second")? = table.claimIncoming(Self.key(1), resumed: true) else {
-            Issue.record("the remembered verdict answered the offer that resumes the second transfer")
+        table.park(.completed(Handle(), Self.digest), send: Self.send(1, id: 11), now: Self.start)
+        table.park(.waiting(Handle(), "second"), send: Self.send(1, id: 12), now: Self.start + .seconds(1))
+        guard case .completed? = table.claimIncoming(Self.send(1, id: 11), resumed: true) else {
+            Issue.record("the first send's offer did not get its verdict")
             return
         }
-        guard case .completed? = table.claimIncoming(Self.key(1), resumed: true) else {
-            Issue.record("the verdict went too")
+        guard case .waiting(_, "second")? = table.claimIncoming(Self.send(1, id: 12), resumed: true) else {
+            Issue.record("the second send's offer did not continue its transfer")
             return
         }
     }
@@ -90,10 +109,10 @@ struct InterruptedTransfersTests {
     /// loss parked stays for the next resumption.
     @Test func expiryTakesOnlyWhatWasParkedBeforeTheResumption() {
         let table = Table(completedLimit: 4)
-        table.park(.waiting(Handle(), "old"), key: Self.key(1), now: Self.start)
-        table.park(.waiting(Handle(), "new"), key: Self.key(2), now: Self.start + .seconds(5))
+        table.park(.waiting(Handle(), "old"), send: Self.send(1, id: 11), now: Self.start)
+        table.park(.waiting(Handle(), "new"), send: Self.send(2, id: 12), now: Self.start + .seconds(5))
         let taken = table.takeIncoming(for: Self.peer, parkedBy: Self.start + .seconds(1))
-        #expect(taken.count == 1 && table.resumesWaiting(Self.key(2)) && !table.resumesWaiting(Self.key(1)))
+        #expect(taken.count == 1 && table.resumesWaiting(Self.send(2, id: 12)) && !table.resumesWaiting(Self.send(1, id: 11)))
         #expect(table.takeIncoming(for: Self.peer).count == 1 && table.isEmpty)
     }
 
@@ -101,20 +120,20 @@ struct InterruptedTransfersTests {
     /// remembered verdicts: the oldest go past the per-peer cap; waiting transfers are not touched.
     @Test func aFloodOfRememberedVerdictsIsCappedPerPeer() {
         let table = Table(completedLimit: 4)
-        table.park(.waiting(Handle(), "kept"), key: Self.key(0), now: Self.start)
+        table.park(.waiting(Handle(), "kept"), send: Self.send(0, id: 0), now: Self.start)
         for id in 1...10_000 {
-            table.park(.completed(Handle(), Self.digest), key: Self.key(UInt64(id)), now: Self.start)
+            table.park(.completed(Handle(), Self.digest), send: Self.send(1, id: UInt64(id)), now: Self.start)
         }
         #expect(table.incomingCount(from: Self.peer) == 5)
         #expect(table.waitingCount(from: Self.peer) == 1)
         // The newest four are the ones left.
         for id in 9_997...10_000 {
-            guard case .completed? = table.claimIncoming(Self.key(UInt64(id)), resumed: true) else {
+            guard case .completed? = table.claimIncoming(Self.send(1, id: UInt64(id)), resumed: true) else {
                 Issue.record("\(id) was dropped")
                 return
             }
         }
-        #expect(table.claimIncoming(Self.key(9_996), resumed: true) == nil)
+        #expect(table.claimIncoming(Self.send(1, id: 9_996), resumed: true) == nil)
     }
 
     @Test func ourSendsComeBackInOrderOrGoWhenCancelled() {
