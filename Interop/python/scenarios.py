@@ -1123,8 +1123,8 @@ def s_resume():
             tid = os.urandom(16)
             # send part of it by hand: OFFER, wait ACCEPT, then ~1.5 MiB of chunks, then drop the TCP connection
             ch = conn._open_channel("resource", "resume.bin")
-            ch.offer = F.ResourceOffer(len(data), tid, "resume.bin")
-            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            ch.offer = conn.resource_offer(len(data), tid, "resume.bin")   # SEND_ID with link recovery (§6.4.14)
+            conn.enqueue(F.offer_frame(ch.offer, ch.number))
             deadline = time.monotonic() + 5
             while ch.accepted is None and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -1137,8 +1137,8 @@ def s_resume():
             conn2 = connected_pair(h, s, "py>lib")
             mh = h.mark()
             ch2 = conn2._open_channel("resource", "resume.bin")
-            ch2.offer = F.ResourceOffer(len(data), tid, "resume.bin")
-            conn2.enqueue(F.frame(F.RESOURCE_OFFER, ch2.offer.encode_payload(), ch2.number))
+            ch2.offer = conn2.resource_offer(len(data), tid, "resume.bin")   # SEND_ID with link recovery (§6.4.14)
+            conn2.enqueue(F.offer_frame(ch2.offer, ch2.number))
             deadline = time.monotonic() + 5
             while ch2.accepted is None and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -1376,8 +1376,8 @@ def s_channel_faults():
             # wrong digest: the library must answer RESOURCE_CANCEL 2
             data = os.urandom(100_000)
             ch = conn._open_channel("resource", "bad digest")
-            ch.offer = F.ResourceOffer(len(data), os.urandom(16), "bad digest")
-            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            ch.offer = conn.resource_offer(len(data), os.urandom(16), "bad digest")   # SEND_ID with link recovery (§6.4.14)
+            conn.enqueue(F.offer_frame(ch.offer, ch.number))
             deadline = time.monotonic() + 5
             while ch.accepted is None and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -1396,8 +1396,8 @@ def s_channel_faults():
         try:
             conn = connected_pair(h, s, "py>lib")
             ch = conn._open_channel("resource", "too long")
-            ch.offer = F.ResourceOffer(10, os.urandom(16), "too long")
-            conn.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number))
+            ch.offer = conn.resource_offer(10, os.urandom(16), "too long")   # SEND_ID with link recovery (§6.4.14)
+            conn.enqueue(F.offer_frame(ch.offer, ch.number))
             deadline = time.monotonic() + 5
             while ch.accepted is None and time.monotonic() < deadline:
                 time.sleep(0.01)

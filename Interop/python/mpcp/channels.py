@@ -19,6 +19,11 @@ MAX_WINDOW = 0x7FFFFFFF
 MAX_OPEN_CHANNELS = 64
 
 
+def new_send_id():
+    """§6.4.14: a send ID, drawn at random for each send of a resource."""
+    return int.from_bytes(os.urandom(8), "big")
+
+
 def _failed(why, goodbye):
     from .connection import Failed
     return Failed(why, goodbye)
@@ -36,6 +41,7 @@ class _Channel:
         self.offer = None
         self.accepted = None       # offset, once RESOURCE_ACCEPT is sent/read
         self.verdict = None        # receiver: the verdict a RESUMED offer is answered with (§7.9)
+        self.verdict_digest = None # ... and the digest verified for it (RESOURCE_RECEIVED)
         self.answer = None         # final outcome for an opener
         self.done = threading.Event()
         self.ins = None            # receiver: the InStream this channel carries
@@ -110,18 +116,22 @@ class ChannelsMixin:
                     ch.offer = fr.value
                     resumed = bool(fr.flags & F.FLAG_RESUMED)
                     book = self.member.verdicts if self.member is not None else None
-                    # §7.9: a transfer of this content accepted on an earlier connection
-                    # and never answered waits for this offer, before any verdict
-                    waited = book is not None and book.waiting(fr.value.transfer_id, fr.value.size, self)
+                    key = fr.value.key      # §7.9: send ID and content together
+                    # §7.9: a transfer of this send accepted on an earlier connection and
+                    # never answered waits for this offer, RESUMED or not; another send of
+                    # the same content, or one in progress here, is not it
+                    waited = book is not None and book.waiting(key, self)
                     if resumed and book is not None and not waited:
-                        # §7.9: one we answered before the link went: accepted at
-                        # its end, the new RESOURCE_COMPLETE answered with that verdict
-                        ch.verdict = book.get(fr.value.transfer_id, fr.value.size)
-                        if ch.verdict is not None:
+                        # §7.9: this send, answered before the link went: accepted at its
+                        # end, the new RESOURCE_COMPLETE answered with that verdict. A
+                        # verdict on another send of the same content never answers it.
+                        remembered = book.answer(key)
+                        if remembered is not None:
+                            ch.verdict, ch.verdict_digest = remembered
                             ch.accepted = fr.value.size
                             self.enqueue(F.frame(F.RESOURCE_ACCEPT, u64(fr.value.size), n))
                             self._post("resource-answered-again", name=ch.name, size=fr.value.size,
-                                       verdict=ch.verdict)
+                                       verdict=ch.verdict, send_id=fr.value.send_id)
                             return
                     if self.session.refuse_resources:
                         del self.channels[n]
@@ -130,10 +140,10 @@ class ChannelsMixin:
                         return
                     ch.accepted = 0
                     if book is not None:
-                        book.accepted(fr.value.transfer_id, fr.value.size, self)
+                        book.accepted(key, self)
                     self.enqueue(F.frame(F.RESOURCE_ACCEPT, (0).to_bytes(8, "big"), n))
                     self._post("resource-started", name=ch.name, size=fr.value.size, resumed=resumed,
-                               waited=waited)
+                               waited=waited, send_id=fr.value.send_id, channel=n)
                 return
             if ch is None and n in self.refused:
                 if t in (F.STREAM_DATA, F.RESOURCE_CHUNK):
@@ -159,6 +169,10 @@ class ChannelsMixin:
                     raise ProtocolViolation("wrong kind for channel")
                 if t == F.RESOURCE_CHUNK and self.session.hooks.pop("cut_on_resource_chunk", None):
                     self._cut("cut on RESOURCE_CHUNK (test hook)")   # accepted, then the link goes
+                if t == F.RESOURCE_CHUNK:
+                    how = self.session.hooks.pop("cancel_on_resource_chunk", None)
+                    if how:
+                        return self._cancel_incoming(ch, len(fr.value), lost=how == "lost")
                 if ch.kind == "resource" and ch.length + len(fr.value) > ch.offer.size - ch.accepted:
                     raise ProtocolViolation("chunk beyond size")
                 n_bytes = len(fr.value)
@@ -196,13 +210,17 @@ class ChannelsMixin:
             if ch.kind == "resource" and t == F.RESOURCE_COMPLETE:
                 del self.channels[n]
                 if ch.verdict is not None:
-                    # §7.9: answered again, nothing delivered again
-                    return self._send_verdict(ch, ch.verdict)
+                    # §7.9: answered again, nothing delivered again; RESOURCE_RECEIVED
+                    # only if the new COMPLETE names the digest that was verified
+                    verdict = ch.verdict
+                    if verdict == RECEIVED and fr.value != ch.verdict_digest:
+                        verdict = ("cancel", 2)
+                    return self._send_verdict(ch, verdict, ch.verdict_digest if verdict == RECEIVED else None)
                 ok = ch.length == ch.offer.size - ch.accepted and ch.hash.digest() == fr.value
                 if ok:
                     self._post("resource", name=ch.name, length=ch.length, sha256=ch.hash.hexdigest(),
-                               payload=bytes(ch.data))
-                    self._send_verdict(ch, RECEIVED)
+                               payload=bytes(ch.data), send_id=ch.offer.send_id)
+                    self._send_verdict(ch, RECEIVED, ch.hash.digest())
                 else:
                     self._post("resource-failed", name=ch.name, code=2)
                     self._send_verdict(ch, ("cancel", 2))
@@ -218,7 +236,25 @@ class ChannelsMixin:
         """Under chan_lock: the opener ended an incoming transfer (cancel or
         reset) with no verdict of ours: nothing waits for it (§7.9)."""
         if self.member is not None and ch.verdict is None:
-            self.member.verdicts.ended(ch.offer.transfer_id, ch.offer.size, self)
+            self.member.verdicts.ended(ch.offer.key, self)
+
+    def _cancel_incoming(self, ch, discarded=0, lost=False):
+        """Under chan_lock: our application cancels the incoming transfer on
+        `ch` after accepting it: RESOURCE_CANCEL 1, which is no verdict
+        (§7.9): nothing waits for it, and an offer of it made again is a new
+        transfer. `discarded`: bytes of the chunk being read, dropped like
+        the ones in flight after it. `lost` (test hook): the cancel goes with
+        the link (TCP reset instead of sending it)."""
+        del self.channels[ch.number]
+        self.refused[ch.number] = discarded  # §7.6: its chunks in flight are discarded
+        self.conn_recv_window -= discarded
+        self.conn_taken += discarded
+        self._resource_ended(ch)
+        self._post("resource-cancelled", name=ch.name, channel=ch.number, send_id=ch.offer.send_id,
+                   lost=lost)
+        if lost:
+            self._cut("cut instead of RESOURCE_CANCEL 1 (test hook)")
+        self.enqueue(F.frame(F.RESOURCE_CANCEL, (1).to_bytes(2, "big"), ch.number))
 
     def _on_my_channel(self, ch, fr):
         t = fr.type
@@ -260,12 +296,13 @@ class ChannelsMixin:
         ch.done.set()
         self.chan_lock.notify_all()
 
-    def _send_verdict(self, ch, verdict):
-        """Under chan_lock: RESOURCE_RECEIVED or RESOURCE_CANCEL 2/3 for the
-        resource on `ch`; with a member it is remembered first (§7.9), so that
+    def _send_verdict(self, ch, verdict, digest=None):
+        """Under chan_lock: RESOURCE_RECEIVED (for the verified `digest`) or
+        RESOURCE_CANCEL 2/3 for the resource on `ch`; with a member it is
+        remembered first, by the offer's send ID and content (§7.9), so that
         one lost with the link is answered again, not delivered twice."""
         if self.member is not None:
-            self.member.verdicts.remember(ch.offer.transfer_id, ch.offer.size, verdict, self)
+            self.member.verdicts.remember(ch.offer.key, verdict, self, digest)
         if verdict == RECEIVED and self.session.hooks.pop("cut_instead_of_resource_received", None):
             self._cut("cut instead of RESOURCE_RECEIVED (test hook)")   # the verdict goes with the link
         if verdict == RECEIVED:
@@ -447,23 +484,37 @@ class ChannelsMixin:
         self.enqueue(F.frame(F.STREAM_CLOSE, b"", ch.number))
         return True
 
-    def send_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False):
+    def send_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False,
+                      send_id=None, sha256=None):
         """RESOURCE_OFFER (RESUMED if `resumed`), wait for RESOURCE_ACCEPT,
         chunks, COMPLETE, wait for the answer. Returns ("received", None),
         ("cancel", reason), ("reset", code) or ("failed", why)."""
-        return self.offer_resource(name, data, transfer_id, timeout, resumed)[0]
+        return self.offer_resource(name, data, transfer_id, timeout, resumed, send_id, sha256)[0]
 
-    def offer_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False):
+    def resource_offer(self, size, transfer_id, name, send_id=None):
+        """The ResourceOffer this connection sends: with link recovery it
+        carries a send ID (SEND_ID, §6.4.14), `send_id` or a random one;
+        without it none, whatever `send_id` says."""
+        if not self.link_recovery:
+            send_id = None
+        elif send_id is None:
+            send_id = new_send_id()
+        return F.ResourceOffer(size, transfer_id, name, send_id)
+
+    def offer_resource(self, name: str, data: bytes, transfer_id=None, timeout=60.0, resumed=False,
+                       send_id=None, sha256=None):
         """send_resource, returning (outcome, accepted): accepted is True once
         the receiver's RESOURCE_ACCEPT was read here. A transfer whose verdict
         went unread with the link is offered again with RESUMED only if it was
         (§7.9): an offer that went unanswered may never have been read, and a
         verdict the receiver remembers for the same content is then an
-        earlier transfer's."""
+        earlier transfer's. With link recovery the offer carries `send_id`
+        (the send's, kept by the caller for every offer of it; a new random
+        one if None). `sha256` (tests): the digest RESOURCE_COMPLETE names
+        instead of the content's."""
         ch = self._open_channel("resource", name)
-        ch.offer = F.ResourceOffer(len(data), transfer_id or os.urandom(16), name)
-        self.enqueue(F.frame(F.RESOURCE_OFFER, ch.offer.encode_payload(), ch.number,
-                             F.FLAG_RESUMED if resumed else 0))
+        ch.offer = self.resource_offer(len(data), transfer_id or os.urandom(16), name, send_id)
+        self.enqueue(F.offer_frame(ch.offer, ch.number, resumed))
         deadline = time.monotonic() + timeout
 
         def outcome(res):
@@ -482,7 +533,7 @@ class ChannelsMixin:
             return outcome(("failed", "closed"))
         if not self._send_flow_controlled(ch, F.RESOURCE_CHUNK, data[ch.accepted:], timeout):
             return outcome(ch.answer or ("failed", "chunks"))
-        self.enqueue(F.frame(F.RESOURCE_COMPLETE, hashlib.sha256(data).digest(), ch.number))
+        self.enqueue(F.frame(F.RESOURCE_COMPLETE, sha256 or hashlib.sha256(data).digest(), ch.number))
         if not ch.done.wait(max(0.0, deadline - time.monotonic())):
             return outcome(("failed", "no answer"))
         return outcome(ch.answer or ("failed", "closed"))

@@ -24,6 +24,7 @@ RESOURCE_CANCEL, RESOURCE_ACCEPT, RESOURCE_RECEIVED = 0x33, 0x34, 0x35
 FLAG_END = 0x01
 FLAG_CLOSED = 0x01                       # STREAM_ACK: the stream ended at the receiver (§6.4.13b)
 FLAG_RESUMED = 0x01                      # RESOURCE_OFFER: offered again after a lost link (§6.4.14)
+FLAG_SEND_ID = 0x02                      # RESOURCE_OFFER: ends with send_id; every offer with link recovery
 
 # type: (name, channel rule ("zero", "nonzero", "any"), allowed flags, min len, max len)
 FRAME_TYPES = {
@@ -47,7 +48,7 @@ FRAME_TYPES = {
     WINDOW_UPDATE: ("WINDOW_UPDATE", "any", 0, 4, 4),
     STREAM_RESUME: ("STREAM_RESUME", "nonzero", 0, 5, 260),
     STREAM_ACK: ("STREAM_ACK", "nonzero", FLAG_CLOSED, 8, 8),
-    RESOURCE_OFFER: ("RESOURCE_OFFER", "nonzero", FLAG_RESUMED, 25, 280),
+    RESOURCE_OFFER: ("RESOURCE_OFFER", "nonzero", FLAG_RESUMED | FLAG_SEND_ID, 25, 288),
     RESOURCE_CHUNK: ("RESOURCE_CHUNK", "nonzero", 0, 1, 65536),
     RESOURCE_COMPLETE: ("RESOURCE_COMPLETE", "nonzero", 0, 32, 32),
     RESOURCE_CANCEL: ("RESOURCE_CANCEL", "nonzero", 0, 2, 2),
@@ -91,8 +92,10 @@ def decode_header(data: bytes, version: int = LATEST_VERSION, recovery: bool = T
     """Validates a header as §6.1 says, before any payload is buffered.
     `version` is the connection's negotiated version: RESUME, ACK,
     STREAM_RESUME and STREAM_ACK are violations on version 1 (§6.3), and the
-    last two and RESOURCE_OFFER's RESUMED flag also where `recovery` is False
-    (no link recovery: plaintext)."""
+    last two and RESOURCE_OFFER's RESUMED and SEND_ID flags also where
+    `recovery` is False (no link recovery: plaintext). With link recovery
+    (version 2 and `recovery`) a RESOURCE_OFFER without SEND_ID is one
+    (§6.4.14). The defaults are a version 2 connection with link recovery."""
     ftype, flags, reserved, channel, length = struct.unpack(">BBHII", data)
     spec = FRAME_TYPES.get(ftype)
     if spec is None or (version < 2 and ftype in V2_TYPES):
@@ -100,8 +103,14 @@ def decode_header(data: bytes, version: int = LATEST_VERSION, recovery: bool = T
     if not recovery and ftype in RECOVERY_TYPES:
         raise ProtocolViolation("%s without link recovery" % spec[0])
     _, rule, allowed, lo, hi = spec
-    if ftype == RESOURCE_OFFER and flags & FLAG_RESUMED and (version < 2 or not recovery):
-        raise ProtocolViolation("RESOURCE_OFFER RESUMED without link recovery")
+    if ftype == RESOURCE_OFFER:
+        with_recovery = version >= 2 and recovery
+        if flags & FLAG_RESUMED and not with_recovery:
+            raise ProtocolViolation("RESOURCE_OFFER RESUMED without link recovery")
+        if flags & FLAG_SEND_ID and not with_recovery:
+            raise ProtocolViolation("RESOURCE_OFFER SEND_ID without link recovery")
+        if with_recovery and not flags & FLAG_SEND_ID:
+            raise ProtocolViolation("RESOURCE_OFFER without SEND_ID on a connection with link recovery")
     if flags & ~allowed:
         raise ProtocolViolation("disallowed flags")
     if reserved:
@@ -216,19 +225,44 @@ class MeshIntroduction:
 
 @dataclass
 class ResourceOffer:
+    """§6.4.14. `send_id` is present (not None) exactly on a connection with
+    link recovery, where the frame carries SEND_ID: the sender's number for
+    this send, the same on every offer of the transfer (§7.9)."""
     size: int
     transfer_id: bytes
     name: str
+    send_id: Optional[int] = None
+
+    @property
+    def flags(self):
+        """The flags this payload needs (SEND_ID with a send ID); RESUMED is the caller's."""
+        return FLAG_SEND_ID if self.send_id is not None else 0
+
+    @property
+    def key(self):
+        """What a receiver matches a resumed offer by (§7.9): send ID and content."""
+        return (self.send_id, bytes(self.transfer_id), self.size)
 
     def encode_payload(self):
-        return u64(self.size) + self.transfer_id + string8(self.name)
+        out = u64(self.size) + self.transfer_id + string8(self.name)
+        if self.send_id is not None:
+            out += u64(self.send_id)
+        return out
 
     @staticmethod
-    def decode(r):
+    def decode(r, send_id=False):
         size = r.u64()
         if size > 1 << 40:
             raise ProtocolViolation("resource size", reason=2)
-        return ResourceOffer(size, r.take(16), r.string8())
+        tid, name = r.take(16), r.string8()
+        return ResourceOffer(size, tid, name, r.u64() if send_id else None)
+
+
+def offer_frame(offer: ResourceOffer, channel: int, resumed=False) -> bytes:
+    """RESOURCE_OFFER for `offer` on `channel`: SEND_ID when it has a send ID,
+    RESUMED if `resumed`."""
+    return frame(RESOURCE_OFFER, offer.encode_payload(), channel,
+                 offer.flags | (FLAG_RESUMED if resumed else 0))
 
 
 @dataclass
@@ -309,7 +343,7 @@ def decode_payload(h: FrameHeader, payload: bytes, version: int = LATEST_VERSION
         if not (1 <= v <= 0x7FFFFFFF):
             raise ProtocolViolation("WINDOW_UPDATE increment")
     elif t == RESOURCE_OFFER:
-        v = ResourceOffer.decode(r)
+        v = ResourceOffer.decode(r, bool(h.flags & FLAG_SEND_ID))
     elif t == RESOURCE_ACCEPT:
         v = r.u64()
     else:  # pragma: no cover - header validation excludes this
@@ -331,6 +365,8 @@ def decode_frame(data: bytes, version: int = LATEST_VERSION, recovery: bool = Tr
 def encode_frame(f: Frame) -> bytes:
     """Inverse of decode_payload."""
     t, v = f.type, f.value
+    if t == RESOURCE_OFFER and bool(f.flags & FLAG_SEND_ID) != (v.send_id is not None):
+        raise ValueError("RESOURCE_OFFER: SEND_ID flag and send_id disagree")
     if t in (HELLO, INVITATION, INVITATION_RESPONSE, MESH_INTRODUCTION, RESOURCE_OFFER, RESUME, STREAM_RESUME):
         p = v.encode_payload()
     elif t == TRUST:

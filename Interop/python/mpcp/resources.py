@@ -1,8 +1,10 @@
 """§7.9 resources across a lost link: the verdicts a receiver sent for one
-member's resources, so that a RESUMED offer of one it already answered is
+member's resources, so that a RESUMED offer of a send it already answered is
 answered again instead of arriving twice, and the transfers it accepted and
-has not answered, so that one interrupted by a loss is taken up again rather
-than answered with an earlier transfer's verdict."""
+has not answered, so that one interrupted by a loss is taken up again. Both
+are matched by the offer's send ID and content (transfer ID and size)
+together, never by content alone: another send of the same content is
+another transfer."""
 import collections
 import hashlib
 import threading
@@ -16,47 +18,59 @@ VERDICTS_KEPT = 64
 RECEIVED = ("received", None)
 
 
+def offer_key(send_id, transfer_id, size):
+    """§7.9: what a receiver matches an offer by (ResourceOffer.key)."""
+    return (send_id, bytes(transfer_id), size)
+
+
 class VerdictBook:
-    """Per member, by (transfer ID, size): the verdict sent on the latest
-    transfer of it answered, ("received", None) or ("cancel", 2 or 3), the
-    latest `limit` only; and the transfers of it accepted and not yet
-    answered, by the connection that carries them. One whose connection is
-    gone waits for the offer that resumes it (§7.9: a receiver prefers a
-    transfer of the same content that still waits to the latest verdict,
-    which is then an earlier transfer's); this peer keeps no partial, so that
-    offer starts again from 0."""
+    """Per member, by key (send ID, transfer ID, size; `offer_key`): the
+    verdict sent on that send, ("received", None) or ("cancel", 2 or 3),
+    with the digest verified for RESOURCE_RECEIVED, the latest `limit` only;
+    and the transfers of that send accepted and not yet answered, by the
+    connection that carries them. One whose connection is gone waits for the
+    offer of the same send that resumes it (§7.9); this peer keeps no
+    partial, so that offer starts again from 0. An offer of the same content
+    under another send ID matches neither."""
 
     def __init__(self, limit=VERDICTS_KEPT):
         self.limit = limit
         self.lock = threading.Lock()
-        self.verdicts = collections.OrderedDict()
+        self.verdicts = collections.OrderedDict()   # key -> (verdict, digest verified or None)
         self.pending = collections.OrderedDict()    # key -> [Connection] accepted, unanswered
 
-    def remember(self, transfer_id, size, verdict, conn=None):
-        """The verdict on a transfer accepted on `conn` was sent."""
+    def remember(self, key, verdict, conn=None, digest=None):
+        """The verdict on the send `key`, accepted on `conn`, was sent;
+        `digest` is the SHA-256 verified for RESOURCE_RECEIVED."""
         with self.lock:
-            key = (bytes(transfer_id), size)
             self.verdicts.pop(key, None)
-            self.verdicts[key] = verdict
+            self.verdicts[key] = (verdict, digest)
             while len(self.verdicts) > self.limit:
                 self.verdicts.popitem(last=False)
             self._drop(key, conn)
 
-    def get(self, transfer_id, size):
+    def get(self, key):
+        """The verdict remembered for the send `key`, or None."""
         with self.lock:
-            return self.verdicts.get((bytes(transfer_id), size))
+            got = self.verdicts.get(key)
+            return got and got[0]
 
-    def waiting(self, transfer_id, size, conn):
-        """True if a transfer of this content was accepted on a connection
+    def answer(self, key):
+        """(verdict, digest) remembered for the send `key`, or None."""
+        with self.lock:
+            return self.verdicts.get(key)
+
+    def waiting(self, key, conn):
+        """True if a transfer of the send `key` was accepted on a connection
         other than `conn` (an earlier one, lost) and never answered."""
         with self.lock:
-            return any(c is not conn for c in self.pending.get((bytes(transfer_id), size), ()))
+            return any(c is not conn for c in self.pending.get(key, ()))
 
-    def accepted(self, transfer_id, size, conn):
-        """A transfer of this content was accepted on `conn`; it takes over
-        one that waited (accepted on an earlier connection), if any."""
+    def accepted(self, key, conn):
+        """A transfer of the send `key` was accepted on `conn`; it takes over
+        the one of that send that waited (accepted on an earlier connection),
+        if any."""
         with self.lock:
-            key = (bytes(transfer_id), size)
             conns = self.pending.pop(key, [])
             for i, c in enumerate(conns):
                 if c is not conn:
@@ -67,11 +81,12 @@ class VerdictBook:
             while len(self.pending) > self.limit:
                 self.pending.popitem(last=False)
 
-    def ended(self, transfer_id, size, conn):
-        """A transfer accepted on `conn` ended without a verdict of ours
-        (the sender's cancel or reset): nothing waits for it."""
+    def ended(self, key, conn):
+        """A transfer of the send `key` accepted on `conn` ended without a
+        verdict (the sender's cancel or reset, or our application's cancel,
+        RESOURCE_CANCEL 1, which is no verdict): nothing waits for it."""
         with self.lock:
-            self._drop((bytes(transfer_id), size), conn)
+            self._drop(key, conn)
 
     def _drop(self, key, conn):
         conns = self.pending.get(key)

@@ -15,6 +15,7 @@ from .encodings import PeerID, Endpoint
 from .events import EventLog
 from .preamble import PREFERENCE_NAMES, TLS
 from .member import Member
+from .channels import new_send_id
 from .resources import VerdictBook, VERDICTS_KEPT, transfer_id as R_ID
 from .streams import OutStream, resume_frames
 from .tls import Identity, verify_chain, fingerprint
@@ -566,7 +567,7 @@ class Session:
         return True
 
     # ----------------------------------------- resources across a loss (§7.9)
-    def send_resource(self, peer, name, data, transfer_id=None, timeout=60.0):
+    def send_resource(self, peer, name, data, transfer_id=None, timeout=60.0, send_id=None):
         """Sends a resource to a peer (§7.8) and returns the outcome as
         Connection.send_resource does. With a member, a transfer whose
         verdict went unread with a lost link is offered again on the
@@ -578,9 +579,13 @@ class Session:
         without it, as a new transfer (the receiver may never have read it,
         and a verdict it remembers for the same content would be an earlier
         transfer's). The receiver keeps no partial here, so it starts where
-        the receiver's RESOURCE_ACCEPT says."""
+        the receiver's RESOURCE_ACCEPT says. Each call is a send: it draws a
+        random send ID (unless `send_id` is given), which every offer of it on
+        a connection with link recovery carries, the ones made again on a
+        resumed connection included (§6.4.14, §7.9)."""
         ident = getattr(peer, "identifier", peer)
         tid = transfer_id or R_ID(ident, data)
+        sid = new_send_id() if send_id is None else send_id
         deadline = time.monotonic() + timeout
         offered = 0                     # offers made on connections of this member
         accepted = False                # a RESOURCE_ACCEPT for this transfer was read
@@ -592,15 +597,15 @@ class Session:
                 conn = self.connection_to(ident)
                 if conn is None:
                     return ("failed", "not connected")
-                return conn.send_resource(name, data, tid, max(0.0, deadline - time.monotonic()))
+                return conn.send_resource(name, data, tid, max(0.0, deadline - time.monotonic()), send_id=sid)
             conn = self._carrying(m, deadline)
             if conn is None:
                 return ("failed", "the member left" if m.state == "left" else "no resumption in time")
             if offered:
                 self.events.post("resource-offered-again", m.peer_id, conn=conn, name=name, times=offered,
-                                 resumed=accepted)
+                                 resumed=accepted, send_id=sid)
             res, read_accept = conn.offer_resource(name, data, tid, max(0.0, deadline - time.monotonic()),
-                                                   resumed=accepted)
+                                                   resumed=accepted, send_id=sid)
             offered += 1
             accepted = accepted or read_accept
             if res[0] != "failed" or not conn.closed.is_set() or time.monotonic() >= deadline:

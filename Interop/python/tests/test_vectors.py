@@ -109,14 +109,23 @@ FRAME_VALUES = {
     "frame-stream-reset": F.Frame(F.STREAM_RESET, 0, 2, 1),
     "frame-window-update": F.Frame(F.WINDOW_UPDATE, 0, 0, 65536),
     "frame-resource-offer": F.Frame(F.RESOURCE_OFFER, 0, 3, F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg")),
-    "frame-resource-offer-resumed": F.Frame(F.RESOURCE_OFFER, F.FLAG_RESUMED, 5,
-                                            F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg")),
+    "frame-resource-offer-send-id": F.Frame(F.RESOURCE_OFFER, F.FLAG_SEND_ID, 3,
+                                            F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg",
+                                                            0x1122334455667788)),
+    "frame-resource-offer-resumed": F.Frame(F.RESOURCE_OFFER, F.FLAG_RESUMED | F.FLAG_SEND_ID, 5,
+                                            F.ResourceOffer(1 << 20, bytes(range(16)), "photo.jpg",
+                                                            0x1122334455667788)),
     "frame-resource-chunk": F.Frame(F.RESOURCE_CHUNK, 0, 3, b"\x00\xff"),
     "frame-resource-complete": F.Frame(F.RESOURCE_COMPLETE, 0, 3, hashlib.sha256(b"").digest()),
     "frame-resource-cancel": F.Frame(F.RESOURCE_CANCEL, 0, 3, 1),
     "frame-resource-accept": F.Frame(F.RESOURCE_ACCEPT, 0, 3, 262144),
     "frame-resource-received": F.Frame(F.RESOURCE_RECEIVED, 0, 3, None),
 }
+
+
+# the connection a vector belongs to, where the defaults (version 2 with link
+# recovery) reject it: an offer without SEND_ID is one without link recovery (§6.4.14)
+CONTEXT = {"frame-resource-offer": dict(version=2, recovery=False)}
 
 
 def test_every_frame_vector_has_a_value():
@@ -126,12 +135,13 @@ def test_every_frame_vector_has_a_value():
 @pytest.mark.parametrize("name", sorted(FRAME_VALUES))
 def test_frame_vectors(name):
     expected = FRAME_VALUES[name]
-    got = F.decode_frame(V[name])
+    ctx = CONTEXT.get(name, {})
+    got = F.decode_frame(V[name], **ctx)
     assert (got.type, got.flags, got.channel, got.value) == \
            (expected.type, expected.flags, expected.channel, expected.value)
     assert F.encode_frame(expected) == V[name]
     # incremental parser, one byte at a time
-    p = F.FrameParser()
+    p = F.FrameParser(**ctx)
     out = []
     for b in V[name]:
         out += p.feed(bytes([b]))
@@ -193,22 +203,82 @@ def test_stream_resumption_frames_need_link_recovery(name):
         F.FrameParser(version=2, recovery=False).feed(V[name][:12])
 
 
-def test_resumed_offer_needs_link_recovery():
-    """§6.3: RESOURCE_OFFER's RESUMED flag is a violation on version 1 and on
-    a connection without link recovery, from the header alone; the offer
-    without the flag is not."""
-    raw = V["frame-resource-offer-resumed"]
-    assert F.decode_frame(raw, version=2, recovery=True).flags == F.FLAG_RESUMED
-    for version, recovery in ((1, False), (1, True), (2, False)):
+OFFER_CONTEXTS = ((1, False), (1, True), (2, False), (2, True))   # (version, recovery)
+
+
+@pytest.mark.parametrize("name", ["frame-resource-offer", "frame-resource-offer-send-id",
+                                  "frame-resource-offer-resumed"])
+def test_resource_offer_flags_follow_link_recovery(name):
+    """§6.3, §6.4.14: with link recovery (version 2 and TLS) every
+    RESOURCE_OFFER carries SEND_ID; without it (version 1, plaintext) SEND_ID
+    and RESUMED are violations. All from the header alone."""
+    raw = V[name]
+    for version, recovery in OFFER_CONTEXTS:
+        if (version >= 2 and recovery) == bool(raw[1] & F.FLAG_SEND_ID):
+            fr = F.decode_frame(raw, version=version, recovery=recovery)
+            assert (fr.value.send_id is not None) == bool(fr.flags & F.FLAG_SEND_ID)
+            continue
         with pytest.raises(ProtocolViolation):
             F.decode_frame(raw, version=version, recovery=recovery)
         with pytest.raises(ProtocolViolation):
             F.FrameParser(version=version, recovery=recovery).feed(raw[:12])
-        F.decode_frame(V["frame-resource-offer"], version=version, recovery=recovery)
+
+
+def test_resumed_offer_needs_link_recovery():
+    """§6.3: RESUMED without link recovery is a violation, with or without
+    SEND_ID; RESUMED without SEND_ID with link recovery is one too."""
+    offer = F.ResourceOffer(10, bytes(16), "x")
+    bare = F.frame(F.RESOURCE_OFFER, offer.encode_payload(), 1, F.FLAG_RESUMED)
+    for version, recovery in OFFER_CONTEXTS:
+        with pytest.raises(ProtocolViolation):
+            F.decode_frame(bare, version=version, recovery=recovery)
+    raw = V["frame-resource-offer-resumed"]
+    assert F.decode_frame(raw, version=2, recovery=True).flags == F.FLAG_RESUMED | F.FLAG_SEND_ID
     other = bytearray(raw)
-    other[1] = 0x02                      # any other flag stays reserved
+    other[1] |= 0x04                     # any other flag stays reserved
     with pytest.raises(ProtocolViolation):
         F.decode_frame(bytes(other))
+
+
+def test_send_id_flag_and_field_agree():
+    """§6.4.14: the payload ends with send_id exactly when SEND_ID is set."""
+    with_id = V["frame-resource-offer-send-id"]
+    without = V["frame-resource-offer"]
+    # SEND_ID set, the field missing: the payload ends early
+    short = bytearray(without)
+    short[1] = F.FLAG_SEND_ID
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bytes(short), version=2, recovery=True)
+    # the field without the flag: trailing bytes
+    long = bytearray(with_id)
+    long[1] = 0
+    with pytest.raises(ProtocolViolation):
+        F.decode_frame(bytes(long), version=2, recovery=False)
+    # encoding refuses a flag that disagrees with the value
+    value = FRAME_VALUES["frame-resource-offer-send-id"].value
+    with pytest.raises(ValueError):
+        F.encode_frame(F.Frame(F.RESOURCE_OFFER, 0, 3, value))
+    assert F.offer_frame(value, 3) == with_id
+    assert F.offer_frame(value, 5, resumed=True) == V["frame-resource-offer-resumed"]
+    assert F.offer_frame(FRAME_VALUES["frame-resource-offer"].value, 3) == without
+
+
+@pytest.mark.parametrize("send_id", [None, 0x1122334455667788])
+def test_resource_offer_length_bounds(send_id):
+    """§6.3: 25-288 bytes: no name and no send ID is the least, a 255-byte
+    name and a send ID the most; one byte beyond either is refused from the
+    header."""
+    recovery = send_id is not None
+    for name in ("", "n" * 255):
+        offer = F.ResourceOffer(1, bytes(16), name, send_id)
+        raw = F.offer_frame(offer, 7)
+        assert F.decode_frame(raw, version=2, recovery=recovery).value == offer
+    assert len(F.offer_frame(F.ResourceOffer(1, bytes(16), "", None), 7)) == 12 + 25
+    assert len(F.offer_frame(F.ResourceOffer(1, bytes(16), "n" * 255, 1), 7)) == 12 + 288
+    flags = F.FLAG_SEND_ID if recovery else 0
+    for length in (24, 289):
+        with pytest.raises(ProtocolViolation):
+            F.decode_header(F.encode_header(F.RESOURCE_OFFER, length, 7, flags), 2, recovery)
 
 
 def test_stream_resume_names():
