@@ -748,7 +748,11 @@ package final class SessionCore {
                 let attemptDelay = plan.attemptDelay ?? .zero
                 let lastStartedAndTried = attemptDelay * Int64(plan.endpoints.count)
                 let stale = max(configuration.recovery.redialStep, lastStartedAndTried)
-                guard let started = link.dialStarted, now >= started + stale else { return }
+                // Stamped when its timer fired: each fires late by its own few milliseconds, so a
+                // dial one tick old may look a little younger than the step. A quarter step of
+                // slack keeps every tick; a dial made by a timer that fired far later is kept.
+                let slack = TimeAmount.nanoseconds(configuration.recovery.redialStep.nanoseconds / 4)
+                guard let started = link.dialStarted, now + slack >= started + stale else { return }
             case .news:
                 guard endpoints.contains(where: { !plan.endpoints.contains($0) }) else { return }
                 if let last = member.newsRedial, now < last + configuration.recovery.redialStep { return }

@@ -1,3 +1,4 @@
+import MultipeerTestSupport
 import MultipeerWire
 import NIOCore
 import Testing
@@ -98,6 +99,30 @@ struct SessionCoreRedialNewsTests {
         #expect(network.run(until: { alice.suspended.isEmpty && bob.suspended.isEmpty }, limit: .milliseconds(2_000)))
         #expect(network.now - lost < .milliseconds(2_300), "resumed \(network.now - lost) after the loss")
         SessionCoreRecoveryTests.expectNeverDisconnected(alice, bob)
+    }
+
+    /// A real loop fires each timer a few milliseconds late, by a different amount each time:
+    /// a dial stamped with when its timer fired can look a little younger than the step at the
+    /// next tick. Every tick still starts a fresh dial (a SYN every second), none is skipped.
+    @Test func timersFiringSlightlyLateStillRedialEveryStep() throws {
+        let (network, alice, bob) = try SessionCoreRecoveryTests.pair(seed: 97)
+        alice.isListening = false
+        bob.isReachable = false
+        final class Jitter {
+            var generator = SeededGenerator(seed: 97)
+            func next() -> TimeAmount { .microseconds(Int64.random(in: 0..<30_000, using: &generator)) }
+        }
+        let jitter = Jitter()
+        alice.timerLateness = { _ in jitter.next() }
+        network.resetConnection(between: alice, and: bob)
+        let lost = network.now
+        network.run(for: .milliseconds(5_500))
+        let times = zip(alice.dials, alice.dialTimes).filter { $0.0.purpose == .resumption }.map { $0.1 - lost }
+        let described = times.map { $0.nanoseconds / 1_000_000 }
+        #expect(times.count == 6, "redials at \(described) ms")
+        for (earlier, later) in zip(times, times.dropFirst()) {
+            #expect(later - earlier <= .milliseconds(1_100), "redials at \(described) ms")
+        }
     }
 
     /// Alice's loop is busy when her redial at 1 s is due, and it fires at 1.9 s. The dial it
