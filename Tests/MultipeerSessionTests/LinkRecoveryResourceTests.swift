@@ -288,7 +288,8 @@ struct LinkRecoveryResourceTests {
     }
 
     /// The same file sent again while the link is down is a new send, not a resumed one: it
-    /// arrives a second time, though the receiver remembers its verdict on the first.
+    /// arrives a second time, though the receiver remembers its verdict on the first. (Two
+    /// rules keep it so: it is not offered RESUMED, and its send ID is not the first send's.)
     @Test func theSameFileSentAgainDuringTheGapArrivesAgain() async throws {
         let run = try await Self.sentOnce(seed: 41, freezable: "bob")
         let (alice, bob, source) = (run.alice, run.bob, run.source)
@@ -306,8 +307,9 @@ struct LinkRecoveryResourceTests {
 
     /// The same file sent again, its offer written on a link that was already gone: the receiver
     /// never saw it, so the verdict it remembers is the first send's. The offer made again on
-    /// the resumed link is a new transfer (no RESUMED, since no RESOURCE_ACCEPT came back) and
-    /// arrives a second time instead of being answered with the first send's verdict.
+    /// the resumed link is a new transfer and arrives a second time instead of being answered
+    /// with the first send's verdict. (Two rules keep it so: no RESUMED, since no
+    /// RESOURCE_ACCEPT came back, and a send ID that is not the first send's; either alone would.)
     @Test func aResendWhoseOfferWentWithTheLinkArrivesAgain() async throws {
         let run = try await Self.sentOnce(seed: 42, freezable: "alice")
         let (alice, bob, source) = (run.alice, run.bob, run.source)

@@ -30,8 +30,9 @@ struct StaggeredDialTests {
         var exhaustions = 0
         /// Endpoints with no socket address here.
         var unaddressable: Set<WireEndpoint> = []
-        /// Endpoints whose socket opens only as it connects (the initializer runs later).
+        /// Endpoints whose socket opens only when the test says (the initializer runs later).
         var opensLate: Set<WireEndpoint> = []
+        private var lateOpeners: [WireEndpoint: (any Channel) -> Void] = [:]
         var landing: (WireEndpoint) -> StaggeredDial.Landing = { _ in .carries }
         var dial: StaggeredDial!
 
@@ -50,7 +51,7 @@ struct StaggeredDialTests {
                         this.value.closedSockets.insert(endpoint)
                         promise.fail(ChannelError.ioOnClosedChannel)
                     }
-                    if !opensLate.contains(endpoint) { opened(socket) }
+                    if opensLate.contains(endpoint) { lateOpeners[endpoint] = opened } else { opened(socket) }
                     return promise.futureResult
                 },
                 landed: { [unowned self] _, endpoint in
@@ -63,6 +64,7 @@ struct StaggeredDialTests {
         }
 
         func succeed(_ endpoint: WireEndpoint) { promises[endpoint]!.succeed(sockets[endpoint]!) }
+        func open(_ endpoint: WireEndpoint) { lateOpeners.removeValue(forKey: endpoint)!(sockets[endpoint]!) }
         func fail(_ endpoint: WireEndpoint) { promises[endpoint]!.fail(ChannelError.connectTimeout(.seconds(2))) }
         func advance(_ milliseconds: Int64) { loop.advanceTime(by: .milliseconds(milliseconds)) }
     }
@@ -144,6 +146,30 @@ struct StaggeredDialTests {
         dial.succeed(a)
         #expect(dial.closed == [a])
         #expect(dial.carried.isEmpty && dial.exhaustions == 0)
+    }
+
+    /// The initializer ran after the dial was let go (its connect still under way): the socket
+    /// closes there and then, rather than when its connect lands.
+    @Test func aSocketOpenedAfterAbandonIsClosedAtOnce() {
+        let dial = Harness([a])
+        dial.opensLate = [a]
+        dial.dial.start()
+        dial.dial.abandon()
+        dial.open(a)
+        #expect(dial.closed == [a])
+        #expect(dial.carried.isEmpty && dial.exhaustions == 0 && dial.failures.isEmpty)
+    }
+
+    /// The last endpoint's connection could not carry the link either: the dial ends as failed.
+    @Test func theLastConnectionThatCannotCarryTheLinkEndsTheDial() {
+        let dial = Harness([a, b])
+        dial.landing = { _ in .tryNext }
+        dial.dial.start()
+        dial.succeed(a)
+        dial.succeed(b)
+        #expect(dial.closed == [a, b])
+        #expect(dial.exhaustions == 1 && dial.carried.isEmpty)
+        #expect(dial.dial.isFinished)
     }
 
     @Test func aConnectionThatCannotCarryTheLinkClosesAndTheNextIsTried() {

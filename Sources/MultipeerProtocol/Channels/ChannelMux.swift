@@ -234,8 +234,9 @@ package struct ChannelMux {
         package var waitingFromPeer: Int
         /// Whether this offer resumes one of them.
         package var resumesOne: Bool
-        /// A RESUMED offer the receiver answers with a verdict it remembers (§7.9): no file, no
-        /// bytes, so none of the limits apply (refused, the sender would fail a delivered file).
+        /// An offer the receiver answers from what it remembers of the send (§7.9): a RESUMED
+        /// one with its verdict, any with the app's cancel of it. No file, no bytes, so none of
+        /// the limits apply (refused by a limit, the sender would fail a delivered file).
         package var answeredFromMemory: Bool
 
         package init(waitingFromPeer: Int, resumesOne: Bool, answeredFromMemory: Bool = false) {

@@ -55,7 +55,8 @@ package final class InterruptedTransfers<Source, Transfer: AnyObject, CutOff> {
     }
 
     private var outgoing: [Bytes16: [Outgoing]] = [:]
-    /// In the order they were parked; one key may wait twice (the same file sent twice at once).
+    /// In the order they were parked; one content may wait twice (the same file sent twice at
+    /// once), under two sends.
     private var incoming: [Bytes16: [IncomingEntry]] = [:]
     /// At most this many `.completed` entries per peer (the oldest go): unlike the others they
     /// hold no place among the incoming resources.

@@ -621,9 +621,9 @@ package final class SessionEngine: Sendable {
             },
             landed: { [self] socket, endpoint in dialLanded(id, socket: socket, at: endpoint, plan: plan) },
             exhausted: { [self] in
+                state.value.links[id] = nil
                 // Unless the core let the dial go meanwhile.
                 guard core.isLive(id) else { return }
-                state.value.links[id] = nil
                 core.dialFailed(id)
                 perform()
             },
