@@ -21,11 +21,15 @@ struct LinkRecoveryProcessTests {
 
     /// Two chatters, one per namespace, connected and told to start: `count` messages each way,
     /// one every 50 ms.
+    /// `keepingLogs`: each side's log (info and up) is kept, for a failure to show.
     static func startChat(
-        in namespaces: NetworkNamespaces, count: Int, environment: [String: String] = [:]
+        in namespaces: NetworkNamespaces, count: Int, environment: [String: String] = [:], keepingLogs: Bool = false
     ) async throws -> (NamespacedDemo, NamespacedDemo) {
-        let first = try NamespacedDemo(in: namespaces.names[0], ["chatter", "first", "\(count)", "50"], environment: environment)
-        let second = try NamespacedDemo(in: namespaces.names[1], ["chatter", "second", "\(count)", "50"], environment: environment)
+        let environment = keepingLogs ? environment.merging(["MULTIPEER_SOAK_LOG": "1"]) { $1 } : environment
+        let first = try NamespacedDemo(
+            in: namespaces.names[0], ["chatter", "first", "\(count)", "50"], environment: environment, keepingStandardError: keepingLogs)
+        let second = try NamespacedDemo(
+            in: namespaces.names[1], ["chatter", "second", "\(count)", "50"], environment: environment, keepingStandardError: keepingLogs)
         let firstPeer = try #require(await first.nextLine(within: 30))
         let secondPeer = try #require(await second.nextLine(within: 30))
         #expect(firstPeer.hasPrefix("PEER ") && secondPeer.hasPrefix("PEER "))
@@ -125,15 +129,16 @@ struct LinkRecoveryProcessTests {
     /// Both peers move at once, and no third member is left to say where either went: each side's
     /// browser sees the other's new address (the advertisers announce it), and the session redials
     /// there. Without discovery's news each would dial the other's old address until the grace ran out.
-    /// Each redial tries the old address first (up to its 2 s connect deadline), so finding the
-    /// other takes several seconds after the news: a 20 s grace keeps a loaded machine from
-    /// turning that into a failure; the outcome, not the time, is what this test checks.
+    /// Discovery's news can take seconds on a loaded machine (the advertiser must see its own
+    /// move and announce it): a 20 s grace keeps that from turning into a failure; the outcome,
+    /// not the time, is what this test checks.
     @Test func twoPeersThatBothMoveFindEachOtherThroughDiscovery() async throws {
         let namespaces = try NetworkNamespaces(count: 2)
         defer { namespaces.remove() }
         let service = "mp-moves"
         let (first, second) = try await Self.startChat(
-            in: namespaces, count: 120, environment: ["MULTIPEER_CHATTER_DISCOVERY": service, "MULTIPEER_CHATTER_GRACE": "20"])
+            in: namespaces, count: 120, environment: ["MULTIPEER_CHATTER_DISCOVERY": service, "MULTIPEER_CHATTER_GRACE": "20"],
+            keepingLogs: true)
         defer {
             first.kill()
             second.kill()
@@ -151,7 +156,11 @@ struct LinkRecoveryProcessTests {
                 }
                 if line != "INTERRUPTED" && line != "RESTORED" { other.append(line) }
             }
-            #expect(done == "DONE received=120 inorder=yes duplicates=0 notconnected=0", "\(other)")
+            // Failed once in a full run under load (both sides notConnected after the grace),
+            // never since: the logs say why next time.
+            #expect(
+                done == "DONE received=120 inorder=yes duplicates=0 notconnected=0",
+                "\(other)\nfirst's log:\n\(first.standardErrorTail())\nsecond's log:\n\(second.standardErrorTail())")
         }
         first.send("QUIT")
         second.send("QUIT")

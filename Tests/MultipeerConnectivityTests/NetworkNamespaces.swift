@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import MultipeerTestSupport
 
 /// Network namespaces a test creates and deletes, joined by veth pairs to a bridge in a hub
@@ -100,10 +101,11 @@ final class NamespacedDemo: @unchecked Sendable {
     /// Runs `program` (multipeer-demo by default) inside `namespace`. With `hiding`, the program
     /// runs in a mount namespace of its own where that file reads as empty (/dev/null bound over
     /// it), as if the package that holds it were broken or absent; the machine's file is untouched.
-    /// With `standardErrorToo`, standard error joins the lines read.
+    /// With `standardErrorToo`, standard error joins the lines read; with `keepingStandardError`,
+    /// it is kept apart (`standardErrorTail`), for a failing test to show the program's log.
     init(
         in namespace: String, program: String? = nil, _ arguments: [String], environment: [String: String] = [:], hiding: String? = nil,
-        standardErrorToo: Bool = false
+        standardErrorToo: Bool = false, keepingStandardError: Bool = false
     ) throws {
         let command = ["/usr/sbin/ip", "netns", "exec", namespace, try program ?? BuiltProducts.executable("multipeer-demo").path] + arguments
         if let hiding {
@@ -116,9 +118,32 @@ final class NamespacedDemo: @unchecked Sendable {
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.standardOutput = output
         if standardErrorToo { process.standardError = output }
+        let errors = Pipe()
+        if keepingStandardError && !standardErrorToo { process.standardError = errors }
         process.standardInput = input
         try process.run()
         startReading()
+        if keepingStandardError && !standardErrorToo { keep(errors) }
+    }
+
+    private final class KeptText: Sendable { let text = Mutex("") }
+    private let standardErrorText = KeptText()
+
+    /// The last `limit` characters the program wrote to standard error (kept only if asked).
+    func standardErrorTail(_ limit: Int = 6_000) -> String { String(standardErrorText.text.withLock { $0 }.suffix(limit)) }
+
+    private func keep(_ errors: Pipe) {
+        let handle = errors.fileHandleForReading
+        let kept = standardErrorText
+        Thread.detachNewThread {
+            while case let data = handle.availableData, !data.isEmpty {
+                kept.text.withLock { kept in
+                    kept += String(decoding: data, as: UTF8.self)
+                    // Bounded: the tail is what a failure needs.
+                    if kept.utf8.count > 200_000 { kept = String(kept.suffix(100_000)) }
+                }
+            }
+        }
     }
 
     /// The next line, or nil at the end of output or when `seconds` pass first. One reader
